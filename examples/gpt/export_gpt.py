@@ -1,0 +1,158 @@
+#!/usr/bin/python3
+"""Builds a small GPT-style model in PyTorch and exports it for ds.
+
+The export follows what ds expects of a training graph (see
+../shared/REFERENCES.md): TrainingMode.TRAINING, do_constant_folding=False,
+opset 17, so that every parameter is one initializer named as in torch and
+the loss (SoftmaxCrossEntropyLoss) is a graph output.
+
+    /usr/bin/python3 examples/gpt/export_gpt.py                 # gpt.onnx (tiny, committed)
+    /usr/bin/python3 examples/gpt/export_gpt.py --size gpt2-small -o /tmp/gpt2.onnx
+
+The tiny model is what the README's main job compiles; gpt2-small has the
+shape of GPT-2 small (12 layers, d=768, 12 heads, vocabulary 50257) and is
+not committed (about 500 MB).
+"""
+import argparse
+import math
+import os
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+SIZES = {
+    # name: (vocab, block, layers, heads, d_model, batch, seq)
+    "tiny": (128, 32, 2, 4, 64, 4, 32),
+    "small": (512, 64, 4, 4, 128, 4, 64),
+    "gpt2-small": (50257, 1024, 12, 12, 768, 1, 128),
+}
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, d, heads, block, dropout):
+        super().__init__()
+        self.heads = heads
+        self.c_attn = nn.Linear(d, 3 * d)
+        self.c_proj = nn.Linear(d, d)
+        self.attn_dropout = nn.Dropout(dropout)
+        self.resid_dropout = nn.Dropout(dropout)
+        self.register_buffer(
+            "bias", torch.tril(torch.ones(block, block)).view(1, 1, block, block)
+        )
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        hs = C // self.heads
+        q = q.view(B, T, self.heads, hs).transpose(1, 2)
+        k = k.view(B, T, self.heads, hs).transpose(1, 2)
+        v = v.view(B, T, self.heads, hs).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+        att = F.softmax(att, dim=-1)
+        att = self.attn_dropout(att)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        return self.resid_dropout(self.c_proj(y))
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads, block, dropout):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(d)
+        self.attn = CausalSelfAttention(d, heads, block, dropout)
+        self.ln_2 = nn.LayerNorm(d)
+        self.mlp = nn.Sequential(
+            nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d), nn.Dropout(dropout)
+        )
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab, block, layers, heads, d, dropout=0.0):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, d)
+        self.wpe = nn.Embedding(block, d)
+        self.drop = nn.Dropout(dropout)
+        self.h = nn.ModuleList(Block(d, heads, block, dropout) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(d)
+        self.lm_head = nn.Linear(d, vocab, bias=False)
+        self.lm_head.weight = self.wte.weight  # tied, as in GPT-2
+        for name, p in self.named_parameters():
+            if p.dim() >= 2:
+                nn.init.normal_(p, mean=0.0, std=0.02)
+
+    def forward(self, idx, targets):
+        B, T = idx.size()
+        pos = torch.arange(0, T, dtype=torch.long, device=idx.device)
+        x = self.drop(self.wte(idx) + self.wpe(pos))
+        for blk in self.h:
+            x = blk(x)
+        logits = self.lm_head(self.ln_f(x))
+        loss = F.cross_entropy(
+            logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-100
+        )
+        return logits, loss
+
+
+def build(size, seed=0):
+    vocab, block, layers, heads, d, batch, seq = SIZES[size]
+    torch.manual_seed(seed)
+    model = GPT(vocab, block, layers, heads, d)
+    g = torch.Generator().manual_seed(seed + 1)
+    idx = torch.randint(0, vocab, (batch, seq), generator=g)
+    targets = torch.randint(0, vocab, (batch, seq), generator=g)
+    return model, idx, targets
+
+
+def export(model, idx, targets, path, dynamic=False):
+    kwargs = {}
+    if dynamic:
+        axes = {0: "batch", 1: "seq"}
+        kwargs["dynamic_axes"] = {"idx": axes, "targets": axes}
+    torch.onnx.export(
+        model,
+        (idx, targets),
+        path,
+        training=torch.onnx.TrainingMode.TRAINING,
+        do_constant_folding=False,
+        opset_version=17,
+        input_names=["idx", "targets"],
+        output_names=["logits", "loss"],
+        **kwargs,
+    )
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", choices=sorted(SIZES), default="tiny")
+    ap.add_argument("-o", "--output", default=None,
+                    help="output .onnx (default: gpt.onnx beside this script for tiny)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dynamic", action="store_true",
+                    help="export batch and sequence as dynamic dimensions")
+    ap.add_argument("--npz", default=None,
+                    help="also write the inputs and torch's outputs to this .npz")
+    args = ap.parse_args()
+    out = args.output or os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                      "gpt.onnx" if args.size == "tiny" else f"gpt-{args.size}.onnx")
+    model, idx, targets = build(args.size, args.seed)
+    nparams = sum(p.numel() for p in model.parameters())
+    print(f"exporting {args.size}: {nparams} parameters, inputs {tuple(idx.shape)} -> {out}",
+          file=sys.stderr)
+    export(model, idx, targets, out, args.dynamic)
+    if args.npz:
+        import numpy as np
+        with torch.no_grad():
+            logits, loss = model(idx, targets)
+        np.savez(args.npz, idx=idx.numpy(), targets=targets.numpy(),
+                 logits=logits.numpy(), loss=loss.numpy())
+
+
+if __name__ == "__main__":
+    main()

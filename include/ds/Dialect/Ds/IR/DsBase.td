@@ -1,0 +1,46 @@
+//===- DsBase.td - ds dialect definition -------------------*- tablegen -*-===//
+//
+// The `ds` dialect: the tensor program of one training step, at ONNX level,
+// with static shapes.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DS_DIALECT_DS_IR_DSBASE_TD
+#define DS_DIALECT_DS_IR_DSBASE_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/AttrTypeBase.td"
+
+def Ds_Dialect : Dialect {
+  let name = "ds";
+  let cppNamespace = "::mlir::ds";
+  let summary = "Tensor-level training programs for the ds compiler";
+  let description = [{
+    The `ds` dialect holds the training graph imported from ONNX: one
+    `func.func @forward` whose arguments are the graph inputs (attribute
+    `ds.input = "<onnx name>"`) and parameters (`ds.param = "<onnx name>"`),
+    and whose results are the graph outputs (`ds.output = "<onnx name>"`,
+    the loss marked `ds.loss`). Every tensor is ranked with a static shape;
+    element types are f32, f16, bf16, i64, i32 and i1.
+
+    Shape arithmetic (`ds.shape`, `ds.range`, `ds.constant_of_shape`, integer
+    elementwise ops on constants, ...) folds to `ds.constant`, so that after
+    canonicalization only the compute of the step remains.
+  }];
+  let hasConstantMaterializer = 1;
+  let useDefaultAttributePrinterParser = 0;
+}
+
+// Element types ds computes in.
+def Ds_Float : AnyTypeOf<[F32, F16, BF16]>;
+def Ds_Int : AnyTypeOf<[I64, I32]>;
+def Ds_Element : AnyTypeOf<[F32, F16, BF16, I64, I32, I1]>;
+
+def Ds_Tensor : StaticShapeTensorOf<[F32, F16, BF16, I64, I32, I1]>;
+def Ds_FloatTensor : StaticShapeTensorOf<[F32, F16, BF16]>;
+def Ds_IntTensor : StaticShapeTensorOf<[I64, I32]>;
+def Ds_IndexTensor : StaticShapeTensorOf<[I64, I32]>;
+def Ds_NumericTensor : StaticShapeTensorOf<[F32, F16, BF16, I64, I32]>;
+def Ds_BoolTensor : StaticShapeTensorOf<[I1]>;
+
+#endif // DS_DIALECT_DS_IR_DSBASE_TD

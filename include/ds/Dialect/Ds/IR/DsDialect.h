@@ -1,0 +1,33 @@
+//===- DsDialect.h - ds dialect ---------------------------------*- C++ -*-===//
+//
+// Part of the ds project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DS_DIALECT_DS_IR_DSDIALECT_H
+#define DS_DIALECT_DS_IR_DSDIALECT_H
+
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/IR/Dialect.h"
+
+#include "ds/Dialect/Ds/IR/DsOpsDialect.h.inc"
+
+namespace mlir::ds {
+/// Names of the module attributes the importer sets.
+namespace attrs {
+inline constexpr llvm::StringLiteral kSource = "ds.source";
+inline constexpr llvm::StringLiteral kOpset = "ds.opset";
+inline constexpr llvm::StringLiteral kProducer = "ds.producer";
+inline constexpr llvm::StringLiteral kTrainingInfo = "ds.training_info";
+// Argument and result attributes of @forward.
+inline constexpr llvm::StringLiteral kInput = "ds.input";
+inline constexpr llvm::StringLiteral kParam = "ds.param";
+inline constexpr llvm::StringLiteral kTrainable = "ds.trainable";
+inline constexpr llvm::StringLiteral kOutput = "ds.output";
+inline constexpr llvm::StringLiteral kLoss = "ds.loss";
+} // namespace attrs
+} // namespace mlir::ds
+
+#endif // DS_DIALECT_DS_IR_DSDIALECT_H

@@ -1,0 +1,50 @@
+//===- DsInterfaces.td - ds op interfaces ------------------*- tablegen -*-===//
+//
+// Per-op knowledge that passes query: cost (FLOPs, bytes) and the
+// vector-Jacobian product used by autodiff.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DS_DIALECT_DS_IR_DSINTERFACES_TD
+#define DS_DIALECT_DS_IR_DSINTERFACES_TD
+
+include "mlir/IR/OpBase.td"
+
+def Ds_CostOpInterface : OpInterface<"CostOpInterface"> {
+  let cppNamespace = "::mlir::ds";
+  let description = [{
+    The cost of one execution of the op, for the cost model shared by the
+    recompute, schedule and report passes. FLOPs count multiply and add as
+    two operations (a GEMM of MxK by KxN is 2*M*N*K); transcendental
+    functions count as one. Bytes are the sizes of the operand and result
+    tensors at their element types (the traffic of an unfused kernel).
+  }];
+  let methods = [
+    InterfaceMethod<"Floating-point (or integer) operations of one execution",
+      "int64_t", "getFlops", (ins)>,
+    InterfaceMethod<"Bytes the op reads", "int64_t", "getBytesRead", (ins), [{}],
+      [{ return ::mlir::ds::detail::sumTensorBytes($_op->getOperandTypes()); }]>,
+    InterfaceMethod<"Bytes the op writes", "int64_t", "getBytesWritten", (ins),
+      [{}],
+      [{ return ::mlir::ds::detail::sumTensorBytes($_op->getResultTypes()); }]>,
+  ];
+}
+
+def Ds_VJPOpInterface : OpInterface<"VJPOpInterface"> {
+  let cppNamespace = "::mlir::ds";
+  let description = [{
+    Reverse-mode derivative of an op. Given the gradients of the op's results
+    (null for a result that does not reach the loss), build ops that compute
+    the gradient of each operand (null for an operand that is not
+    differentiable, such as indices). Implemented by the autodiff work.
+  }];
+  let methods = [
+    InterfaceMethod<"Build the gradients of the operands",
+      "::llvm::LogicalResult", "buildVJP",
+      (ins "::mlir::OpBuilder &":$builder,
+           "::mlir::ValueRange":$resultGrads,
+           "::llvm::SmallVectorImpl<::mlir::Value> &":$operandGrads)>,
+  ];
+}
+
+#endif // DS_DIALECT_DS_IR_DSINTERFACES_TD

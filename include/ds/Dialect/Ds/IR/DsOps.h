@@ -1,0 +1,56 @@
+//===- DsOps.h - ds dialect operations --------------------------*- C++ -*-===//
+//
+// Part of the ds project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DS_DIALECT_DS_IR_DSOPS_H
+#define DS_DIALECT_DS_IR_DSOPS_H
+
+#include "ds/Dialect/Ds/IR/DsDialect.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+namespace mlir::ds {
+
+/// The elementwise binary ops; shared verifier and folder dispatch on it.
+enum class BinaryKind {
+  Add, Sub, Mul, Div, Pow, Max, Min,
+  Equal, Less, LessOrEqual, Greater, GreaterOrEqual,
+  And, Or, Xor
+};
+
+/// The elementwise unary ops.
+enum class UnaryKind {
+  Neg, Abs, Exp, Log, Sqrt, Reciprocal, Erf, Tanh, Relu, Sigmoid, Not
+};
+
+/// True for comparisons and logical ops, whose result is i1.
+bool isPredicate(BinaryKind kind);
+/// True for And/Or/Xor, whose operands are i1.
+bool isLogical(BinaryKind kind);
+
+namespace detail {
+/// Number of elements of a static shaped type (1 for scalars).
+int64_t numElements(Type type);
+/// Bytes of one tensor type at its element type (i1 takes one byte).
+int64_t tensorBytes(Type type);
+/// Sum of tensorBytes over `types` (non-tensor types count zero).
+int64_t sumTensorBytes(TypeRange types);
+
+LogicalResult verifyBinaryOp(Operation *op, BinaryKind kind);
+OpFoldResult foldBinaryOp(Operation *op, BinaryKind kind, Attribute lhs,
+                          Attribute rhs);
+OpFoldResult foldUnaryOp(Operation *op, UnaryKind kind, Attribute input);
+LogicalResult verifyReduceOp(Operation *op, ArrayRef<int64_t> axes,
+                             bool keepdims);
+} // namespace detail
+} // namespace mlir::ds
+
+#include "ds/Dialect/Ds/IR/DsInterfaces.h.inc"
+
+#define GET_OP_CLASSES
+#include "ds/Dialect/Ds/IR/DsOps.h.inc"
+
+#endif // DS_DIALECT_DS_IR_DSOPS_H

@@ -1,0 +1,518 @@
+//===- DsOps.td - ds dialect operations --------------------*- tablegen -*-===//
+//
+// Tensor operations of the ds dialect. Shapes are static; the verifier of
+// every op recomputes its result type from its operands and attributes with
+// the same functions the ONNX importer uses (DsShapes.h), so the IR and the
+// importer cannot disagree.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DS_DIALECT_DS_IR_DSOPS_TD
+#define DS_DIALECT_DS_IR_DSOPS_TD
+
+include "ds/Dialect/Ds/IR/DsBase.td"
+include "ds/Dialect/Ds/IR/DsInterfaces.td"
+include "mlir/IR/OpBase.td"
+include "mlir/IR/BuiltinAttributeInterfaces.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/IR/CommonAttrConstraints.td"
+
+class Ds_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Ds_Dialect, mnemonic,
+         !listconcat(traits, [DeclareOpInterfaceMethods<Ds_CostOpInterface>])>;
+
+//===----------------------------------------------------------------------===//
+// Constants and shape arithmetic
+//===----------------------------------------------------------------------===//
+
+def Ds_ConstantOp : Ds_Op<"constant",
+    [ConstantLike, Pure, AllTypesMatch<["value", "result"]>]> {
+  let summary = "constant tensor";
+  let description = [{
+    A tensor constant. ONNX `Constant` nodes and folded shape arithmetic
+    become `ds.constant`.
+
+    ```mlir
+    %0 = ds.constant dense<[4, 64]> : tensor<2xi64>
+    ```
+  }];
+  let arguments = (ins ElementsAttr:$value);
+  let results = (outs Ds_Tensor:$result);
+  let assemblyFormat = "attr-dict $value";
+  let hasFolder = 1;
+}
+
+def Ds_ShapeOp : Ds_Op<"shape", [Pure]> {
+  let summary = "the shape of a tensor as a 1-D i64 tensor";
+  let description = [{
+    ONNX `Shape` with `start`/`end` already normalized to `0 <= start <= end
+    <= rank`. Shapes are static, so it always folds to a constant.
+  }];
+  let arguments = (ins Ds_Tensor:$input, I64Attr:$start, I64Attr:$end);
+  let results = (outs StaticShapeTensorOf<[I64]>:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def Ds_RangeOp : Ds_Op<"range", [Pure]> {
+  let summary = "ONNX Range: start, start + delta, ... below limit";
+  let description = [{
+    The operands are scalars. The result length is fixed by the result type;
+    when the operands are constants the op folds, and the verifier checks
+    the length against them.
+  }];
+  let arguments = (ins Ds_NumericTensor:$start, Ds_NumericTensor:$limit,
+                       Ds_NumericTensor:$delta);
+  let results = (outs Ds_NumericTensor:$result);
+  let assemblyFormat = [{
+    $start `,` $limit `,` $delta attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def Ds_ConstantOfShapeOp : Ds_Op<"constant_of_shape", [Pure]> {
+  let summary = "a tensor of the result shape filled with one value";
+  let description = [{
+    ONNX `ConstantOfShape`. The result shape is static, so it always folds
+    to a splat `ds.constant`; the `shape` operand is kept only until then.
+  }];
+  let arguments = (ins StaticShapeTensorOf<[I64]>:$shape, TypedAttrInterface:$value);
+  let results = (outs Ds_Tensor:$result);
+  let assemblyFormat = "$shape attr-dict `:` type($shape) `->` type($result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+// Binary elementwise ops with ONNX (numpy) multidirectional broadcasting.
+// `kind` names the BinaryKind enumerator the shared C++ helpers dispatch on.
+class Ds_BinaryOp<string mnemonic, string kind, string flopsPerElement,
+                  string desc, list<Trait> traits = []>
+    : Ds_Op<mnemonic, !listconcat([Pure], traits)> {
+  let summary = desc;
+  let description = desc # [{ with ONNX multidirectional broadcasting.
+    The verifier checks that the result shape is the broadcast of the operand
+    shapes and the element types agree. Constant operands fold.
+  }];
+  let arguments = (ins Ds_Tensor:$lhs, Ds_Tensor:$rhs);
+  let results = (outs Ds_Tensor:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+  let hasFolder = 1;
+  let extraClassDefinition = [{
+    ::mlir::ds::BinaryKind $cppClass::getKind() {
+      return ::mlir::ds::BinaryKind::}] # kind # [{;
+    }
+    ::llvm::LogicalResult $cppClass::verify() {
+      return ::mlir::ds::detail::verifyBinaryOp(getOperation(), getKind());
+    }
+    ::mlir::OpFoldResult $cppClass::fold(FoldAdaptor adaptor) {
+      return ::mlir::ds::detail::foldBinaryOp(getOperation(), getKind(),
+                                              adaptor.getLhs(),
+                                              adaptor.getRhs());
+    }
+    int64_t $cppClass::getFlops() {
+      return ::mlir::ds::detail::numElements(getType()) * }] #
+      flopsPerElement # [{;
+    }
+  }];
+  let extraClassDeclaration = [{
+    static ::mlir::ds::BinaryKind getKind();
+  }];
+}
+
+def Ds_AddOp : Ds_BinaryOp<"add", "Add", "1", "elementwise sum",
+                           [Commutative]>;
+def Ds_SubOp : Ds_BinaryOp<"sub", "Sub", "1", "elementwise difference">;
+def Ds_MulOp : Ds_BinaryOp<"mul", "Mul", "1", "elementwise product",
+                           [Commutative]>;
+def Ds_DivOp : Ds_BinaryOp<"div", "Div", "1",
+    "elementwise quotient (integers truncate toward zero)">;
+def Ds_PowOp : Ds_BinaryOp<"pow", "Pow", "1",
+    "elementwise power; the exponent may have another element type">;
+def Ds_MaxOp : Ds_BinaryOp<"max", "Max", "1", "elementwise maximum",
+                           [Commutative]>;
+def Ds_MinOp : Ds_BinaryOp<"min", "Min", "1", "elementwise minimum",
+                           [Commutative]>;
+def Ds_EqualOp : Ds_BinaryOp<"equal", "Equal", "1",
+    "elementwise equality, i1 result", [Commutative]>;
+def Ds_LessOp : Ds_BinaryOp<"less", "Less", "1",
+    "elementwise lhs < rhs, i1 result">;
+def Ds_LessOrEqualOp : Ds_BinaryOp<"less_or_equal", "LessOrEqual", "1",
+    "elementwise lhs <= rhs, i1 result">;
+def Ds_GreaterOp : Ds_BinaryOp<"greater", "Greater", "1",
+    "elementwise lhs > rhs, i1 result">;
+def Ds_GreaterOrEqualOp : Ds_BinaryOp<"greater_or_equal", "GreaterOrEqual",
+    "1", "elementwise lhs >= rhs, i1 result">;
+def Ds_AndOp : Ds_BinaryOp<"and", "And", "1", "elementwise logical and of i1",
+                           [Commutative]>;
+def Ds_OrOp : Ds_BinaryOp<"or", "Or", "1", "elementwise logical or of i1",
+                          [Commutative]>;
+def Ds_XorOp : Ds_BinaryOp<"xor", "Xor", "1", "elementwise logical xor of i1",
+                           [Commutative]>;
+
+// Unary elementwise ops: the result has the operand's type.
+class Ds_UnaryOp<string mnemonic, string kind, string flopsPerElement,
+                 Type operandType, string desc>
+    : Ds_Op<mnemonic, [Pure, SameOperandsAndResultType]> {
+  let summary = desc;
+  let description = desc # [{; the result has the operand's type.
+    A constant operand folds.
+  }];
+  let arguments = (ins operandType:$input);
+  let results = (outs operandType:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasFolder = 1;
+  let extraClassDefinition = [{
+    ::mlir::ds::UnaryKind $cppClass::getKind() {
+      return ::mlir::ds::UnaryKind::}] # kind # [{;
+    }
+    ::mlir::OpFoldResult $cppClass::fold(FoldAdaptor adaptor) {
+      return ::mlir::ds::detail::foldUnaryOp(getOperation(), getKind(),
+                                             adaptor.getInput());
+    }
+    int64_t $cppClass::getFlops() {
+      return ::mlir::ds::detail::numElements(getType()) * }] #
+      flopsPerElement # [{;
+    }
+  }];
+  let extraClassDeclaration = [{
+    static ::mlir::ds::UnaryKind getKind();
+  }];
+}
+
+def Ds_NegOp : Ds_UnaryOp<"neg", "Neg", "1", Ds_NumericTensor, "negation">;
+def Ds_AbsOp : Ds_UnaryOp<"abs", "Abs", "1", Ds_NumericTensor,
+                          "absolute value">;
+def Ds_ExpOp : Ds_UnaryOp<"exp", "Exp", "1", Ds_FloatTensor, "e to the x">;
+def Ds_LogOp : Ds_UnaryOp<"log", "Log", "1", Ds_FloatTensor,
+                          "natural logarithm">;
+def Ds_SqrtOp : Ds_UnaryOp<"sqrt", "Sqrt", "1", Ds_FloatTensor, "square root">;
+def Ds_ReciprocalOp : Ds_UnaryOp<"reciprocal", "Reciprocal", "1",
+                                 Ds_FloatTensor, "1 / x">;
+def Ds_ErfOp : Ds_UnaryOp<"erf", "Erf", "1", Ds_FloatTensor,
+                          "Gauss error function">;
+def Ds_TanhOp : Ds_UnaryOp<"tanh", "Tanh", "1", Ds_FloatTensor,
+                           "hyperbolic tangent">;
+def Ds_ReluOp : Ds_UnaryOp<"relu", "Relu", "1", Ds_NumericTensor,
+                           "max(x, 0)">;
+def Ds_SigmoidOp : Ds_UnaryOp<"sigmoid", "Sigmoid", "3", Ds_FloatTensor,
+                              "1 / (1 + exp(-x))">;
+def Ds_NotOp : Ds_UnaryOp<"not", "Not", "1", Ds_BoolTensor,
+                          "logical negation of i1">;
+
+def Ds_CastOp : Ds_Op<"cast", [Pure]> {
+  let summary = "element type conversion";
+  let description = [{
+    ONNX `Cast`: converts each element to the result's element type (float
+    to integer truncates toward zero; to i1 is `x != 0`). The shape is kept.
+  }];
+  let arguments = (ins Ds_Tensor:$input);
+  let results = (outs Ds_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def Ds_WhereOp : Ds_Op<"where", [Pure]> {
+  let summary = "elementwise select with broadcasting";
+  let description = [{
+    ONNX `Where`: `condition ? x : y`, all three broadcast together. Causal
+    attention masks are `ds.where(mask, -inf, scores)`.
+  }];
+  let arguments = (ins Ds_BoolTensor:$condition, Ds_Tensor:$x, Ds_Tensor:$y);
+  let results = (outs Ds_Tensor:$result);
+  let assemblyFormat = [{
+    $condition `,` $x `,` $y attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Linear algebra and normalization
+//===----------------------------------------------------------------------===//
+
+def Ds_MatMulOp : Ds_Op<"matmul", [Pure]> {
+  let summary = "numpy matmul with batch broadcasting";
+  let description = [{
+    ONNX `MatMul`: 1-D operands are promoted (and the added dimension
+    removed from the result); leading dimensions broadcast.
+  }];
+  let arguments = (ins Ds_FloatTensor:$lhs, Ds_FloatTensor:$rhs);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Ds_GemmOp : Ds_Op<"gemm", [Pure]> {
+  let summary = "alpha * op(A) * op(B) + beta * C";
+  let description = [{
+    ONNX `Gemm` on 2-D operands, `op` transposing when `trans_a`/`trans_b`
+    is set; the optional `c` broadcasts to the result.
+  }];
+  let arguments = (ins Ds_FloatTensor:$a, Ds_FloatTensor:$b,
+                       Optional<Ds_FloatTensor>:$c,
+                       DefaultValuedAttr<F32Attr, "1.0">:$alpha,
+                       DefaultValuedAttr<F32Attr, "1.0">:$beta,
+                       DefaultValuedAttr<BoolAttr, "false">:$trans_a,
+                       DefaultValuedAttr<BoolAttr, "false">:$trans_b);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = [{
+    $a `,` $b (`,` $c^)? attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Ds_SoftmaxOp : Ds_Op<"softmax", [Pure, SameOperandsAndResultType]> {
+  let summary = "softmax along one axis";
+  let description = [{
+    ONNX `Softmax` (opset 13 semantics) along the non-negative `axis`.
+  }];
+  let arguments = (ins Ds_FloatTensor:$input, I64Attr:$axis);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def Ds_LogSoftmaxOp : Ds_Op<"log_softmax", [Pure, SameOperandsAndResultType]> {
+  let summary = "log of softmax along one axis";
+  let description = [{
+    ONNX `LogSoftmax` (opset 13 semantics) along the non-negative `axis`.
+  }];
+  let arguments = (ins Ds_FloatTensor:$input, I64Attr:$axis);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def Ds_LayerNormOp : Ds_Op<"layer_norm", [Pure]> {
+  let summary = "layer normalization over the dimensions from axis on";
+  let description = [{
+    ONNX `LayerNormalization` (statistics in f32): normalizes over dimensions
+    `axis..rank-1`; `scale` and the optional `bias` have exactly those
+    dimensions.
+  }];
+  let arguments = (ins Ds_FloatTensor:$input, Ds_FloatTensor:$scale,
+                       Optional<Ds_FloatTensor>:$bias, I64Attr:$axis,
+                       F32Attr:$epsilon);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $scale (`,` $bias^)? attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Data movement
+//===----------------------------------------------------------------------===//
+
+def Ds_GatherOp : Ds_Op<"gather", [Pure]> {
+  let summary = "gather slices of data along axis by indices";
+  let description = [{
+    ONNX `Gather`: result shape is `data[:axis] ++ indices ++ data[axis+1:]`.
+    Negative indices count from the end. Embedding lookups are gathers.
+  }];
+  let arguments = (ins Ds_Tensor:$data, Ds_IndexTensor:$indices,
+                       I64Attr:$axis);
+  let results = (outs Ds_Tensor:$result);
+  let assemblyFormat = [{
+    $data `,` $indices attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def Ds_ReshapeOp : Ds_Op<"reshape", [Pure]> {
+  let summary = "same elements, another static shape";
+  let description = [{
+    ONNX `Reshape`, `Flatten`, `Squeeze` and `Unsqueeze` all import as
+    `ds.reshape`: the row-major element order is kept, the result type is the
+    new shape.
+  }];
+  let arguments = (ins Ds_Tensor:$input);
+  let results = (outs Ds_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+  let hasCanonicalizer = 1;
+}
+
+def Ds_ExpandOp : Ds_Op<"expand", [Pure]> {
+  let summary = "broadcast to the result shape";
+  let description = [{
+    ONNX `Expand`: the operand broadcasts (numpy rules) to the result shape.
+  }];
+  let arguments = (ins Ds_Tensor:$input);
+  let results = (outs Ds_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def Ds_TransposeOp : Ds_Op<"transpose", [Pure]> {
+  let summary = "permute dimensions";
+  let description = [{
+    ONNX `Transpose`: result dimension i is operand dimension `perm[i]`.
+  }];
+  let arguments = (ins Ds_Tensor:$input, DenseI64ArrayAttr:$perm);
+  let results = (outs Ds_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def Ds_ConcatOp : Ds_Op<"concat", [Pure]> {
+  let summary = "concatenate along axis";
+  let description = [{ ONNX `Concat` along the non-negative `axis`. }];
+  let arguments = (ins Variadic<Ds_Tensor>:$inputs, I64Attr:$axis);
+  let results = (outs Ds_Tensor:$result);
+  let assemblyFormat = "$inputs attr-dict `:` functional-type($inputs, $result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def Ds_SplitOp : Ds_Op<"split", [Pure]> {
+  let summary = "split along axis into the result sizes";
+  let description = [{
+    ONNX `Split`: the result types give the size of each part along `axis`;
+    they add up to the operand's dimension.
+  }];
+  let arguments = (ins Ds_Tensor:$input, I64Attr:$axis);
+  let results = (outs Variadic<Ds_Tensor>:$results);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($results)";
+  let hasVerifier = 1;
+}
+
+def Ds_SliceOp : Ds_Op<"slice", [Pure]> {
+  let summary = "strided slice with one start and step per dimension";
+  let description = [{
+    ONNX `Slice` normalized to every dimension: result element `i` along
+    dimension `d` is operand element `starts[d] + i * steps[d]`; the result
+    type gives the count. Steps may be negative, never zero.
+  }];
+  let arguments = (ins Ds_Tensor:$input, DenseI64ArrayAttr:$starts,
+                       DenseI64ArrayAttr:$steps);
+  let results = (outs Ds_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def Ds_TriluOp : Ds_Op<"trilu", [Pure, SameOperandsAndResultType]> {
+  let summary = "keep the upper or lower triangle of the last two dimensions";
+  let description = [{
+    ONNX `Trilu`: with `upper`, keeps elements with `j - i >= k`, else
+    `j - i <= k`; the others become zero.
+  }];
+  let arguments = (ins Ds_Tensor:$input, BoolAttr:$upper, I64Attr:$k);
+  let results = (outs Ds_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions
+//===----------------------------------------------------------------------===//
+
+class Ds_ReduceOp<string mnemonic, string desc>
+    : Ds_Op<mnemonic, [Pure]> {
+  let summary = desc;
+  let description = desc # [{ over `axes` (sorted, non-negative, unique;
+    never empty: "all axes" is spelled out). With `keepdims` the reduced
+    dimensions stay as 1.
+  }];
+  let arguments = (ins Ds_NumericTensor:$input, DenseI64ArrayAttr:$axes,
+                       BoolAttr:$keepdims);
+  let results = (outs Ds_NumericTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let extraClassDefinition = [{
+    ::llvm::LogicalResult $cppClass::verify() {
+      return ::mlir::ds::detail::verifyReduceOp(getOperation(), getAxes(),
+                                                getKeepdims());
+    }
+    int64_t $cppClass::getFlops() {
+      return ::mlir::ds::detail::numElements(getInput().getType());
+    }
+  }];
+}
+
+def Ds_ReduceSumOp : Ds_ReduceOp<"reduce_sum", "sum">;
+def Ds_ReduceMeanOp : Ds_ReduceOp<"reduce_mean", "mean">;
+def Ds_ReduceMaxOp : Ds_ReduceOp<"reduce_max", "maximum">;
+
+//===----------------------------------------------------------------------===//
+// Training-graph ops
+//===----------------------------------------------------------------------===//
+
+def Ds_DropoutOp : Ds_Op<"dropout", [Pure]> {
+  let summary = "dropout with its mask";
+  let description = [{
+    ONNX `Dropout`: in training, zeroes each element with probability `ratio`
+    and scales the rest by `1 / (1 - ratio)`; the `mask` result says which
+    were kept (the backward pass reuses it). With `ratio = 0` or without
+    `training` the op is the identity and canonicalizes away once its mask is
+    unused.
+  }];
+  let arguments = (ins Ds_FloatTensor:$input, F64Attr:$ratio,
+                       BoolAttr:$training, OptionalAttr<I64Attr>:$seed);
+  let results = (outs Ds_FloatTensor:$output, Ds_BoolTensor:$mask);
+  let assemblyFormat = [{
+    $input attr-dict `:` type($input) `->` type($output) `,` type($mask)
+  }];
+  let hasVerifier = 1;
+  let hasCanonicalizer = 1;
+}
+
+def Ds_SoftmaxCrossEntropyLossOp : Ds_Op<"softmax_cross_entropy_loss",
+                                         [Pure]> {
+  let summary = "cross entropy of softmax(scores) against integer labels";
+  let description = [{
+    ONNX `SoftmaxCrossEntropyLoss`: `scores` is `N x C x d1..dk`, `labels`
+    `N x d1..dk`; `reduction` is `none`, `sum` or `mean` (mean over the
+    weights of the non-ignored labels); labels equal to `ignore_index` add
+    nothing. The optional second result is log(softmax(scores)).
+  }];
+  let arguments = (ins Ds_FloatTensor:$scores, Ds_IndexTensor:$labels,
+                       Optional<Ds_FloatTensor>:$weights, StrAttr:$reduction,
+                       OptionalAttr<I64Attr>:$ignore_index);
+  let results = (outs Ds_FloatTensor:$loss,
+                      Optional<Ds_FloatTensor>:$log_prob);
+  let assemblyFormat = [{
+    $scores `,` $labels (`,` $weights^)? attr-dict `:`
+      functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Ds_NegativeLogLikelihoodLossOp : Ds_Op<"nll_loss", [Pure]> {
+  let summary = "negative log likelihood of log-probabilities";
+  let description = [{
+    ONNX `NegativeLogLikelihoodLoss`: `input` is `N x C x d1..dk`
+    log-probabilities, `target` `N x d1..dk`; `reduction` and `ignore_index`
+    as for `ds.softmax_cross_entropy_loss`.
+  }];
+  let arguments = (ins Ds_FloatTensor:$input, Ds_IndexTensor:$target,
+                       Optional<Ds_FloatTensor>:$weight, StrAttr:$reduction,
+                       OptionalAttr<I64Attr>:$ignore_index);
+  let results = (outs Ds_FloatTensor:$loss);
+  let assemblyFormat = [{
+    $input `,` $target (`,` $weight^)? attr-dict `:`
+      functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+#endif // DS_DIALECT_DS_IR_DSOPS_TD

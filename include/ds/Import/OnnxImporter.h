@@ -1,0 +1,41 @@
+//===- OnnxImporter.h - ONNX ModelProto to the ds dialect -------*- C++ -*-===//
+//
+// Part of the ds project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DS_IMPORT_ONNXIMPORTER_H
+#define DS_IMPORT_ONNXIMPORTER_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "llvm/ADT/StringMap.h"
+
+#include <string>
+
+namespace mlir::ds {
+
+struct ImportOptions {
+  /// Graph output to use as the loss; empty: the single scalar float output.
+  std::string lossName;
+  /// Static shapes for graph inputs with dynamic dimensions (--input-shape).
+  llvm::StringMap<SmallVector<int64_t>> inputShapes;
+};
+
+/// Parses `spec` of the form `NAME:4x64` (a scalar is `NAME:scalar`) into
+/// `options.inputShapes`. Returns an error message on failure, empty on
+/// success.
+std::string parseInputShape(llvm::StringRef spec, ImportOptions &options);
+
+/// Imports the ONNX model at `path` into a module holding `func.func
+/// @forward`. Runs the ONNX checker and shape inference first. Errors are
+/// reported through the context's diagnostic engine, located at the ONNX node
+/// they concern; on failure nothing is returned.
+FailureOr<OwningOpRef<ModuleOp>> importOnnxFile(MLIRContext *context,
+                                                llvm::StringRef path,
+                                                const ImportOptions &options);
+
+
+} // namespace mlir::ds
+
+#endif // DS_IMPORT_ONNXIMPORTER_H

@@ -1,0 +1,24 @@
+//===- Passes.h - ds passes -------------------------------------*- C++ -*-===//
+//
+// Part of the ds project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DS_TRANSFORMS_PASSES_H
+#define DS_TRANSFORMS_PASSES_H
+
+#include "ds/Dialect/Ds/IR/DsOps.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Pass/Pass.h"
+
+namespace mlir::ds {
+
+#define GEN_PASS_DECL
+#include "ds/Transforms/Passes.h.inc"
+
+#define GEN_PASS_REGISTRATION
+#include "ds/Transforms/Passes.h.inc"
+
+} // namespace mlir::ds
+
+#endif // DS_TRANSFORMS_PASSES_H

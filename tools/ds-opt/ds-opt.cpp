@@ -1,0 +1,199 @@
+//===- ds-opt.cpp - the ds compiler driver --------------------------------===//
+//
+// Part of the ds project.
+//
+// On .mlir input ds-opt is an mlir-opt for the ds dialect and passes. On
+// .onnx input it imports the model, runs the default pipeline, then any
+// passes given on the command line, and emits what --emit asks for.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ds/Analysis/ModelSummary.h"
+#include "ds/Dialect/Ds/IR/DsOps.h"
+#include "ds/Import/OnnxImporter.h"
+#include "ds/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
+#include "mlir/Tools/mlir-opt/MlirOptMain.h"
+#include "mlir/Transforms/Passes.h"
+
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <chrono>
+
+using namespace mlir;
+
+namespace {
+llvm::cl::OptionCategory onnxCategory(
+    "ds-opt options for ONNX input (model.onnx)");
+
+llvm::cl::opt<std::string> emitKind(
+    "emit",
+    llvm::cl::desc("What to write for ONNX input: 'mlir' (the ds IR after the "
+                   "default pipeline and any passes given), 'mlir-import' "
+                   "(the IR as imported, before the pipeline) or 'summary' "
+                   "(inputs, parameters, loss, op histogram, FLOPs)"),
+    llvm::cl::value_desc("mlir|mlir-import|summary"), llvm::cl::init("mlir"),
+    llvm::cl::cat(onnxCategory));
+
+llvm::cl::opt<std::string> lossName(
+    "loss",
+    llvm::cl::desc("Graph output to train on (default: the only scalar float "
+                   "output)"),
+    llvm::cl::value_desc("name"), llvm::cl::cat(onnxCategory));
+
+llvm::cl::list<std::string> inputShapes(
+    "input-shape",
+    llvm::cl::desc("Static shape of a graph input with dynamic dimensions, "
+                   "e.g. --input-shape=tokens:4x64 (a scalar is NAME:scalar); "
+                   "repeat for several inputs"),
+    llvm::cl::value_desc("name:DxD..."), llvm::cl::cat(onnxCategory));
+
+llvm::cl::opt<bool> printTiming(
+    "import-timing",
+    llvm::cl::desc("Print the time of the import and of the pipeline to "
+                   "stderr"),
+    llvm::cl::init(false), llvm::cl::cat(onnxCategory));
+
+/// Prints diagnostics as one line each: `error: file: message`.
+std::string describeLocation(Location loc, bool &isNode) {
+  isNode = false;
+  if (auto name = dyn_cast<NameLoc>(loc)) {
+    bool dummy;
+    std::string file = describeLocation(name.getChildLoc(), dummy);
+    isNode = true;
+    return file + (file.empty() ? "" : ": ") + "node '" +
+           name.getName().str() + "'";
+  }
+  if (auto file = dyn_cast<FileLineColLoc>(loc)) {
+    std::string s = file.getFilename().str();
+    if (file.getLine() != 0)
+      s += ":" + std::to_string(file.getLine()) + ":" +
+           std::to_string(file.getColumn());
+    return s;
+  }
+  if (auto fused = dyn_cast<FusedLoc>(loc))
+    if (!fused.getLocations().empty())
+      return describeLocation(fused.getLocations().front(), isNode);
+  return "";
+}
+
+int runOnnx(StringRef inputFilename, StringRef outputFilename,
+            DialectRegistry &registry, const MlirOptMainConfig &config) {
+  MLIRContext context(registry);
+  context.loadAllAvailableDialects();
+  int errors = 0;
+  ScopedDiagnosticHandler handler(&context, [&](Diagnostic &diag) {
+    const char *severity = "error";
+    switch (diag.getSeverity()) {
+    case DiagnosticSeverity::Error: ++errors; break;
+    case DiagnosticSeverity::Warning: severity = "warning"; break;
+    case DiagnosticSeverity::Remark: severity = "remark"; break;
+    case DiagnosticSeverity::Note: severity = "note"; break;
+    }
+    std::string msg = diag.str();
+    bool isNode;
+    std::string where = describeLocation(diag.getLocation(), isNode);
+    // Importer messages already start with the node; keep only the file.
+    if (isNode && StringRef(msg).starts_with("node '"))
+      where = where.substr(0, where.find(": node '"));
+    llvm::errs() << severity << ": " << where << (where.empty() ? "" : ": ")
+                 << msg << "\n";
+    return success();
+  });
+
+  ds::ImportOptions options;
+  options.lossName = lossName;
+  for (const std::string &spec : inputShapes) {
+    std::string err = ds::parseInputShape(spec, options);
+    if (!err.empty()) {
+      llvm::errs() << "error: " << err << "\n";
+      return 1;
+    }
+  }
+
+  auto t0 = std::chrono::steady_clock::now();
+  FailureOr<OwningOpRef<ModuleOp>> module =
+      ds::importOnnxFile(&context, inputFilename, options);
+  auto t1 = std::chrono::steady_clock::now();
+  if (failed(module) || errors)
+    return 1;
+
+  if (emitKind != "mlir-import") {
+    PassManager pm(&context);
+    pm.addPass(createCanonicalizerPass());
+    pm.addPass(createCSEPass());
+    if (failed(config.setupPassPipeline(pm)) || failed(pm.run(**module)) ||
+        errors)
+      return 1;
+  }
+  auto t2 = std::chrono::steady_clock::now();
+  if (printTiming) {
+    auto ms = [](auto d) {
+      return std::chrono::duration<double, std::milli>(d).count();
+    };
+    llvm::errs() << "import: " << llvm::format("%.1f", ms(t1 - t0))
+                 << " ms, pipeline: " << llvm::format("%.1f", ms(t2 - t1))
+                 << " ms\n";
+  }
+
+  std::string errorMessage;
+  auto output = openOutputFile(outputFilename, &errorMessage);
+  if (!output) {
+    llvm::errs() << "error: " << errorMessage << "\n";
+    return 1;
+  }
+  if (emitKind == "summary") {
+    FailureOr<ds::ModelSummary> summary = ds::summarize(**module);
+    if (failed(summary))
+      return 1;
+    ds::printSummary(*summary, output->os());
+  } else {
+    (*module)->print(output->os());
+    output->os() << "\n";
+  }
+  output->keep();
+  return 0;
+}
+} // namespace
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  DialectRegistry registry;
+  registry.insert<ds::DsDialect, func::FuncDialect>();
+  ds::registerDsPasses();
+  registerCanonicalizerPass();
+  registerCSEPass();
+  registerSymbolDCEPass();
+  registerInlinerPass();
+
+  auto [inputFilename, outputFilename] = registerAndParseCLIOptions(
+      argc, argv,
+      "ds-opt: the ds training compiler.\n\n"
+      "  ds-opt model.onnx [--emit=...] [-o FILE]   import an ONNX model\n"
+      "  ds-opt file.mlir --ds-<pass> ...           run passes on ds IR\n",
+      registry);
+
+  if (emitKind != "mlir" && emitKind != "mlir-import" &&
+      emitKind != "summary") {
+    llvm::errs() << "error: --emit='" << emitKind
+                 << "' is not one of mlir, mlir-import, summary\n";
+    return 1;
+  }
+  if (StringRef(inputFilename).ends_with_insensitive(".onnx")) {
+    MlirOptMainConfig config = MlirOptMainConfig::createFromCLOptions();
+    return runOnnx(inputFilename, outputFilename, registry, config);
+  }
+  return asMainReturnCode(
+      MlirOptMain(argc, argv, inputFilename, outputFilename, registry));
+}
