@@ -1580,9 +1580,12 @@ FailureOr<OwningOpRef<ModuleOp>> Importer::run() {
                      builder.getStringAttr(llvm::sys::path::filename(path)));
   (*module)->setAttr(attrs::kOpset, builder.getI64IntegerAttr(opset));
   if (!model.producer_name().empty())
-    (*module)->setAttr(attrs::kProducer,
-                       builder.getStringAttr(model.producer_name() + " " +
-                                             model.producer_version()));
+    (*module)->setAttr(
+        attrs::kProducer,
+        builder.getStringAttr(
+            model.producer_version().empty()
+                ? model.producer_name()
+                : model.producer_name() + " " + model.producer_version()));
 
   // Arguments: graph inputs first, then float initializers (parameters).
   SmallVector<Type> argTypes;
@@ -1740,6 +1743,12 @@ ds::importOnnxFile(MLIRContext *context, StringRef path,
     if (shape->dim_size() != 0 &&
         static_cast<size_t>(shape->dim_size()) != it->second.size())
       continue; // the importer reports the rank mismatch
+    bool conflict = false;
+    for (int i = 0; i < shape->dim_size(); ++i)
+      conflict |= shape->dim(i).has_dim_value() &&
+                  shape->dim(i).dim_value() != it->second[i];
+    if (conflict)
+      continue; // the importer reports the conflicting dimension
     shape->clear_dim();
     for (int64_t d : it->second)
       shape->add_dim()->set_dim_value(d);

@@ -1,0 +1,31 @@
+# -*- Python -*-
+# lit configuration of the ds tests.
+
+import os
+
+import lit.formats
+from lit.llvm import llvm_config
+
+config.name = "ds"
+# bash runs the RUN lines (tests use $? and redirections).
+config.test_format = lit.formats.ShTest(execute_external=True)
+config.suffixes = [".mlir", ".test"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.ds_obj_root, "test")
+config.excludes = ["Inputs", "CMakeLists.txt", "lit.cfg.py", "Utils",
+                   "Conformance"]
+
+llvm_config.use_default_substitutions()
+config.substitutions.append(("%python", config.ds_python))
+config.substitutions.append(("%ds_src", config.ds_src_root))
+config.substitutions.append(
+    ("%gen-model", config.ds_python + " " +
+     os.path.join(config.ds_src_root, "test", "Import", "gen_models.py")))
+# %bad-input CMD: CMD must exit 1 with exactly one 'error: ...' line on
+# stderr and nothing on stdout; the line is echoed for FileCheck.
+config.substitutions.append(
+    ("%bad-input", "bash " +
+     os.path.join(config.ds_src_root, "test", "Utils", "bad-input.sh")))
+
+llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
+llvm_config.add_tool_substitutions(["ds-opt"], [config.ds_tools_dir])
