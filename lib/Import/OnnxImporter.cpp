@@ -233,6 +233,9 @@ public:
   int64_t opset = 0;
   llvm::StringMap<Value> values;
   llvm::StringMap<const onnx::TypeProto *> inferredTypes;
+  /// Initializers held as parameter arguments, for reading their data when
+  /// a node needs a constant (a Dropout ratio, a Range bound).
+  llvm::DenseMap<Value, const onnx::TensorProto *> paramData;
 
   FailureOr<RankedTensorType> typeFromProto(const onnx::TypeProto &type,
                                             StringRef name, StringRef what);
@@ -278,11 +281,14 @@ RankedTensorType NodeContext::inferredOutputType(size_t i) const {
   return RankedTensorType::get(shape, elt);
 }
 
+/// The constant value of `v`: a folded constant, or the data of an
+/// initializer (a parameter argument) read at import time.
+static DenseElementsAttr constantValue(Importer &importer, Value v);
+
 FailureOr<SmallVector<int64_t>> NodeContext::constInts(size_t i,
                                                        StringRef what) const {
-  DenseElementsAttr attr;
-  if (!input(i) || !matchPattern(input(i), m_Constant(&attr)) ||
-      !isa<IntegerType>(attr.getElementType())) {
+  DenseElementsAttr attr = input(i) ? constantValue(importer, input(i)) : nullptr;
+  if (!attr || !isa<IntegerType>(attr.getElementType())) {
     error() << what << " (input " << i
             << ") must be a compile-time constant: ds plans static shapes";
     return failure();
@@ -294,9 +300,9 @@ FailureOr<SmallVector<int64_t>> NodeContext::constInts(size_t i,
 }
 
 FailureOr<double> NodeContext::constFloat(size_t i, StringRef what) const {
-  DenseElementsAttr attr;
-  if (!input(i) || !matchPattern(input(i), m_Constant(&attr)) ||
-      attr.getNumElements() != 1 || !isa<FloatType>(attr.getElementType())) {
+  DenseElementsAttr attr = input(i) ? constantValue(importer, input(i)) : nullptr;
+  if (!attr || attr.getNumElements() != 1 ||
+      !isa<FloatType>(attr.getElementType())) {
     error() << what << " (input " << i
             << ") must be a constant float scalar";
     return failure();
@@ -305,9 +311,9 @@ FailureOr<double> NodeContext::constFloat(size_t i, StringRef what) const {
 }
 
 FailureOr<bool> NodeContext::constBool(size_t i, StringRef what) const {
-  DenseElementsAttr attr;
-  if (!input(i) || !matchPattern(input(i), m_Constant(&attr)) ||
-      attr.getNumElements() != 1 || !attr.getElementType().isInteger(1)) {
+  DenseElementsAttr attr = input(i) ? constantValue(importer, input(i)) : nullptr;
+  if (!attr || attr.getNumElements() != 1 ||
+      !attr.getElementType().isInteger(1)) {
     error() << what << " (input " << i << ") must be a constant bool scalar";
     return failure();
   }
@@ -336,6 +342,18 @@ LogicalResult NodeContext::emit(Args &&...args) {
   return bind(op->getResults());
 }
 
+static DenseElementsAttr constantValue(Importer &importer, Value v) {
+  DenseElementsAttr attr;
+  if (matchPattern(v, m_Constant(&attr)))
+    return attr;
+  auto it = importer.paramData.find(v);
+  if (it == importer.paramData.end())
+    return nullptr;
+  FailureOr<DenseElementsAttr> data = importer.tensorToAttr(
+      *it->second, "initializer '" + it->second->name() + "'");
+  return succeeded(data) ? *data : nullptr;
+}
+
 //===----------------------------------------------------------------------===//
 // Handlers
 //===----------------------------------------------------------------------===//
@@ -344,6 +362,10 @@ template <typename OpTy>
 LogicalResult binary(NodeContext &n) {
   if (failed(n.expectInputs(2, 2)))
     return failure();
+  // Before opset 7, broadcasting was opt-in through these attributes.
+  if (n.intAttr("broadcast", 0) != 0 || n.attr("axis"))
+    return n.error() << "unsupported attribute value: legacy (opset < 7) "
+                        "broadcast attributes";
   Type lt = n.elementTypeOf(0), rt = n.elementTypeOf(1);
   bool isPow = std::is_same_v<OpTy, PowOp>;
   if (!isPow && lt != rt)
@@ -544,8 +566,6 @@ LogicalResult layerNorm(NodeContext &n) {
     return n.error() << "unsupported attribute value stash_type="
                      << n.intAttr("stash_type", 1)
                      << " (ds keeps statistics in f32: stash_type=1)";
-  if (n.outputUsed(1) || n.outputUsed(2))
-    return n.error() << "outputs Mean and InvStdDev are not supported";
   auto type = cast<RankedTensorType>(n.input(0).getType());
   FailureOr<int64_t> axis = n.axis(n.intAttr("axis", -1), type.getRank());
   if (failed(axis))
@@ -562,9 +582,45 @@ LogicalResult layerNorm(NodeContext &n) {
                        << shapeStr(normalized);
   }
   OpBuilder &b = n.builder();
-  return n.emit<LayerNormOp>(type, n.input(0), n.input(1), n.input(2),
-                             b.getI64IntegerAttr(*axis),
-                             b.getF32FloatAttr(n.floatAttr("epsilon", 1e-5f)));
+  float eps = n.floatAttr("epsilon", 1e-5f);
+  auto ln = LayerNormOp::create(b, n.loc, type, n.input(0), n.input(1),
+                                n.input(2), b.getI64IntegerAttr(*axis),
+                                b.getF32FloatAttr(eps));
+  SmallVector<Value> results{ln};
+  if (n.outputUsed(1) || n.outputUsed(2)) {
+    // The optional statistics outputs (f32, reduced dimensions kept as 1),
+    // spelled out with reductions; training graphs from PyTorch never ask
+    // for them.
+    Type f32 = b.getF32Type();
+    Value x = n.input(0);
+    if (type.getElementType() != f32)
+      x = CastOp::create(b, n.loc, RankedTensorType::get(type.getShape(), f32),
+                         x);
+    SmallVector<int64_t> axes;
+    sh::Shape statShape(type.getShape().begin(), type.getShape().end());
+    for (int64_t d = *axis; d < type.getRank(); ++d) {
+      axes.push_back(d);
+      statShape[d] = 1;
+    }
+    auto statType = RankedTensorType::get(statShape, f32);
+    auto fullType = RankedTensorType::get(type.getShape(), f32);
+    auto axesAttr = b.getDenseI64ArrayAttr(axes);
+    Value mean = ReduceMeanOp::create(b, n.loc, statType, x, axesAttr,
+                                      b.getBoolAttr(true));
+    Value centred = SubOp::create(b, n.loc, fullType, x, mean);
+    Value sq = MulOp::create(b, n.loc, fullType, centred, centred);
+    Value var = ReduceMeanOp::create(b, n.loc, statType, sq, axesAttr,
+                                     b.getBoolAttr(true));
+    auto scalar = RankedTensorType::get({}, f32);
+    Value epsV = ConstantOp::create(
+        b, n.loc, scalar, DenseElementsAttr::get(scalar, ArrayRef<float>(eps)));
+    Value inv = ReciprocalOp::create(
+        b, n.loc,
+        SqrtOp::create(b, n.loc, AddOp::create(b, n.loc, statType, var, epsV)));
+    results.push_back(mean);
+    results.push_back(inv);
+  }
+  return n.bind(results);
 }
 
 LogicalResult gather(NodeContext &n) {
@@ -600,8 +656,7 @@ FailureOr<RankedTensorType> inferredOr(NodeContext &n, StringRef what) {
 LogicalResult reshape(NodeContext &n) {
   if (failed(n.expectInputs(2, 2)))
     return failure();
-  DenseElementsAttr attr;
-  if (!matchPattern(n.input(1), m_Constant(&attr))) {
+  if (!constantValue(n.importer, n.input(1))) {
     FailureOr<RankedTensorType> t = inferredOr(n, "shape (input 1)");
     if (failed(t))
       return failure();
@@ -833,9 +888,8 @@ LogicalResult slice(NodeContext &n) {
 LogicalResult expand(NodeContext &n) {
   if (failed(n.expectInputs(2, 2)))
     return failure();
-  DenseElementsAttr attr;
   sh::Shape shape;
-  if (matchPattern(n.input(1), m_Constant(&attr))) {
+  if (constantValue(n.importer, n.input(1))) {
     FailureOr<SmallVector<int64_t>> req = n.constInts(1, "shape");
     if (failed(req))
       return failure();
@@ -888,8 +942,7 @@ LogicalResult constantOfShape(NodeContext &n) {
     value = FloatAttr::get(elt, 0.0);
   }
   RankedTensorType type;
-  DenseElementsAttr attr;
-  if (matchPattern(n.input(0), m_Constant(&attr))) {
+  if (constantValue(n.importer, n.input(0))) {
     FailureOr<SmallVector<int64_t>> dims = n.constInts(0, "shape");
     if (failed(dims))
       return failure();
@@ -1547,8 +1600,6 @@ FailureOr<OwningOpRef<ModuleOp>> Importer::run() {
       opset = op.version();
   if (opset == 0)
     return error() << "the model imports no default-domain opset";
-  if (opset < 7)
-    return error() << "opset " << opset << " is too old (ds reads 7 and up)";
 
   for (const auto &vi : g.value_info())
     inferredTypes[vi.name()] = &vi.type();
@@ -1604,6 +1655,7 @@ FailureOr<OwningOpRef<ModuleOp>> Importer::run() {
   }
   SmallVector<const onnx::TensorProto *> constInits;
   SmallVector<unsigned> paramArgs;
+  SmallVector<const onnx::TensorProto *> paramInits;
   llvm::StringSet<> seenInit;
   for (const auto &init : g.initializer()) {
     std::string what = "initializer '" + init.name() + "'";
@@ -1624,6 +1676,7 @@ FailureOr<OwningOpRef<ModuleOp>> Importer::run() {
     }
     SmallVector<int64_t> shape(init.dims().begin(), init.dims().end());
     paramArgs.push_back(argTypes.size());
+    paramInits.push_back(&init);
     argTypes.push_back(RankedTensorType::get(shape, elt));
     argAttrs.push_back(builder.getDictionaryAttr(builder.getNamedAttr(
         attrs::kParam, builder.getStringAttr(init.name()))));
@@ -1637,6 +1690,8 @@ FailureOr<OwningOpRef<ModuleOp>> Importer::run() {
   builder.setInsertionPointToStart(entry);
   for (auto [i, name] : llvm::enumerate(argNames))
     values[name] = entry->getArgument(i);
+  for (auto [arg, init] : llvm::zip(paramArgs, paramInits))
+    paramData[entry->getArgument(arg)] = init;
   for (const onnx::TensorProto *init : constInits) {
     FailureOr<DenseElementsAttr> attr =
         tensorToAttr(*init, "initializer '" + init->name() + "'");
@@ -1701,6 +1756,14 @@ FailureOr<OwningOpRef<ModuleOp>> Importer::run() {
 }
 
 } // namespace
+
+std::vector<std::string> ds::supportedOnnxOps() {
+  std::vector<std::string> ops;
+  for (const auto &entry : Importer::handlers())
+    ops.push_back(entry.getKey().str());
+  llvm::sort(ops);
+  return ops;
+}
 
 FailureOr<OwningOpRef<ModuleOp>>
 ds::importOnnxFile(MLIRContext *context, StringRef path,

@@ -65,6 +65,11 @@ llvm::cl::opt<bool> printTiming(
                    "stderr"),
     llvm::cl::init(false), llvm::cl::cat(onnxCategory));
 
+llvm::cl::opt<bool> listOnnxOps(
+    "list-onnx-ops",
+    llvm::cl::desc("Print the ONNX op types the importer supports and exit"),
+    llvm::cl::init(false), llvm::cl::cat(onnxCategory));
+
 /// Prints diagnostics as one line each: `error: file: message`.
 std::string describeLocation(Location loc, bool &isNode) {
   isNode = false;
@@ -184,6 +189,11 @@ int main(int argc, char **argv) {
       "  ds-opt file.mlir --ds-<pass> ...           run passes on ds IR\n",
       registry);
 
+  if (listOnnxOps) {
+    for (const std::string &op : ds::supportedOnnxOps())
+      llvm::outs() << op << "\n";
+    return 0;
+  }
   if (emitKind != "mlir" && emitKind != "mlir-import" &&
       emitKind != "summary") {
     llvm::errs() << "error: --emit='" << emitKind

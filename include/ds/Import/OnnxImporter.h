@@ -12,6 +12,7 @@
 #include "llvm/ADT/StringMap.h"
 
 #include <string>
+#include <vector>
 
 namespace mlir::ds {
 
@@ -26,6 +27,9 @@ struct ImportOptions {
 /// `options.inputShapes`. Returns an error message on failure, empty on
 /// success.
 std::string parseInputShape(llvm::StringRef spec, ImportOptions &options);
+
+/// The ONNX op types (default domain) the importer has a handler for.
+std::vector<std::string> supportedOnnxOps();
 
 /// Imports the ONNX model at `path` into a module holding `func.func
 /// @forward`. Runs the ONNX checker and shape inference first. Errors are

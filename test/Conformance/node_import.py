@@ -1,0 +1,175 @@
+#!/usr/bin/python3
+"""Imports every ONNX backend node test whose ops ds supports.
+
+For each model under libonnx-testdata's data/node/, the driver reads the op
+types and element types with the onnx package and:
+
+  * skips it, with the reason, when an op is not one `ds-opt --list-onnx-ops`
+    prints or an element type is not one ds computes in (f32, f16, bf16,
+    i64, i32, bool);
+  * otherwise runs `ds-opt model.onnx --emit=summary`, which must succeed.
+
+ds plans static shapes, so an input that only gives a shape (Reshape's
+`shape`, Slice's `starts`...) must be a compile-time constant. The node
+tests feed those as graph inputs; the driver turns such inputs into
+initializers holding the test's own data (test_data_set_0), as a user would
+with a real model. It prints the counts and exits 1 if any import failed.
+"""
+import argparse
+import collections
+import concurrent.futures
+import os
+import subprocess
+import sys
+import tempfile
+
+import onnx
+from onnx import TensorProto
+
+NODE_DIR = "/usr/share/libonnx-testdata/data/node"
+SUPPORTED_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16,
+                   TensorProto.INT64, TensorProto.INT32, TensorProto.BOOL}
+
+# Inputs (by position) that determine a result shape or are attributes in
+# disguise: ds needs them as constants.
+SHAPE_OPERANDS = {
+    "Reshape": [1], "Expand": [1], "Slice": [1, 2, 3, 4], "Squeeze": [1],
+    "Unsqueeze": [1], "Split": [1], "ReduceSum": [1], "ReduceMean": [1],
+    "ReduceMax": [1], "Trilu": [1], "ConstantOfShape": [0],
+    "Range": [0, 1, 2], "Dropout": [1, 2],
+}
+
+
+def value_types(model):
+    g = model.graph
+    for vi in list(g.input) + list(g.output):
+        if vi.type.HasField("tensor_type"):
+            yield vi.name, vi.type.tensor_type.elem_type
+        else:
+            yield vi.name, None
+    for init in g.initializer:
+        yield init.name, init.data_type
+
+
+def classify(model, supported):
+    """Returns a skip reason, or None if ds should import the model."""
+    bad_ops = sorted({n.op_type if n.domain in ("", "ai.onnx")
+                      else f"{n.domain}.{n.op_type}"
+                      for n in model.graph.node
+                      if n.domain not in ("", "ai.onnx")
+                      or n.op_type not in supported})
+    if bad_ops:
+        return "unsupported op " + ", ".join(bad_ops)
+    for name, t in value_types(model):
+        if t not in SUPPORTED_TYPES:
+            tname = "non-tensor" if t is None else TensorProto.DataType.Name(t)
+            return f"unsupported element type {tname}"
+    for node in model.graph.node:
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.TENSOR and \
+                    a.t.data_type not in SUPPORTED_TYPES:
+                return ("unsupported element type " +
+                        TensorProto.DataType.Name(a.t.data_type))
+    return None
+
+
+def bind_shape_inputs(model, test_dir):
+    """Makes graph inputs that feed shape operands initializers with the
+    test's data. Returns the names bound."""
+    g = model.graph
+    input_index = {vi.name: i for i, vi in enumerate(g.input)}
+    init_names = {t.name for t in g.initializer}
+    wanted = set()
+    for node in g.node:
+        for pos in SHAPE_OPERANDS.get(node.op_type, []):
+            if pos < len(node.input) and node.input[pos] in input_index \
+                    and node.input[pos] not in init_names:
+                wanted.add(node.input[pos])
+    bound = []
+    for name in sorted(wanted, key=lambda n: input_index[n]):
+        pb = os.path.join(test_dir, "test_data_set_0",
+                          f"input_{input_index[name]}.pb")
+        tensor = onnx.TensorProto()
+        with open(pb, "rb") as f:
+            tensor.ParseFromString(f.read())
+        tensor.name = name
+        g.initializer.append(tensor)
+        bound.append(name)
+    keep = [vi for vi in g.input if vi.name not in bound]
+    del g.input[:]
+    g.input.extend(keep)
+    return bound
+
+
+def run_one(ds_opt, name, path, tmp):
+    model = onnx.load(path)
+    bound = bind_shape_inputs(model, os.path.dirname(path))
+    if bound:
+        path = os.path.join(tmp, name + ".onnx")
+        onnx.save(model, path)
+    proc = subprocess.run([ds_opt, path, "--emit=summary"],
+                          capture_output=True, text=True, timeout=120)
+    err = proc.stderr.strip().splitlines()
+    return proc.returncode, (err[0] if err else ""), bound
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ds-opt", required=True)
+    ap.add_argument("--node-dir", default=NODE_DIR)
+    ap.add_argument("-j", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("-v", "--verbose", action="store_true",
+                    help="list every skipped model with its reason")
+    args = ap.parse_args()
+
+    supported = set(subprocess.run([args.ds_opt, "--list-onnx-ops"],
+                                   capture_output=True, text=True,
+                                   check=True).stdout.split())
+    if not os.path.isdir(args.node_dir):
+        sys.exit(f"error: {args.node_dir} not found (apt-get install "
+                 "libonnx-testdata)")
+    names = sorted(d for d in os.listdir(args.node_dir)
+                   if os.path.isfile(os.path.join(args.node_dir, d, "model.onnx")))
+    skipped = {}
+    todo = []
+    for name in names:
+        path = os.path.join(args.node_dir, name, "model.onnx")
+        reason = classify(onnx.load(path, load_external_data=False), supported)
+        if reason:
+            skipped[name] = reason
+        else:
+            todo.append((name, path))
+
+    failed = []
+    with tempfile.TemporaryDirectory() as tmp, \
+            concurrent.futures.ThreadPoolExecutor(args.j) as pool:
+        futures = {pool.submit(run_one, args.ds_opt, n, p, tmp): n
+                   for n, p in todo}
+        for fut in concurrent.futures.as_completed(futures):
+            name = futures[fut]
+            rc, err, bound = fut.result()
+            if rc != 0:
+                failed.append((name, rc, err))
+
+    by_reason = collections.Counter(
+        r.split(",")[0] if r.startswith("unsupported op") else r
+        for r in skipped.values())
+    print(f"ONNX node tests in {args.node_dir}: {len(names)}")
+    print(f"  skipped (op or element type ds does not support): {len(skipped)}")
+    for reason, count in sorted(by_reason.items(), key=lambda x: -x[1])[:15]:
+        print(f"    {count:4d}  {reason}")
+    if args.verbose:
+        for name in sorted(skipped):
+            print(f"    skip {name}: {skipped[name]}")
+    for name, rc, err in sorted(failed):
+        print(f"  FAILED {name} (exit {rc}): {err}")
+    imported = len(todo) - len(failed)
+    print(f"node models with every op supported: {len(todo)}; "
+          f"imported: {imported}; failed: {len(failed)}")
+    print(f"{imported} passed, {len(failed)} failed, {len(skipped)} skipped")
+    sys.exit(1 if failed or not todo else 0)
+
+
+if __name__ == "__main__":
+    main()
