@@ -127,6 +127,11 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
     }
   }
 
+  if (printTiming)
+    options.onPhase = [](StringRef phase, double ms) {
+      llvm::errs() << "import " << phase << ": " << llvm::format("%.1f", ms)
+                   << " ms\n";
+    };
   auto t0 = std::chrono::steady_clock::now();
   FailureOr<OwningOpRef<ModuleOp>> module =
       ds::importOnnxFile(&context, inputFilename, options);
@@ -147,8 +152,8 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
     auto ms = [](auto d) {
       return std::chrono::duration<double, std::milli>(d).count();
     };
-    llvm::errs() << "import: " << llvm::format("%.1f", ms(t1 - t0))
-                 << " ms, pipeline: " << llvm::format("%.1f", ms(t2 - t1))
+    llvm::errs() << "import total: " << llvm::format("%.1f", ms(t1 - t0))
+                 << " ms\npipeline: " << llvm::format("%.1f", ms(t2 - t1))
                  << " ms\n";
   }
 

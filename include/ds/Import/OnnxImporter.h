@@ -11,6 +11,7 @@
 #include "mlir/IR/OwningOpRef.h"
 #include "llvm/ADT/StringMap.h"
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,9 @@ struct ImportOptions {
   std::string lossName;
   /// Static shapes for graph inputs with dynamic dimensions (--input-shape).
   llvm::StringMap<SmallVector<int64_t>> inputShapes;
+  /// Called after each import phase (read, parse, check, infer, build) with
+  /// its duration in milliseconds; for progress and timing output.
+  std::function<void(llvm::StringRef phase, double ms)> onPhase;
 };
 
 /// Parses `spec` of the form `NAME:4x64` (a scalar is `NAME:scalar`) into
