@@ -92,14 +92,7 @@ std::string elementTypeName(int32_t onnxType) {
   return "type #" + std::to_string(onnxType);
 }
 
-std::string shapeStr(ArrayRef<int64_t> shape) {
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  os << '[';
-  llvm::interleaveComma(shape, os);
-  os << ']';
-  return s;
-}
+std::string shapeStr(ArrayRef<int64_t> shape) { return sh::toString(shape); }
 
 class Importer;
 

@@ -93,21 +93,17 @@ SmallVector<int64_t> strides(ArrayRef<int64_t> shape) {
   return s;
 }
 
-/// For every element of `out`, the linear index of the element of an operand
-/// of shape `in` that broadcasts to it.
-SmallVector<int64_t> broadcastIndices(ArrayRef<int64_t> in,
-                                      ArrayRef<int64_t> out) {
+/// For each element of a tensor of shape `out` in row-major order, calls
+/// `sourceIndex(position)` and collects the linear indices it returns.
+SmallVector<int64_t>
+mapIndices(ArrayRef<int64_t> out,
+           llvm::function_ref<int64_t(ArrayRef<int64_t>)> sourceIndex) {
   int64_t n = shapes::product(out);
-  SmallVector<int64_t> idx(n);
-  SmallVector<int64_t> inStrides = strides(in);
-  size_t off = out.size() - in.size();
+  SmallVector<int64_t> idx;
+  idx.reserve(n);
   SmallVector<int64_t> pos(out.size(), 0);
   for (int64_t k = 0; k < n; ++k) {
-    int64_t lin = 0;
-    for (size_t d = 0; d < in.size(); ++d)
-      if (in[d] != 1)
-        lin += pos[d + off] * inStrides[d];
-    idx[k] = lin;
+    idx.push_back(sourceIndex(pos));
     for (int64_t d = static_cast<int64_t>(out.size()) - 1; d >= 0; --d) {
       if (++pos[d] < out[d])
         break;
@@ -115,6 +111,21 @@ SmallVector<int64_t> broadcastIndices(ArrayRef<int64_t> in,
     }
   }
   return idx;
+}
+
+/// For every element of `out`, the linear index of the element of an operand
+/// of shape `in` that broadcasts to it.
+SmallVector<int64_t> broadcastIndices(ArrayRef<int64_t> in,
+                                      ArrayRef<int64_t> out) {
+  SmallVector<int64_t> inStrides = strides(in);
+  size_t off = out.size() - in.size();
+  return mapIndices(out, [&](ArrayRef<int64_t> pos) {
+    int64_t lin = 0;
+    for (size_t d = 0; d < in.size(); ++d)
+      if (in[d] != 1)
+        lin += pos[d + off] * inStrides[d];
+    return lin;
+  });
 }
 
 /// Gathers `in` at `indices` into a fresh Values of the same kind.
@@ -407,21 +418,14 @@ OpFoldResult TransposeOp::fold(FoldAdaptor adaptor) {
   if (!a)
     return {};
   ArrayRef<int64_t> in = getInput().getType().getShape();
-  ArrayRef<int64_t> out = getType().getShape();
   SmallVector<int64_t> inStrides = strides(in);
-  SmallVector<int64_t> idx;
-  SmallVector<int64_t> pos(out.size(), 0);
-  for (int64_t k = 0; k < getType().getNumElements(); ++k) {
-    int64_t lin = 0;
-    for (size_t d = 0; d < out.size(); ++d)
-      lin += pos[d] * inStrides[perm[d]];
-    idx.push_back(lin);
-    for (int64_t d = static_cast<int64_t>(out.size()) - 1; d >= 0; --d) {
-      if (++pos[d] < out[d])
-        break;
-      pos[d] = 0;
-    }
-  }
+  SmallVector<int64_t> idx =
+      mapIndices(getType().getShape(), [&](ArrayRef<int64_t> pos) {
+        int64_t lin = 0;
+        for (size_t d = 0; d < pos.size(); ++d)
+          lin += pos[d] * inStrides[perm[d]];
+        return lin;
+      });
   return makeDense(getType(), permute(*a, idx));
 }
 
@@ -490,21 +494,15 @@ OpFoldResult SliceOp::fold(FoldAdaptor adaptor) {
   std::optional<Values> a = readValues(adaptor.getInput());
   if (!a)
     return {};
-  ArrayRef<int64_t> out = getType().getShape();
   SmallVector<int64_t> inStrides = strides(getInput().getType().getShape());
-  SmallVector<int64_t> idx;
-  SmallVector<int64_t> pos(out.size(), 0);
-  for (int64_t k = 0; k < getType().getNumElements(); ++k) {
-    int64_t lin = 0;
-    for (size_t d = 0; d < out.size(); ++d)
-      lin += (getStarts()[d] + pos[d] * getSteps()[d]) * inStrides[d];
-    idx.push_back(lin);
-    for (int64_t d = static_cast<int64_t>(out.size()) - 1; d >= 0; --d) {
-      if (++pos[d] < out[d])
-        break;
-      pos[d] = 0;
-    }
-  }
+  ArrayRef<int64_t> starts = getStarts(), steps = getSteps();
+  SmallVector<int64_t> idx =
+      mapIndices(getType().getShape(), [&](ArrayRef<int64_t> pos) {
+        int64_t lin = 0;
+        for (size_t d = 0; d < pos.size(); ++d)
+          lin += (starts[d] + pos[d] * steps[d]) * inStrides[d];
+        return lin;
+      });
   return makeDense(getType(), permute(*a, idx));
 }
 

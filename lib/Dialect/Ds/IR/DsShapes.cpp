@@ -15,7 +15,7 @@ using namespace mlir;
 using namespace mlir::ds;
 using namespace mlir::ds::shapes;
 
-static std::string str(ArrayRef<int64_t> shape) {
+std::string shapes::toString(ArrayRef<int64_t> shape) {
   std::string s;
   llvm::raw_string_ostream os(s);
   os << '[';
@@ -48,7 +48,7 @@ FailureOr<Shape> shapes::broadcast(ArrayRef<int64_t> a, ArrayRef<int64_t> b,
     int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
     int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
     if (da != db && da != 1 && db != 1) {
-      emitError() << "shapes " << str(a) << " and " << str(b)
+      emitError() << "shapes " << toString(a) << " and " << toString(b)
                   << " do not broadcast";
       return failure();
     }
@@ -81,8 +81,8 @@ FailureOr<Shape> shapes::matmul(ArrayRef<int64_t> a, ArrayRef<int64_t> b,
     lb.push_back(1);
   int64_t k = la.back(), k2 = lb[lb.size() - 2];
   if (k != k2) {
-    emitError() << "matmul contraction mismatch: " << str(a) << " x "
-                << str(b);
+    emitError() << "matmul contraction mismatch: " << toString(a) << " x "
+                << toString(b);
     return failure();
   }
   ArrayRef<int64_t> batchA = ArrayRef<int64_t>(la).drop_back(2);
@@ -102,8 +102,8 @@ FailureOr<Shape> shapes::gemm(ArrayRef<int64_t> a, ArrayRef<int64_t> b,
                               std::optional<ArrayRef<int64_t>> c, bool transA,
                               bool transB, EmitErrorFn emitError) {
   if (a.size() != 2 || b.size() != 2) {
-    emitError() << "gemm operands must be 2-D, got " << str(a) << " and "
-                << str(b);
+    emitError() << "gemm operands must be 2-D, got " << toString(a) << " and "
+                << toString(b);
     return failure();
   }
   int64_t m = transA ? a[1] : a[0], ka = transA ? a[0] : a[1];
@@ -114,8 +114,8 @@ FailureOr<Shape> shapes::gemm(ArrayRef<int64_t> a, ArrayRef<int64_t> b,
   }
   Shape out{m, n};
   if (c && !broadcastsTo(*c, out)) {
-    emitError() << "gemm bias " << str(*c) << " does not broadcast to "
-                << str(out);
+    emitError() << "gemm bias " << toString(*c) << " does not broadcast to "
+                << toString(out);
     return failure();
   }
   return out;
@@ -139,7 +139,7 @@ FailureOr<Shape> shapes::transpose(ArrayRef<int64_t> input,
                                    ArrayRef<int64_t> perm,
                                    EmitErrorFn emitError) {
   if (perm.size() != input.size()) {
-    emitError() << "permutation " << str(perm) << " does not match rank "
+    emitError() << "permutation " << toString(perm) << " does not match rank "
                 << input.size();
     return failure();
   }
@@ -147,7 +147,7 @@ FailureOr<Shape> shapes::transpose(ArrayRef<int64_t> input,
   Shape out;
   for (int64_t p : perm) {
     if (p < 0 || p >= static_cast<int64_t>(perm.size()) || seen[p]) {
-      emitError() << "invalid permutation " << str(perm);
+      emitError() << "invalid permutation " << toString(perm);
       return failure();
     }
     seen[p] = true;
@@ -170,8 +170,8 @@ FailureOr<Shape> shapes::concat(ArrayRef<ArrayRef<int64_t>> inputs,
   }
   for (ArrayRef<int64_t> in : inputs.drop_front()) {
     if (in.size() != out.size()) {
-      emitError() << "concat operands differ in rank: " << str(inputs[0])
-                  << " and " << str(in);
+      emitError() << "concat operands differ in rank: " << toString(inputs[0])
+                  << " and " << toString(in);
       return failure();
     }
     for (size_t d = 0; d < in.size(); ++d) {
@@ -179,7 +179,7 @@ FailureOr<Shape> shapes::concat(ArrayRef<ArrayRef<int64_t>> inputs,
         continue;
       if (in[d] != out[d]) {
         emitError() << "concat operands differ outside axis " << axis << ": "
-                    << str(inputs[0]) << " and " << str(in);
+                    << toString(inputs[0]) << " and " << toString(in);
         return failure();
       }
     }
@@ -194,7 +194,7 @@ FailureOr<Shape> shapes::reduce(ArrayRef<int64_t> input,
   for (size_t i = 0; i < axes.size(); ++i) {
     if (axes[i] < 0 || axes[i] >= static_cast<int64_t>(input.size()) ||
         (i > 0 && axes[i] <= axes[i - 1])) {
-      emitError() << "reduction axes " << str(axes)
+      emitError() << "reduction axes " << toString(axes)
                   << " must be sorted, unique and in [0, " << input.size()
                   << ")";
       return failure();
@@ -320,7 +320,7 @@ FailureOr<Shape> shapes::reshapeTarget(ArrayRef<int64_t> input,
     }
     if (d == -1) {
       if (inferAt >= 0) {
-        emitError() << "reshape target " << str(requested)
+        emitError() << "reshape target " << toString(requested)
                     << " has more than one -1";
         return failure();
       }
@@ -329,7 +329,7 @@ FailureOr<Shape> shapes::reshapeTarget(ArrayRef<int64_t> input,
       continue;
     }
     if (d < 0) {
-      emitError() << "reshape target " << str(requested)
+      emitError() << "reshape target " << toString(requested)
                   << " has a negative dimension";
       return failure();
     }
@@ -339,14 +339,14 @@ FailureOr<Shape> shapes::reshapeTarget(ArrayRef<int64_t> input,
   int64_t total = product(input);
   if (inferAt >= 0) {
     if (known == 0 || total % known != 0) {
-      emitError() << "cannot reshape " << str(input) << " to "
-                  << str(requested);
+      emitError() << "cannot reshape " << toString(input) << " to "
+                  << toString(requested);
       return failure();
     }
     out[inferAt] = total / known;
   } else if (known != total) {
-    emitError() << "cannot reshape " << str(input) << " (" << total
-                << " elements) to " << str(requested) << " (" << known
+    emitError() << "cannot reshape " << toString(input) << " (" << total
+                << " elements) to " << toString(requested) << " (" << known
                 << " elements)";
     return failure();
   }
@@ -367,11 +367,11 @@ FailureOr<Shape> shapes::loss(ArrayRef<int64_t> scores,
       !llvm::equal(labels.drop_front(), scores.drop_front(2))) {
     emitError() << "loss expects scores N x C x d1..dk and labels "
                    "N x d1..dk, got "
-                << str(scores) << " and " << str(labels);
+                << toString(scores) << " and " << toString(labels);
     return failure();
   }
   if (weights && (weights->size() != 1 || (*weights)[0] != scores[1])) {
-    emitError() << "loss weights " << str(*weights) << " must be [C] = ["
+    emitError() << "loss weights " << toString(*weights) << " must be [C] = ["
                 << scores[1] << "]";
     return failure();
   }

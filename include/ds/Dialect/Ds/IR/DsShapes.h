@@ -89,6 +89,9 @@ FailureOr<Shape> loss(ArrayRef<int64_t> scores, ArrayRef<int64_t> labels,
 
 int64_t product(ArrayRef<int64_t> shape);
 
+/// `[2, 3]`: how diagnostics print shapes.
+std::string toString(ArrayRef<int64_t> shape);
+
 } // namespace mlir::ds::shapes
 
 #endif // DS_DIALECT_DS_IR_DSSHAPES_H
