@@ -11,6 +11,7 @@
 #include "ds/Analysis/ModelSummary.h"
 #include "ds/Dialect/Ds/IR/DsOps.h"
 #include "ds/Import/OnnxImporter.h"
+#include "ds/Target/Plan/PlanWriter.h"
 #include "ds/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -39,11 +40,14 @@ llvm::cl::OptionCategory onnxCategory(
 
 llvm::cl::opt<std::string> emitKind(
     "emit",
-    llvm::cl::desc("What to write for ONNX input: 'mlir' (the ds IR after the "
-                   "default pipeline and any passes given), 'mlir-import' "
-                   "(the IR as imported, before the pipeline) or 'summary' "
-                   "(inputs, parameters, loss, op histogram, FLOPs)"),
-    llvm::cl::value_desc("mlir|mlir-import|summary"), llvm::cl::init("mlir"),
+    llvm::cl::desc("What to write for ONNX input: 'plan' (plan.bin for "
+                   "ds-run; -o defaults to plan.bin), 'mlir' (the ds IR after "
+                   "the default pipeline and any passes given), 'mlir-import' "
+                   "(the IR as imported), 'dsrt' (the planned buffer program) "
+                   "or 'summary' (inputs, parameters, loss, op histogram, "
+                   "FLOPs)"),
+    llvm::cl::value_desc("plan|mlir|mlir-import|dsrt|summary"),
+    llvm::cl::init("plan"),
     llvm::cl::cat(onnxCategory));
 
 llvm::cl::opt<std::string> lossName(
@@ -94,7 +98,8 @@ std::string describeLocation(Location loc, bool &isNode) {
 }
 
 int runOnnx(StringRef inputFilename, StringRef outputFilename,
-            DialectRegistry &registry, const MlirOptMainConfig &config) {
+            const std::string &commandLine, DialectRegistry &registry,
+            const MlirOptMainConfig &config) {
   MLIRContext context(registry);
   context.loadAllAvailableDialects();
   int errors = 0;
@@ -143,8 +148,13 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
     PassManager pm(&context);
     pm.addPass(createCanonicalizerPass());
     pm.addPass(createCSEPass());
-    if (failed(config.setupPassPipeline(pm)) || failed(pm.run(**module)) ||
-        errors)
+    if (failed(config.setupPassPipeline(pm)))
+      return 1;
+    if (emitKind == "plan" || emitKind == "dsrt") {
+      pm.addPass(ds::createLowerToDsRtPass());
+      pm.addNestedPass<func::FuncOp>(ds::createPlanMemoryPass());
+    }
+    if (failed(pm.run(**module)) || errors)
       return 1;
   }
   auto t2 = std::chrono::steady_clock::now();
@@ -155,6 +165,18 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
     llvm::errs() << "import total: " << llvm::format("%.1f", ms(t1 - t0))
                  << " ms\npipeline: " << llvm::format("%.1f", ms(t2 - t1))
                  << " ms\n";
+  }
+
+  if (emitKind == "plan") {
+    ds::PlanWriteOptions planOptions;
+    planOptions.weightsPath = inputFilename.str();
+    planOptions.compileOptions["command"] = commandLine;
+    planOptions.compileOptions["loss"] = lossName;
+    for (const std::string &spec : inputShapes)
+      planOptions.compileOptions["input-shape:" + spec] = spec;
+    if (failed(ds::writePlan(**module, outputFilename, planOptions)) || errors)
+      return 1;
+    return 0;
   }
 
   std::string errorMessage;
@@ -180,7 +202,7 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   DialectRegistry registry;
-  registry.insert<ds::DsDialect, func::FuncDialect>();
+  registry.insert<ds::DsDialect, dsrt::DsRtDialect, func::FuncDialect>();
   ds::registerDsPasses();
   registerCanonicalizerPass();
   registerCSEPass();
@@ -199,15 +221,31 @@ int main(int argc, char **argv) {
       llvm::outs() << op << "\n";
     return 0;
   }
-  if (emitKind != "mlir" && emitKind != "mlir-import" &&
-      emitKind != "summary") {
+  if (emitKind != "plan" && emitKind != "mlir" && emitKind != "mlir-import" &&
+      emitKind != "dsrt" && emitKind != "summary") {
     llvm::errs() << "error: --emit='" << emitKind
-                 << "' is not one of mlir, mlir-import, summary\n";
+                 << "' is not one of plan, mlir, mlir-import, dsrt, summary\n";
     return 1;
   }
   if (StringRef(inputFilename).ends_with_insensitive(".onnx")) {
     MlirOptMainConfig config = MlirOptMainConfig::createFromCLOptions();
-    return runOnnx(inputFilename, outputFilename, registry, config);
+    // A plan is binary: without -o it goes to plan.bin, not the terminal.
+    bool outputGiven = false;
+    std::string commandLine;
+    for (int i = 0; i < argc; ++i) {
+      StringRef arg(argv[i]);
+      outputGiven |= arg == "-o" || arg.starts_with("-o=") ||
+                     arg == "--o" || arg.starts_with("--o=");
+      commandLine += (i ? " " : "") + arg.str();
+    }
+    std::string out = outputFilename;
+    if (emitKind == "plan" && !outputGiven)
+      out = "plan.bin";
+    if (emitKind == "plan" && out == "-") {
+      llvm::errs() << "error: a plan is binary; give a file with -o\n";
+      return 1;
+    }
+    return runOnnx(inputFilename, out, commandLine, registry, config);
   }
   return asMainReturnCode(
       MlirOptMain(argc, argv, inputFilename, outputFilename, registry));

@@ -8,6 +8,7 @@
 #define DS_TRANSFORMS_PASSES_H
 
 #include "ds/Dialect/Ds/IR/DsOps.h"
+#include "ds/Dialect/DsRt/IR/DsRtOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Pass/Pass.h"
 

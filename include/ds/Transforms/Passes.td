@@ -25,4 +25,40 @@ def PrintCostPass : Pass<"ds-print-cost", "func::FuncOp"> {
   let dependentDialects = ["::mlir::ds::DsDialect"];
 }
 
+def LowerToDsRtPass : Pass<"ds-lower-to-dsrt", "ModuleOp"> {
+  let summary = "Lower @forward from ds tensors to dsrt buffers and kernels";
+  let description = [{
+    Rewrites `func.func @forward` into the buffer program `ds-run` executes:
+    arguments become `dsrt.input` / `dsrt.param` buffers, `ds.constant`
+    becomes `dsrt.const`, `ds.reshape` a `dsrt.view` (no copy), every other
+    ds op one `dsrt.kernel` call (kernel id = the op name without `ds.`,
+    attributes in `params`) writing fresh `dsrt.alloc` buffers, and the
+    results `dsrt.output`s. Elementwise kernels list in `inplace` the inputs
+    whose storage their output may take. 16-bit matmul and gemm get an f32
+    workspace buffer as an extra output.
+
+    ```mlir
+    %0 = ds.add %a, %b : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    // becomes
+    %0 = dsrt.alloc : memref<4xf32>
+    dsrt.kernel "add"(%a, %b) -> (%0) {inplace = array<i64: 0, 1>, params = {}} : ...
+    ```
+  }];
+  let dependentDialects = ["::mlir::dsrt::DsRtDialect"];
+}
+
+def PlanMemoryPass : Pass<"dsrt-plan-memory", "func::FuncOp"> {
+  let summary = "Place arena buffers at static offsets from exact liveness";
+  let description = [{
+    Gives every `dsrt.alloc` an `offset` in one arena and sets the function's
+    `dsrt.arena_bytes` (the planned peak). A buffer lives from the op that
+    first writes it to the last op that reads it or a view of it (graph
+    outputs to the end). Ops are visited in order: outputs are placed
+    first-fit (64-byte aligned), then buffers that died are freed. An output
+    takes the storage of an `inplace` input that dies at the same kernel and
+    has its size. The pass checks its own result: no two buffers that are
+    live at once overlap.
+  }];
+}
+
 #endif // DS_TRANSFORMS_PASSES_TD

@@ -1,0 +1,104 @@
+//===- Runtime.h - the ds runtime: plans, tensors, execution ----*- C++ -*-===//
+//
+// Part of the ds project. No MLIR or LLVM here: plain C++17, protobuf,
+// OpenBLAS and zlib.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DS_RUNTIME_RUNTIME_H
+#define DS_RUNTIME_RUNTIME_H
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ds::rt {
+
+enum class DType : int { F32 = 1, F16 = 2, BF16 = 3, I64 = 4, I32 = 5, Bool = 6 };
+const char *dtypeName(DType t);
+size_t dtypeSize(DType t);
+bool isFloat(DType t);
+
+/// A tensor in host memory, owned.
+struct HostTensor {
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  std::vector<unsigned char> data;
+  int64_t numel() const;
+  std::string shapeString() const;
+};
+
+/// Converts `t` in place to `to` (float to float, integer to integer, bool
+/// to bool); false with `err` set for other pairs.
+bool convertTensor(HostTensor &t, DType to, std::string &err);
+
+// Data files.
+bool readNpz(const std::string &path, std::map<std::string, HostTensor> &out,
+             std::string &err);
+bool readNpy(const std::string &path, HostTensor &out, std::string &err);
+bool writeNpz(const std::string &path,
+              const std::vector<std::pair<std::string, const HostTensor *>> &arrays,
+              std::string &err);
+/// An ONNX TensorProto file; `name` is the tensor's name field.
+bool readTensorProto(const std::string &path, std::string &name,
+                     HostTensor &out, std::string &err);
+
+/// A plan.bin, loaded and validated.
+class Plan;
+struct PlanInfo {
+  uint64_t arenaBytes = 0;
+  size_t instructions = 0, buffers = 0, parameters = 0;
+  std::vector<std::pair<std::string, HostTensor>> inputs, outputs; // specs
+  std::string loss, weightsPath;
+};
+/// Loads and checks `path`: header, version, size, checksum, consistency.
+/// On failure returns null and sets `err` to one line.
+std::shared_ptr<const Plan> loadPlan(const std::string &path, std::string &err);
+PlanInfo describe(const Plan &plan);
+
+struct ExecutorOptions {
+  int threads = 1;
+  uint64_t seed = 0;
+  bool profile = false;
+};
+
+struct RunStats {
+  uint64_t arenaPlanned = 0;   // bytes the plan reserves
+  uint64_t arenaHighWater = 0; // highest arena byte any kernel wrote
+  double milliseconds = 0;
+  /// With profile: per kernel id, total milliseconds and calls.
+  std::map<std::string, std::pair<double, int64_t>> kernelTimes;
+};
+
+/// Runs a plan: owns the arena (allocated once at the planned size), the
+/// parameters (loaded from the plan's weights source) and the inputs.
+class Executor {
+public:
+  static std::unique_ptr<Executor> create(std::shared_ptr<const Plan> plan,
+                                          const ExecutorOptions &options,
+                                          std::string &err);
+  ~Executor();
+  /// Binds graph input `name`; converts compatible dtypes, checks the shape.
+  bool setInput(const std::string &name, HostTensor tensor, std::string &err);
+  /// Runs the forward program once.
+  bool run(RunStats &stats, std::string &err);
+  /// A copy of graph output `name` after run().
+  bool output(const std::string &name, HostTensor &out, std::string &err) const;
+  std::vector<std::string> inputNames() const;
+  std::vector<std::string> outputNames() const;
+
+private:
+  struct Impl;
+  explicit Executor(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl;
+};
+
+/// Kernel ids the runtime implements (the plan's instruction names).
+std::vector<std::string> kernelNames();
+
+} // namespace ds::rt
+
+#endif // DS_RUNTIME_RUNTIME_H

@@ -1,0 +1,32 @@
+//===- PlanWriter.h - dsrt module to plan.bin -------------------*- C++ -*-===//
+//
+// Part of the ds project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DS_TARGET_PLAN_PLANWRITER_H
+#define DS_TARGET_PLAN_PLANWRITER_H
+
+#include "mlir/IR/BuiltinOps.h"
+
+#include <map>
+#include <string>
+
+namespace mlir::ds {
+
+struct PlanWriteOptions {
+  /// The ONNX file the parameters' initial values come from.
+  std::string weightsPath;
+  /// Options the plan was compiled with (echoed in the plan).
+  std::map<std::string, std::string> compileOptions;
+};
+
+/// Serializes the planned dsrt `@forward` of `module` to `planPath`
+/// (written to a temporary file, then renamed). Errors are emitted on the
+/// module.
+LogicalResult writePlan(ModuleOp module, llvm::StringRef planPath,
+                        const PlanWriteOptions &options);
+
+} // namespace mlir::ds
+
+#endif // DS_TARGET_PLAN_PLANWRITER_H

@@ -1,0 +1,181 @@
+//===- LowerToDsRt.cpp - ds tensors to dsrt buffers and kernels -----------===//
+//
+// Part of the ds project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ds/Transforms/Passes.h"
+
+#include "mlir/IR/IRMapping.h"
+
+namespace mlir::ds {
+#define GEN_PASS_DEF_LOWERTODSRTPASS
+#include "ds/Transforms/Passes.h.inc"
+
+namespace {
+
+MemRefType bufferType(Type tensor) {
+  auto t = cast<RankedTensorType>(tensor);
+  return MemRefType::get(t.getShape(), t.getElementType());
+}
+
+/// Inputs whose storage the (single) output of `op` may take: elementwise
+/// ops read element i before writing element i.
+SmallVector<int64_t> inplaceOperands(Operation *op) {
+  bool elementwise =
+      op->hasTrait<OpTrait::SameOperandsAndResultType>() ||
+      isa<AddOp, SubOp, MulOp, DivOp, PowOp, MaxOp, MinOp, EqualOp, LessOp,
+          LessOrEqualOp, GreaterOp, GreaterOrEqualOp, AndOp, OrOp, XorOp,
+          WhereOp, CastOp>(op);
+  // Ops whose result type equals their operand's but that mix elements.
+  if (isa<SoftmaxOp, LogSoftmaxOp, TriluOp>(op))
+    elementwise = false;
+  SmallVector<int64_t> out;
+  if (!elementwise || op->getNumResults() != 1)
+    return out;
+  Type result = op->getResult(0).getType();
+  for (auto [i, operand] : llvm::enumerate(op->getOperands())) {
+    auto t = cast<ShapedType>(operand.getType());
+    auto r = cast<ShapedType>(result);
+    if (t.getShape() == r.getShape() &&
+        detail::tensorBytes(t) == detail::tensorBytes(r))
+      out.push_back(i);
+  }
+  return out;
+}
+
+struct LowerToDsRtPass : impl::LowerToDsRtPassBase<LowerToDsRtPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto func = module.lookupSymbol<func::FuncOp>("forward");
+    if (!func) {
+      module.emitError("no func.func @forward to lower");
+      return signalPassFailure();
+    }
+    if (failed(lower(func)))
+      signalPassFailure();
+  }
+
+  LogicalResult lower(func::FuncOp func) {
+    Block &body = func.getBody().front();
+    OpBuilder b(func.getContext());
+    b.setInsertionPointToStart(&body);
+    IRMapping map;
+    int64_t inputIndex = 0, paramIndex = 0;
+    for (BlockArgument arg : body.getArguments()) {
+      Location loc = func.getLoc();
+      MemRefType type = bufferType(arg.getType());
+      unsigned i = arg.getArgNumber();
+      Value buffer;
+      if (auto name = func.getArgAttrOfType<StringAttr>(i, attrs::kParam)) {
+        auto op = dsrt::ParamOp::create(b, loc, type,
+                                        b.getI64IntegerAttr(paramIndex++), name,
+                                        func.getArgAttr(i, attrs::kTrainable)
+                                            ? b.getUnitAttr()
+                                            : nullptr);
+        buffer = op;
+      } else {
+        auto inName = func.getArgAttrOfType<StringAttr>(i, attrs::kInput);
+        buffer = dsrt::InputOp::create(
+            b, loc, type, b.getI64IntegerAttr(inputIndex++),
+            inName ? inName : b.getStringAttr("arg" + std::to_string(i)));
+      }
+      map.map(arg, buffer);
+    }
+
+    SmallVector<Operation *> toErase;
+    for (Operation &op : llvm::make_early_inc_range(body)) {
+      if (op.getDialect() && isa<dsrt::DsRtDialect>(op.getDialect()))
+        continue;
+      b.setInsertionPoint(&op);
+      Location loc = op.getLoc();
+      if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+        for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
+          auto name = func.getResultAttrOfType<StringAttr>(i, attrs::kOutput);
+          dsrt::OutputOp::create(
+              b, loc, map.lookup(v), b.getI64IntegerAttr(i),
+              name ? name : b.getStringAttr("result" + std::to_string(i)));
+          if (func.getResultAttr(i, attrs::kLoss) && name)
+            func->setAttr("dsrt.loss", name);
+        }
+        continue;
+      }
+      if (auto c = dyn_cast<ConstantOp>(op)) {
+        map.map(c.getResult(), dsrt::ConstOp::create(
+                                   b, loc, bufferType(c.getType()),
+                                   c.getValue()));
+        toErase.push_back(&op);
+        continue;
+      }
+      if (isa<ShapeOp, ConstantOfShapeOp>(op)) {
+        // Always foldable (static shapes): lower the folded constant.
+        SmallVector<OpFoldResult> folded;
+        if (failed(op.fold(folded)) || folded.size() != 1 ||
+            !isa<Attribute>(folded[0]))
+          return op.emitOpError("should have folded to a constant");
+        map.map(op.getResult(0),
+                dsrt::ConstOp::create(b, loc,
+                                      bufferType(op.getResult(0).getType()),
+                                      cast<ElementsAttr>(
+                                          cast<Attribute>(folded[0]))));
+        toErase.push_back(&op);
+        continue;
+      }
+      if (auto reshape = dyn_cast<ReshapeOp>(op)) {
+        map.map(reshape.getResult(),
+                dsrt::ViewOp::create(b, loc, bufferType(reshape.getType()),
+                                     map.lookup(reshape.getInput())));
+        toErase.push_back(&op);
+        continue;
+      }
+      if (!isa<DsDialect>(op.getDialect()))
+        return op.emitOpError("cannot be lowered to dsrt");
+
+      SmallVector<Value> ins, outs;
+      for (Value v : op.getOperands()) {
+        Value m = map.lookupOrNull(v);
+        if (!m)
+          return op.emitOpError("operand was not lowered");
+        ins.push_back(m);
+      }
+      for (Value r : op.getResults()) {
+        Value alloc = dsrt::AllocOp::create(b, loc, bufferType(r.getType()),
+                                            IntegerAttr());
+        map.map(r, alloc);
+        outs.push_back(alloc);
+      }
+      // 16-bit GEMMs convert through an f32 workspace: A, B and the result.
+      if (isa<MatMulOp, GemmOp>(op) &&
+          !cast<ShapedType>(op.getResult(0).getType())
+               .getElementType()
+               .isF32()) {
+        int64_t elems = 0;
+        for (Value v : op.getOperands())
+          elems += detail::numElements(v.getType());
+        elems += detail::numElements(op.getResult(0).getType());
+        outs.push_back(dsrt::AllocOp::create(
+            b, loc, MemRefType::get({elems}, b.getF32Type()), IntegerAttr()));
+      }
+      StringRef kernel = op.getName().stripDialect();
+      SmallVector<int64_t> inplace = inplaceOperands(&op);
+      dsrt::KernelOp::create(b, loc, b.getStringAttr(kernel), ins, outs,
+                             op.getAttrDictionary(),
+                             inplace.empty()
+                                 ? DenseI64ArrayAttr()
+                                 : b.getDenseI64ArrayAttr(inplace));
+      toErase.push_back(&op);
+    }
+    // Erase the tensor program, users first.
+    Operation *ret = body.getTerminator();
+    ret->setOperands({});
+    for (Operation *op : llvm::reverse(toErase))
+      op->erase();
+    body.eraseArguments(0, body.getNumArguments());
+    func.setType(FunctionType::get(func.getContext(), {}, {}));
+    func.setAllArgAttrs(ArrayRef<DictionaryAttr>{});
+    func.setAllResultAttrs(ArrayRef<DictionaryAttr>{});
+    return success();
+  }
+};
+} // namespace
+} // namespace mlir::ds

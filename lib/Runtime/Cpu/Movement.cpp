@@ -1,0 +1,255 @@
+//===- Movement.cpp - data movement CPU kernels ---------------------------===//
+//
+// Part of the ds project (runtime: no MLIR or LLVM). These kernels copy
+// elements by size, whatever their type.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Kernels.h"
+
+#include <algorithm>
+
+namespace ds::rt {
+namespace {
+
+int64_t prod(const std::vector<int64_t> &s, size_t from, size_t to) {
+  int64_t n = 1;
+  for (size_t i = from; i < to && i < s.size(); ++i)
+    n *= s[i];
+  return n;
+}
+
+inline void copyElem(char *dst, const char *src, size_t es) {
+  switch (es) {
+  case 1: *dst = *src; break;
+  case 2: std::memcpy(dst, src, 2); break;
+  case 4: std::memcpy(dst, src, 4); break;
+  case 8: std::memcpy(dst, src, 8); break;
+  default: std::memcpy(dst, src, es);
+  }
+}
+
+/// Copies `out` from `in` where output row r (all dims but the last) starts
+/// at input element rowOffset(r) and steps by innerStride.
+template <typename RowOffset>
+void stridedCopy(const TensorView &in, TensorView &out, RowOffset rowOffset,
+                 int64_t innerStride) {
+  size_t es = dtypeSize(out.dtype);
+  int64_t inner = out.shape.empty() ? 1 : out.shape.back();
+  int64_t n = out.numel();
+  if (n == 0)
+    return;
+  int64_t rows = n / inner;
+  const char *src = in.as<char>();
+  char *dst = out.as<char>();
+  parallelFor(rows, std::max<int64_t>(1, 32768 / std::max<int64_t>(inner, 1)),
+              [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      int64_t off = rowOffset(r);
+      char *d = dst + r * inner * es;
+      if (innerStride == 1) {
+        std::memcpy(d, src + off * es, inner * es);
+        continue;
+      }
+      for (int64_t i = 0; i < inner; ++i)
+        copyElem(d + i * es, src + (off + i * innerStride) * es, es);
+    }
+  });
+}
+
+/// Input offset of output row r, for per-dimension input strides `st`
+/// (aligned to the output's dimensions) and start offsets `base`.
+int64_t rowOffset(const std::vector<int64_t> &outShape,
+                  const std::vector<int64_t> &st, int64_t r, int64_t base = 0) {
+  int64_t off = base;
+  for (int64_t d = static_cast<int64_t>(outShape.size()) - 2; d >= 0; --d) {
+    int64_t idx = r % outShape[d];
+    r /= outShape[d];
+    off += idx * st[d];
+  }
+  return off;
+}
+
+} // namespace
+
+bool kCopy(KernelContext &ctx) {
+  const TensorView &in = ctx.in[0];
+  TensorView &out = ctx.out[0];
+  if (in.numel() != out.numel() || in.dtype != out.dtype)
+    return ctx.fail("copy between buffers of different types");
+  if (in.data != out.data)
+    std::memcpy(out.data, in.data, in.numel() * dtypeSize(in.dtype));
+  return true;
+}
+
+bool kReshape(KernelContext &ctx) { return kCopy(ctx); }
+
+bool kGather(KernelContext &ctx) {
+  const TensorView &data = ctx.in[0], &indices = ctx.in[1];
+  TensorView &out = ctx.out[0];
+  int64_t axis = ctx.attrs.getInt("axis", 0);
+  if (axis < 0 || axis >= data.rank())
+    return ctx.fail("gather axis out of range");
+  int64_t outer = prod(data.shape, 0, axis), dim = data.shape[axis];
+  int64_t inner = prod(data.shape, axis + 1, data.shape.size());
+  int64_t k = indices.numel();
+  if (out.numel() != outer * k * inner)
+    return ctx.fail("gather result size does not match");
+  size_t es = dtypeSize(data.dtype);
+  for (int64_t j = 0; j < k; ++j) {
+    int64_t idx = loadI(indices.data, indices.dtype, j);
+    if (idx < -dim || idx >= dim)
+      return ctx.fail("gather index " + std::to_string(idx) +
+                      " is outside [" + std::to_string(-dim) + ", " +
+                      std::to_string(dim) + ")");
+  }
+  const char *src = data.as<char>();
+  char *dst = out.as<char>();
+  parallelFor(outer * k, std::max<int64_t>(1, 4096 / std::max<int64_t>(inner, 1)),
+              [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      int64_t o = r / k, j = r % k;
+      int64_t idx = loadI(indices.data, indices.dtype, j);
+      if (idx < 0)
+        idx += dim;
+      std::memcpy(dst + r * inner * es, src + (o * dim + idx) * inner * es,
+                  inner * es);
+    }
+  });
+  return true;
+}
+
+bool kExpand(KernelContext &ctx) {
+  const TensorView &in = ctx.in[0];
+  TensorView &out = ctx.out[0];
+  if (in.rank() > out.rank())
+    return ctx.fail("expand to a lower rank");
+  std::vector<int64_t> st = broadcastStrides(in.shape, out.shape.size());
+  stridedCopy(in, out, [&](int64_t r) { return rowOffset(out.shape, st, r); },
+              out.shape.empty() ? 0 : st.back());
+  return true;
+}
+
+bool kTranspose(KernelContext &ctx) {
+  const TensorView &in = ctx.in[0];
+  TensorView &out = ctx.out[0];
+  std::vector<int64_t> perm = ctx.attrs.getInts("perm");
+  if (static_cast<int64_t>(perm.size()) != in.rank())
+    return ctx.fail("transpose permutation does not match the rank");
+  std::vector<int64_t> inStrides = stridesOf(in.shape), st(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) {
+    if (perm[i] < 0 || perm[i] >= in.rank())
+      return ctx.fail("invalid permutation");
+    st[i] = inStrides[perm[i]];
+  }
+  stridedCopy(in, out, [&](int64_t r) { return rowOffset(out.shape, st, r); },
+              st.empty() ? 0 : st.back());
+  return true;
+}
+
+bool kSlice(KernelContext &ctx) {
+  const TensorView &in = ctx.in[0];
+  TensorView &out = ctx.out[0];
+  std::vector<int64_t> starts = ctx.attrs.getInts("starts");
+  std::vector<int64_t> steps = ctx.attrs.getInts("steps");
+  if (static_cast<int64_t>(starts.size()) != in.rank() ||
+      static_cast<int64_t>(steps.size()) != in.rank())
+    return ctx.fail("slice needs a start and step per dimension");
+  std::vector<int64_t> inStrides = stridesOf(in.shape), st(in.rank());
+  int64_t base = 0;
+  for (int64_t d = 0; d < in.rank(); ++d) {
+    if (out.shape[d] > 0) {
+      int64_t last = starts[d] + (out.shape[d] - 1) * steps[d];
+      if (starts[d] < 0 || starts[d] >= in.shape[d] || last < 0 ||
+          last >= in.shape[d])
+        return ctx.fail("slice leaves its input");
+    }
+    st[d] = inStrides[d] * steps[d];
+    base += starts[d] * inStrides[d];
+  }
+  stridedCopy(in, out,
+              [&](int64_t r) { return rowOffset(out.shape, st, r, base); },
+              st.empty() ? 0 : st.back());
+  return true;
+}
+
+bool kConcat(KernelContext &ctx) {
+  TensorView &out = ctx.out[0];
+  int64_t axis = ctx.attrs.getInt("axis", 0);
+  if (axis < 0 || axis >= out.rank())
+    return ctx.fail("concat axis out of range");
+  size_t es = dtypeSize(out.dtype);
+  int64_t outer = prod(out.shape, 0, axis);
+  int64_t inner = prod(out.shape, axis + 1, out.shape.size());
+  int64_t outChunk = out.shape[axis] * inner, at = 0;
+  for (const TensorView &in : ctx.in) {
+    int64_t chunk = in.shape[axis] * inner;
+    if (at + chunk > outChunk || in.numel() != outer * chunk)
+      return ctx.fail("concat operands do not fit the result");
+    for (int64_t o = 0; o < outer; ++o)
+      std::memcpy(out.as<char>() + (o * outChunk + at) * es,
+                  in.as<char>() + o * chunk * es, chunk * es);
+    at += chunk;
+  }
+  return true;
+}
+
+bool kSplit(KernelContext &ctx) {
+  const TensorView &in = ctx.in[0];
+  int64_t axis = ctx.attrs.getInt("axis", 0);
+  if (axis < 0 || axis >= in.rank())
+    return ctx.fail("split axis out of range");
+  size_t es = dtypeSize(in.dtype);
+  int64_t outer = prod(in.shape, 0, axis);
+  int64_t inner = prod(in.shape, axis + 1, in.shape.size());
+  int64_t inChunk = in.shape[axis] * inner, at = 0;
+  for (TensorView &out : ctx.out) {
+    int64_t chunk = out.shape[axis] * inner;
+    if (at + chunk > inChunk || out.numel() != outer * chunk)
+      return ctx.fail("split results do not fit the input");
+    for (int64_t o = 0; o < outer; ++o)
+      std::memcpy(out.as<char>() + o * chunk * es,
+                  in.as<char>() + (o * inChunk + at) * es, chunk * es);
+    at += chunk;
+  }
+  return true;
+}
+
+bool kTrilu(KernelContext &ctx) {
+  const TensorView &in = ctx.in[0];
+  TensorView &out = ctx.out[0];
+  if (in.rank() < 2)
+    return ctx.fail("trilu needs rank >= 2");
+  bool upper = ctx.attrs.getInt("upper", 1) != 0;
+  int64_t k = ctx.attrs.getInt("k", 0);
+  int64_t rows = in.shape[in.rank() - 2], cols = in.shape.back();
+  size_t es = dtypeSize(in.dtype);
+  int64_t n = in.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t r = (i / cols) % rows, c = i % cols;
+    bool keep = upper ? (c - r >= k) : (c - r <= k);
+    if (keep)
+      copyElem(out.as<char>() + i * es, in.as<char>() + i * es, es);
+    else
+      std::memset(out.as<char>() + i * es, 0, es);
+  }
+  return true;
+}
+
+bool kRange(KernelContext &ctx) {
+  TensorView &out = ctx.out[0];
+  const TensorView &start = ctx.in[0], &delta = ctx.in[2];
+  int64_t n = out.numel();
+  if (isFloat(out.dtype)) {
+    double s = loadD(start.data, start.dtype, 0), d = loadD(delta.data, delta.dtype, 0);
+    for (int64_t i = 0; i < n; ++i)
+      storeD(out.data, out.dtype, i, s + i * d);
+  } else {
+    int64_t s = loadI(start.data, start.dtype, 0), d = loadI(delta.data, delta.dtype, 0);
+    for (int64_t i = 0; i < n; ++i)
+      storeI(out.data, out.dtype, i, s + i * d);
+  }
+  return true;
+}
+
+} // namespace ds::rt

@@ -1,0 +1,92 @@
+//===- Reduce.cpp - reductions on CPU -------------------------------------===//
+//
+// Part of the ds project (runtime: no MLIR or LLVM). Accumulates in double
+// (sums) and compares in double (max); integers stay exact up to 2^53.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Kernels.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace ds::rt {
+namespace {
+
+enum class Red { Sum, Mean, Max };
+
+bool reduce(KernelContext &ctx, Red kind) {
+  const TensorView &in = ctx.in[0];
+  TensorView &out = ctx.out[0];
+  std::vector<int64_t> axes = ctx.attrs.getInts("axes");
+  std::vector<bool> reduced(in.rank(), false);
+  for (int64_t a : axes) {
+    if (a < 0 || a >= in.rank())
+      return ctx.fail("reduction axis out of range");
+    reduced[a] = true;
+  }
+  // Output strides over the input's dimensions (0 on reduced ones).
+  std::vector<int64_t> kept(in.shape);
+  for (int64_t d = 0; d < in.rank(); ++d)
+    if (reduced[d])
+      kept[d] = 1;
+  std::vector<int64_t> st = stridesOf(kept);
+  for (int64_t d = 0; d < in.rank(); ++d)
+    if (reduced[d])
+      st[d] = 0;
+  int64_t outN = out.numel(), inN = in.numel();
+  int64_t count = outN == 0 ? 0 : inN / outN;
+  double init = kind == Red::Max ? -std::numeric_limits<double>::infinity() : 0.0;
+  std::vector<double> acc(outN, init);
+
+  // Trailing axes reduced: contiguous rows, in parallel.
+  int64_t firstReduced = in.rank();
+  while (firstReduced > 0 && reduced[firstReduced - 1])
+    --firstReduced;
+  bool trailing = std::none_of(reduced.begin(), reduced.begin() + firstReduced,
+                               [](bool b) { return b; });
+  if (trailing) {
+    parallelFor(outN, std::max<int64_t>(1, 16384 / std::max<int64_t>(count, 1)),
+                [&](int64_t b, int64_t e) {
+      for (int64_t o = b; o < e; ++o) {
+        double a = init;
+        for (int64_t i = 0; i < count; ++i) {
+          double v = loadD(in.data, in.dtype, o * count + i);
+          a = kind == Red::Max ? (std::isnan(v) || std::isnan(a) ? NAN : std::max(a, v)) : a + v;
+        }
+        acc[o] = a;
+      }
+    });
+  } else {
+    std::vector<int64_t> pos(in.rank(), 0);
+    for (int64_t i = 0; i < inN; ++i) {
+      int64_t o = 0;
+      for (int64_t d = 0; d < in.rank(); ++d)
+        o += pos[d] * st[d];
+      double v = loadD(in.data, in.dtype, i);
+      acc[o] = kind == Red::Max ? (std::isnan(v) || std::isnan(acc[o]) ? NAN : std::max(acc[o], v))
+                                : acc[o] + v;
+      for (int64_t d = in.rank() - 1; d >= 0; --d) {
+        if (++pos[d] < in.shape[d])
+          break;
+        pos[d] = 0;
+      }
+    }
+  }
+  for (int64_t o = 0; o < outN; ++o) {
+    double v = kind == Red::Mean ? acc[o] / static_cast<double>(count) : acc[o];
+    if (isFloat(out.dtype))
+      storeD(out.data, out.dtype, o, v);
+    else
+      storeI(out.data, out.dtype, o, static_cast<int64_t>(v));
+  }
+  return true;
+}
+
+} // namespace
+
+bool kReduceSum(KernelContext &ctx) { return reduce(ctx, Red::Sum); }
+bool kReduceMean(KernelContext &ctx) { return reduce(ctx, Red::Mean); }
+bool kReduceMax(KernelContext &ctx) { return reduce(ctx, Red::Max); }
+
+} // namespace ds::rt

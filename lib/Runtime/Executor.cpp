@@ -1,0 +1,426 @@
+//===- Executor.cpp - running a plan on the CPU ---------------------------===//
+//
+// Part of the ds project (runtime: no MLIR or LLVM).
+//
+// The arena is allocated once at the planned size; parameters are loaded from
+// the plan's weights source after checking its size and hash; each
+// instruction's buffers are bound to pointers and its kernel called. The
+// executor records the highest arena byte any kernel wrote.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Cpu/Kernels.h"
+#include "PlanImpl.h"
+#include "ds/Support/PlanFormat.h"
+
+#include <onnx/onnx_pb.h>
+
+#include <cblas.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace ds::rt {
+
+int64_t HostTensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+std::string HostTensor::shapeString() const {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+bool convertTensor(HostTensor &t, DType to, std::string &err) {
+  if (t.dtype == to)
+    return true;
+  bool ok = (isFloat(t.dtype) && isFloat(to)) ||
+            ((t.dtype == DType::I64 || t.dtype == DType::I32) &&
+             (to == DType::I64 || to == DType::I32));
+  if (!ok) {
+    err = std::string("cannot convert ") + dtypeName(t.dtype) + " to " +
+          dtypeName(to);
+    return false;
+  }
+  std::vector<unsigned char> data(t.numel() * dtypeSize(to));
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (isFloat(to))
+      storeD(data.data(), to, i, loadD(t.data.data(), t.dtype, i));
+    else
+      storeI(data.data(), to, i, loadI(t.data.data(), t.dtype, i));
+  }
+  t.data = std::move(data);
+  t.dtype = to;
+  return true;
+}
+
+namespace {
+
+struct AlignedFree {
+  void operator()(void *p) const { std::free(p); }
+};
+using AlignedBlock = std::unique_ptr<unsigned char, AlignedFree>;
+
+AlignedBlock alignedAlloc(uint64_t bytes) {
+  uint64_t size = (std::max<uint64_t>(bytes, 1) + 63) / 64 * 64;
+  return AlignedBlock(static_cast<unsigned char *>(std::aligned_alloc(64, size)));
+}
+
+bool readFile(const std::string &path, std::string &out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return false;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  out = ss.str();
+  return true;
+}
+
+/// The bytes of an ONNX initializer, row-major little-endian (bool: one
+/// byte per element).
+bool initializerBytes(const onnx::TensorProto &t, const std::string &onnxDir,
+                      DType dtype, uint64_t bytes, unsigned char *dst,
+                      std::string &err) {
+  std::string what = "initializer '" + t.name() + "'";
+  if (t.data_location() == onnx::TensorProto::EXTERNAL) {
+    std::string location;
+    uint64_t offset = 0, length = bytes;
+    for (const auto &kv : t.external_data()) {
+      if (kv.key() == "location")
+        location = kv.value();
+      else if (kv.key() == "offset")
+        offset = std::strtoull(kv.value().c_str(), nullptr, 10);
+      else if (kv.key() == "length")
+        length = std::strtoull(kv.value().c_str(), nullptr, 10);
+    }
+    if (location.empty() || location[0] == '/' ||
+        location.find("..") != std::string::npos) {
+      err = what + " has an invalid external data location";
+      return false;
+    }
+    std::ifstream in(onnxDir + "/" + location, std::ios::binary);
+    if (!in || length != bytes) {
+      err = what + ": cannot read " + std::to_string(bytes) + " bytes from '" +
+            location + "'";
+      return false;
+    }
+    in.seekg(static_cast<std::streamoff>(offset));
+    in.read(reinterpret_cast<char *>(dst), static_cast<std::streamsize>(bytes));
+    if (!in) {
+      err = what + ": external data file '" + location + "' is too short";
+      return false;
+    }
+    return true;
+  }
+  int64_t n = static_cast<int64_t>(bytes / dtypeSize(dtype));
+  if (t.has_raw_data()) {
+    if (t.raw_data().size() != bytes) {
+      err = what + " holds " + std::to_string(t.raw_data().size()) +
+            " bytes, the plan expects " + std::to_string(bytes);
+      return false;
+    }
+    std::memcpy(dst, t.raw_data().data(), bytes);
+    return true;
+  }
+  auto count = [&](int have) {
+    if (have == n)
+      return true;
+    err = what + " holds " + std::to_string(have) + " values, the plan expects " +
+          std::to_string(n);
+    return false;
+  };
+  switch (dtype) {
+  case DType::F32:
+    if (!count(t.float_data_size()))
+      return false;
+    std::memcpy(dst, t.float_data().data(), bytes);
+    return true;
+  case DType::I64:
+    if (!count(t.int64_data_size()))
+      return false;
+    std::memcpy(dst, t.int64_data().data(), bytes);
+    return true;
+  default:
+    if (!count(t.int32_data_size()))
+      return false;
+    for (int64_t i = 0; i < n; ++i) {
+      int32_t v = t.int32_data(static_cast<int>(i));
+      if (dtype == DType::F16 || dtype == DType::BF16) {
+        uint16_t h = static_cast<uint16_t>(v);
+        std::memcpy(dst + 2 * i, &h, 2);
+      } else {
+        storeI(dst, dtype, i, v);
+      }
+    }
+    return true;
+  }
+}
+
+int onnxType(DType t) {
+  switch (t) {
+  case DType::F32: return onnx::TensorProto::FLOAT;
+  case DType::F16: return onnx::TensorProto::FLOAT16;
+  case DType::BF16: return onnx::TensorProto::BFLOAT16;
+  case DType::I64: return onnx::TensorProto::INT64;
+  case DType::I32: return onnx::TensorProto::INT32;
+  case DType::Bool: return onnx::TensorProto::BOOL;
+  }
+  return 0;
+}
+
+} // namespace
+
+struct Executor::Impl {
+  std::shared_ptr<const Plan> plan;
+  ExecutorOptions options;
+  AlignedBlock arena, params;
+  std::vector<unsigned char *> paramPtr;
+  std::vector<HostTensor> inputs;
+  std::vector<bool> inputSet;
+  std::vector<void *> bufferPtr;
+  uint64_t runs = 0;
+
+  const plan::Plan &p() const { return plan->proto; }
+
+  bool loadWeights(std::string &err) {
+    const plan::Plan &pp = p();
+    uint64_t total = 0;
+    std::vector<uint64_t> offsets, sizes;
+    for (const plan::Parameter &param : pp.parameters()) {
+      uint64_t n = dtypeSize(toDType(param.dtype()));
+      for (int64_t d : param.shape())
+        n *= d;
+      offsets.push_back(total);
+      sizes.push_back(n);
+      total += (n + 63) / 64 * 64;
+    }
+    params = alignedAlloc(total);
+    for (uint64_t off : offsets)
+      paramPtr.push_back(params.get() + off);
+    if (pp.parameters_size() == 0)
+      return true;
+    if (pp.weights().path().empty()) {
+      err = "the plan has parameters but no weights source";
+      return false;
+    }
+    std::string path = plan->dir + "/" + pp.weights().path();
+    std::string bytes;
+    if (!readFile(path, bytes)) {
+      err = "cannot read the weights source '" + path + "'";
+      return false;
+    }
+    if (bytes.size() != pp.weights().size() ||
+        fnv1a64(bytes.data(), bytes.size()) != pp.weights().content_hash()) {
+      err = "the weights source '" + path +
+            "' changed since the plan was compiled (size or hash differs); "
+            "recompile the plan";
+      return false;
+    }
+    onnx::ModelProto model;
+    if (!model.ParseFromString(bytes)) {
+      err = "the weights source '" + path + "' is not an ONNX model";
+      return false;
+    }
+    bytes.clear();
+    bytes.shrink_to_fit();
+    std::map<std::string, const onnx::TensorProto *> inits;
+    for (const onnx::TensorProto &t : model.graph().initializer())
+      inits[t.name()] = &t;
+    size_t slash = path.find_last_of('/');
+    std::string onnxDir = slash == std::string::npos ? "." : path.substr(0, slash);
+    for (int i = 0; i < pp.parameters_size(); ++i) {
+      const plan::Parameter &param = pp.parameters(i);
+      auto it = inits.find(param.name());
+      if (it == inits.end()) {
+        err = "parameter '" + param.name() + "' is not in '" + path + "'";
+        return false;
+      }
+      const onnx::TensorProto &t = *it->second;
+      DType dt = toDType(param.dtype());
+      bool dimsMatch = t.dims_size() == param.shape_size();
+      for (int d = 0; dimsMatch && d < t.dims_size(); ++d)
+        dimsMatch = t.dims(d) == param.shape(d);
+      if (t.data_type() != onnxType(dt) || !dimsMatch) {
+        err = "parameter '" + param.name() + "' in '" + path +
+              "' differs in type or shape from the plan";
+        return false;
+      }
+      if (!initializerBytes(t, onnxDir, dt, sizes[i], paramPtr[i], err))
+        return false;
+    }
+    return true;
+  }
+
+  void *pointer(const plan::Buffer &b) {
+    switch (b.space()) {
+    case plan::ARENA: return arena.get() + b.offset();
+    case plan::PARAM: return paramPtr[b.slot()] + b.offset();
+    case plan::INPUT: return inputs[b.slot()].data.data() + b.offset();
+    case plan::CONST:
+      return const_cast<char *>(p().constants(b.slot()).data()) + b.offset();
+    default: return nullptr;
+    }
+  }
+};
+
+Executor::Executor(std::unique_ptr<Impl> impl) : impl(std::move(impl)) {}
+Executor::~Executor() = default;
+
+std::unique_ptr<Executor> Executor::create(std::shared_ptr<const Plan> plan,
+                                           const ExecutorOptions &options,
+                                           std::string &err) {
+  auto impl = std::make_unique<Impl>();
+  impl->plan = std::move(plan);
+  impl->options = options;
+  setThreadCount(options.threads);
+  openblas_set_num_threads(options.threads);
+  const plan::Plan &p = impl->p();
+  impl->arena = alignedAlloc(p.programs(0).arena_bytes());
+  if (!impl->arena) {
+    err = "cannot allocate the arena of " +
+          std::to_string(p.programs(0).arena_bytes()) + " bytes";
+    return nullptr;
+  }
+  impl->inputs.resize(p.inputs_size());
+  impl->inputSet.assign(p.inputs_size(), false);
+  if (!impl->loadWeights(err))
+    return nullptr;
+  return std::unique_ptr<Executor>(new Executor(std::move(impl)));
+}
+
+bool Executor::setInput(const std::string &name, HostTensor tensor,
+                        std::string &err) {
+  const plan::Plan &p = impl->p();
+  for (int i = 0; i < p.inputs_size(); ++i) {
+    if (p.inputs(i).name() != name)
+      continue;
+    const plan::Buffer &b = p.buffers(p.inputs(i).buffer());
+    DType want = toDType(b.dtype());
+    std::vector<int64_t> shape(b.shape().begin(), b.shape().end());
+    if (tensor.shape != shape) {
+      HostTensor spec;
+      spec.shape = shape;
+      err = "input '" + name + "' has shape " + tensor.shapeString() +
+            ", the plan was compiled for " + spec.shapeString();
+      return false;
+    }
+    std::string why;
+    if (!convertTensor(tensor, want, why)) {
+      err = "input '" + name + "' is " + dtypeName(tensor.dtype) +
+            ", the plan expects " + dtypeName(want) + " (" + why + ")";
+      return false;
+    }
+    impl->inputs[i] = std::move(tensor);
+    impl->inputSet[i] = true;
+    return true;
+  }
+  std::string names;
+  for (const plan::Value &v : p.inputs())
+    names += (names.empty() ? "" : ", ") + v.name();
+  err = "'" + name + "' is not an input of the plan (inputs: " + names + ")";
+  return false;
+}
+
+bool Executor::run(RunStats &stats, std::string &err) {
+  const plan::Plan &p = impl->p();
+  for (int i = 0; i < p.inputs_size(); ++i) {
+    if (!impl->inputSet[i]) {
+      err = "input '" + p.inputs(i).name() + "' was not given";
+      return false;
+    }
+  }
+  impl->bufferPtr.resize(p.buffers_size());
+  for (int i = 0; i < p.buffers_size(); ++i)
+    impl->bufferPtr[i] = impl->pointer(p.buffers(i));
+  stats.arenaPlanned = p.programs(0).arena_bytes();
+  stats.arenaHighWater = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  const plan::Program &prog = p.programs(0);
+  uint64_t runSeed = fnv1a64(&impl->runs, sizeof(impl->runs),
+                             0xcbf29ce484222325ULL ^ impl->options.seed);
+  ++impl->runs;
+  for (int i = 0; i < prog.instructions_size(); ++i) {
+    const plan::Instruction &ins = prog.instructions(i);
+    const KernelInfo *k = findKernel(ins.kernel());
+    KernelContext ctx{{}, {}, Attrs(&ins), 0, {}};
+    auto view = [&](uint32_t id) {
+      const plan::Buffer &b = p.buffers(id);
+      TensorView v;
+      v.data = impl->bufferPtr[id];
+      v.dtype = toDType(b.dtype());
+      v.shape.assign(b.shape().begin(), b.shape().end());
+      return v;
+    };
+    for (uint32_t id : ins.inputs())
+      ctx.in.push_back(view(id));
+    for (uint32_t id : ins.outputs()) {
+      ctx.out.push_back(view(id));
+      const plan::Buffer &b = p.buffers(id);
+      stats.arenaHighWater =
+          std::max<uint64_t>(stats.arenaHighWater, b.offset() + b.bytes());
+    }
+    ctx.seed = runSeed ^ (static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ULL);
+    auto k0 = std::chrono::steady_clock::now();
+    if (!k->fn(ctx)) {
+      err = "instruction " + std::to_string(i) + " (" + ins.kernel() +
+            (ins.location().empty() ? "" : ", node '" + ins.location() + "'") +
+            "): " + ctx.error;
+      return false;
+    }
+    if (impl->options.profile) {
+      double ms = std::chrono::duration<double, std::milli>(
+                      std::chrono::steady_clock::now() - k0)
+                      .count();
+      auto &entry = stats.kernelTimes[ins.kernel()];
+      entry.first += ms;
+      entry.second += 1;
+    }
+  }
+  stats.milliseconds = std::chrono::duration<double, std::milli>(
+                           std::chrono::steady_clock::now() - t0)
+                           .count();
+  return true;
+}
+
+bool Executor::output(const std::string &name, HostTensor &out,
+                      std::string &err) const {
+  const plan::Plan &p = impl->p();
+  for (const plan::Value &v : p.outputs()) {
+    if (v.name() != name)
+      continue;
+    const plan::Buffer &b = p.buffers(v.buffer());
+    out.dtype = toDType(b.dtype());
+    out.shape.assign(b.shape().begin(), b.shape().end());
+    out.data.resize(b.bytes());
+    if (b.bytes())
+      std::memcpy(out.data.data(), impl->pointer(b), b.bytes());
+    return true;
+  }
+  err = "'" + name + "' is not an output of the plan";
+  return false;
+}
+
+std::vector<std::string> Executor::inputNames() const {
+  std::vector<std::string> names;
+  for (const plan::Value &v : impl->p().inputs())
+    names.push_back(v.name());
+  return names;
+}
+
+std::vector<std::string> Executor::outputNames() const {
+  std::vector<std::string> names;
+  for (const plan::Value &v : impl->p().outputs())
+    names.push_back(v.name());
+  return names;
+}
+
+} // namespace ds::rt

@@ -1,0 +1,212 @@
+//===- Plan.cpp - loading and checking plan.bin ---------------------------===//
+//
+// Part of the ds project (runtime: no MLIR or LLVM).
+//
+// Nothing in a plan file is trusted: the header, the checksum and every
+// cross-reference are checked before anything runs, so that a corrupt plan
+// is one error line, never a crash.
+//
+//===----------------------------------------------------------------------===//
+
+#include "PlanImpl.h"
+#include "Cpu/Kernels.h"
+#include "ds/Support/PlanFormat.h"
+
+#include <fstream>
+#include <sstream>
+
+namespace ds::rt {
+
+DType toDType(plan::DType t) { return static_cast<DType>(static_cast<int>(t)); }
+
+static bool validDType(int t) { return t >= 1 && t <= 6; }
+
+static bool checkPlan(const plan::Plan &p, std::string &err) {
+  auto fail = [&](const std::string &m) {
+    err = "inconsistent plan: " + m;
+    return false;
+  };
+  if (p.programs_size() != 1)
+    return fail(std::to_string(p.programs_size()) +
+                " programs, this runtime runs exactly one");
+  const plan::Program &prog = p.programs(0);
+  std::vector<uint64_t> paramBytes, constBytes(p.constants_size());
+  for (const plan::Parameter &param : p.parameters()) {
+    if (!validDType(param.dtype()))
+      return fail("parameter '" + param.name() + "' has no valid dtype");
+    uint64_t n = dtypeSize(toDType(param.dtype()));
+    for (int64_t d : param.shape()) {
+      if (d < 0)
+        return fail("parameter '" + param.name() + "' has a negative dimension");
+      n *= static_cast<uint64_t>(d);
+    }
+    paramBytes.push_back(n);
+  }
+  for (int i = 0; i < p.constants_size(); ++i)
+    constBytes[i] = p.constants(i).size();
+  for (int i = 0; i < p.buffers_size(); ++i) {
+    const plan::Buffer &b = p.buffers(i);
+    std::string id = "buffer " + std::to_string(i);
+    if (!validDType(b.dtype()))
+      return fail(id + " has no valid dtype");
+    uint64_t n = dtypeSize(toDType(b.dtype()));
+    for (int64_t d : b.shape()) {
+      if (d < 0 || d > (int64_t(1) << 40))
+        return fail(id + " has an invalid dimension");
+      n *= static_cast<uint64_t>(d);
+    }
+    if (n != b.bytes())
+      return fail(id + " holds " + std::to_string(b.bytes()) +
+                  " bytes, its shape needs " + std::to_string(n));
+    uint64_t limit = 0;
+    switch (b.space()) {
+    case plan::ARENA: limit = prog.arena_bytes(); break;
+    case plan::PARAM:
+      if (b.slot() >= paramBytes.size())
+        return fail(id + " names parameter " + std::to_string(b.slot()) +
+                    " of " + std::to_string(paramBytes.size()));
+      limit = paramBytes[b.slot()];
+      break;
+    case plan::INPUT:
+      if (static_cast<int>(b.slot()) >= p.inputs_size())
+        return fail(id + " names input " + std::to_string(b.slot()) + " of " +
+                    std::to_string(p.inputs_size()));
+      limit = UINT64_MAX; // checked against the input's own buffer below
+      break;
+    case plan::CONST:
+      if (b.slot() >= constBytes.size())
+        return fail(id + " names constant " + std::to_string(b.slot()) +
+                    " of " + std::to_string(constBytes.size()));
+      limit = constBytes[b.slot()];
+      break;
+    default:
+      return fail(id + " has no valid memory space");
+    }
+    if (b.offset() > limit || b.bytes() > limit - b.offset())
+      return fail(id + " [" + std::to_string(b.offset()) + ", " +
+                  std::to_string(b.offset() + b.bytes()) +
+                  ") lies outside its storage of " + std::to_string(limit) +
+                  " bytes");
+  }
+  auto checkValue = [&](const plan::Value &v, const char *what) {
+    if (static_cast<int>(v.buffer()) >= p.buffers_size())
+      return fail(std::string(what) + " '" + v.name() + "' names buffer " +
+                  std::to_string(v.buffer()) + " of " +
+                  std::to_string(p.buffers_size()));
+    return true;
+  };
+  for (const plan::Value &v : p.inputs())
+    if (!checkValue(v, "input"))
+      return false;
+  for (const plan::Value &v : p.outputs())
+    if (!checkValue(v, "output"))
+      return false;
+  for (int i = 0; i < prog.instructions_size(); ++i) {
+    const plan::Instruction &ins = prog.instructions(i);
+    std::string id = "instruction " + std::to_string(i) + " (" + ins.kernel() + ")";
+    const KernelInfo *k = findKernel(ins.kernel());
+    if (!k)
+      return fail(id + ": unknown kernel '" + ins.kernel() + "'");
+    if (ins.inputs_size() < k->minIn || ins.inputs_size() > k->maxIn ||
+        ins.outputs_size() < k->minOut || ins.outputs_size() > k->maxOut)
+      return fail(id + ": wrong number of operands");
+    for (uint32_t b : ins.inputs())
+      if (static_cast<int>(b) >= p.buffers_size())
+        return fail(id + ": input buffer " + std::to_string(b) + " of " +
+                    std::to_string(p.buffers_size()));
+    for (uint32_t b : ins.outputs()) {
+      if (static_cast<int>(b) >= p.buffers_size())
+        return fail(id + ": output buffer " + std::to_string(b) + " of " +
+                    std::to_string(p.buffers_size()));
+      plan::Space s = p.buffers(b).space();
+      if (s != plan::ARENA)
+        return fail(id + " writes a buffer outside the arena");
+    }
+  }
+  return true;
+}
+
+std::shared_ptr<const Plan> loadPlan(const std::string &path, std::string &err) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    err = "cannot open plan '" + path + "'";
+    return nullptr;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string bytes = ss.str();
+  if (bytes.size() < kPlanHeaderBytes) {
+    err = "'" + path + "' is not a ds plan (" + std::to_string(bytes.size()) +
+          " bytes, shorter than the header)";
+    return nullptr;
+  }
+  PlanHeader h;
+  if (!decodePlanHeader(reinterpret_cast<const unsigned char *>(bytes.data()), h)) {
+    err = "'" + path + "' is not a ds plan (bad magic)";
+    return nullptr;
+  }
+  if (h.version != kPlanFormatVersion) {
+    err = "'" + path + "' has plan format version " + std::to_string(h.version) +
+          "; this ds-run reads version " + std::to_string(kPlanFormatVersion) +
+          " (recompile the model with this ds-opt)";
+    return nullptr;
+  }
+  uint64_t have = bytes.size() - kPlanHeaderBytes;
+  if (h.payloadBytes != have) {
+    err = "'" + path + "' is truncated or padded: the header says " +
+          std::to_string(h.payloadBytes) + " payload bytes, the file has " +
+          std::to_string(have);
+    return nullptr;
+  }
+  if (fnv1a64(bytes.data() + kPlanHeaderBytes, have) != h.checksum) {
+    err = "'" + path + "' is corrupt: checksum mismatch";
+    return nullptr;
+  }
+  auto plan = std::make_shared<Plan>();
+  if (!plan->proto.ParseFromArray(bytes.data() + kPlanHeaderBytes,
+                                  static_cast<int>(have))) {
+    err = "'" + path + "' is corrupt: the payload does not parse";
+    return nullptr;
+  }
+  if (plan->proto.format_version() != kPlanFormatVersion) {
+    err = "'" + path + "' is corrupt: payload version " +
+          std::to_string(plan->proto.format_version()) +
+          " differs from the header's";
+    return nullptr;
+  }
+  if (!checkPlan(plan->proto, err)) {
+    err = "'" + path + "': " + err;
+    return nullptr;
+  }
+  plan->path = path;
+  size_t slash = path.find_last_of('/');
+  plan->dir = slash == std::string::npos ? "." : path.substr(0, slash);
+  if (plan->dir.empty())
+    plan->dir = "/";
+  return plan;
+}
+
+PlanInfo describe(const Plan &plan) {
+  const plan::Plan &p = plan.proto;
+  PlanInfo info;
+  info.arenaBytes = p.programs(0).arena_bytes();
+  info.instructions = p.programs(0).instructions_size();
+  info.buffers = p.buffers_size();
+  info.parameters = p.parameters_size();
+  info.loss = p.loss();
+  info.weightsPath = p.weights().path();
+  auto spec = [&](const plan::Value &v) {
+    HostTensor t;
+    const plan::Buffer &b = p.buffers(v.buffer());
+    t.dtype = toDType(b.dtype());
+    t.shape.assign(b.shape().begin(), b.shape().end());
+    return std::make_pair(v.name(), t);
+  };
+  for (const plan::Value &v : p.inputs())
+    info.inputs.push_back(spec(v));
+  for (const plan::Value &v : p.outputs())
+    info.outputs.push_back(spec(v));
+  return info;
+}
+
+} // namespace ds::rt

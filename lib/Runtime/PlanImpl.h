@@ -1,0 +1,27 @@
+//===- PlanImpl.h - the loaded plan (runtime internal) ----------*- C++ -*-===//
+//
+// Part of the ds project (runtime: no MLIR or LLVM).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DS_RUNTIME_PLANIMPL_H
+#define DS_RUNTIME_PLANIMPL_H
+
+#include "ds/Runtime/Runtime.h"
+
+#include "plan.pb.h"
+
+namespace ds::rt {
+
+class Plan {
+public:
+  plan::Plan proto;
+  std::string path; // the plan file
+  std::string dir;  // its folder (weights paths are relative to it)
+};
+
+DType toDType(plan::DType t);
+
+} // namespace ds::rt
+
+#endif // DS_RUNTIME_PLANIMPL_H

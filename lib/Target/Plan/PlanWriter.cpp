@@ -1,0 +1,263 @@
+//===- PlanWriter.cpp - dsrt module to plan.bin ---------------------------===//
+//
+// Part of the ds project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ds/Target/Plan/PlanWriter.h"
+#include "ds/Dialect/DsRt/IR/DsRtOps.h"
+#include "ds/Support/PlanFormat.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinAttributes.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include "plan.pb.h"
+
+using namespace mlir;
+using namespace mlir::ds;
+namespace pb = ::ds::plan;
+
+namespace {
+
+FailureOr<pb::DType> dtypeOf(Type t) {
+  if (t.isF32()) return pb::F32;
+  if (t.isF16()) return pb::F16;
+  if (t.isBF16()) return pb::BF16;
+  if (t.isInteger(64)) return pb::I64;
+  if (t.isInteger(32)) return pb::I32;
+  if (t.isInteger(1)) return pb::BOOL;
+  return failure();
+}
+
+/// Row-major little-endian bytes of a constant (i1 one byte each).
+std::string constantBytes(ElementsAttr value) {
+  auto dense = cast<DenseElementsAttr>(value);
+  Type elt = dense.getElementType();
+  std::string out;
+  if (elt.isInteger(1)) {
+    for (bool b : dense.getValues<bool>())
+      out.push_back(b ? 1 : 0);
+    return out;
+  }
+  int64_t width = elt.getIntOrFloatBitWidth() / 8;
+  if (!dense.isSplat()) {
+    ArrayRef<char> raw = dense.getRawData();
+    return std::string(raw.data(), raw.size());
+  }
+  ArrayRef<char> one = dense.getRawData();
+  for (int64_t i = 0; i < dense.getNumElements(); ++i)
+    out.append(one.data(), width);
+  return out;
+}
+
+/// `target` relative to the folder `fromDir` (both made absolute).
+std::string relativePath(StringRef target, StringRef fromDir) {
+  SmallString<256> t(target), d(fromDir);
+  llvm::sys::fs::make_absolute(t);
+  llvm::sys::fs::make_absolute(d);
+  llvm::sys::path::remove_dots(t, true);
+  llvm::sys::path::remove_dots(d, true);
+  SmallVector<StringRef> tp(llvm::sys::path::begin(t),
+                            llvm::sys::path::end(t));
+  SmallVector<StringRef> dp(llvm::sys::path::begin(d),
+                            llvm::sys::path::end(d));
+  size_t common = 0;
+  while (common < tp.size() && common < dp.size() && tp[common] == dp[common])
+    ++common;
+  SmallString<256> rel;
+  for (size_t i = common; i < dp.size(); ++i)
+    llvm::sys::path::append(rel, "..");
+  for (size_t i = common; i < tp.size(); ++i)
+    llvm::sys::path::append(rel, tp[i]);
+  return rel.empty() ? "." : rel.str().str();
+}
+
+LogicalResult addAttribute(pb::Instruction &ins, NamedAttribute attr,
+                           Operation *op) {
+  pb::Attribute *a = ins.add_attributes();
+  a->set_name(attr.getName().str());
+  Attribute v = attr.getValue();
+  if (auto b = dyn_cast<BoolAttr>(v))
+    a->set_i(b.getValue());
+  else if (auto i = dyn_cast<IntegerAttr>(v))
+    a->set_i(i.getValue().getSExtValue());
+  else if (auto f = dyn_cast<FloatAttr>(v))
+    a->set_f(f.getValueAsDouble());
+  else if (auto s = dyn_cast<StringAttr>(v))
+    a->set_s(s.str());
+  else if (auto arr = dyn_cast<DenseI64ArrayAttr>(v))
+    for (int64_t x : arr.asArrayRef())
+      a->mutable_ints()->add_values(x);
+  else
+    return op->emitOpError("attribute '")
+           << attr.getName() << "' of unsupported kind " << v;
+  return success();
+}
+
+} // namespace
+
+LogicalResult mlir::ds::writePlan(ModuleOp module, StringRef planPath,
+                            const PlanWriteOptions &options) {
+  auto func = module.lookupSymbol<func::FuncOp>("forward");
+  if (!func || func.getNumArguments() != 0)
+    return module.emitError("writing a plan needs @forward lowered to dsrt");
+  auto arena = func->getAttrOfType<IntegerAttr>(dsrt::kArenaBytes);
+  if (!arena)
+    return func.emitError("the memory plan is missing (run "
+                          "--dsrt-plan-memory)");
+
+  pb::Plan p;
+  p.set_format_version(::ds::kPlanFormatVersion);
+  p.set_producer("ds-opt");
+  if (auto loss = func->getAttrOfType<StringAttr>("dsrt.loss"))
+    p.set_loss(loss.str());
+  pb::Program *prog = p.add_programs();
+  prog->set_name("forward");
+  prog->set_arena_bytes(arena.getInt());
+
+  llvm::DenseMap<Value, uint32_t> ids;
+  auto addBuffer = [&](Value v, pb::Space space, uint64_t offset,
+                       uint32_t slot) -> LogicalResult {
+    auto type = cast<MemRefType>(v.getType());
+    FailureOr<pb::DType> dt = dtypeOf(type.getElementType());
+    if (failed(dt))
+      return v.getDefiningOp()->emitOpError("unsupported element type");
+    pb::Buffer *b = p.add_buffers();
+    b->set_space(space);
+    b->set_offset(offset);
+    b->set_bytes(dsrt::bufferBytes(type));
+    b->set_dtype(*dt);
+    for (int64_t d : type.getShape())
+      b->add_shape(d);
+    b->set_slot(slot);
+    ids[v] = p.buffers_size() - 1;
+    return success();
+  };
+
+  std::map<int64_t, pb::Parameter> params;
+  for (Operation &op : func.getBody().front()) {
+    Location loc = op.getLoc();
+    std::string where;
+    if (auto name = dyn_cast<NameLoc>(loc))
+      where = name.getName().str();
+    if (auto a = dyn_cast<dsrt::AllocOp>(op)) {
+      if (!a.getOffset())
+        return a.emitOpError("has no offset (run --dsrt-plan-memory)");
+      if (failed(addBuffer(a, pb::ARENA, *a.getOffset(), 0)))
+        return failure();
+    } else if (auto pr = dyn_cast<dsrt::ParamOp>(op)) {
+      if (failed(addBuffer(pr, pb::PARAM, 0, pr.getIndex())))
+        return failure();
+      pb::Parameter param;
+      param.set_name(pr.getName().str());
+      auto type = cast<MemRefType>(pr.getType());
+      param.set_dtype(*dtypeOf(type.getElementType()));
+      for (int64_t d : type.getShape())
+        param.add_shape(d);
+      param.set_trainable(pr.getTrainable());
+      params[pr.getIndex()] = param;
+    } else if (auto in = dyn_cast<dsrt::InputOp>(op)) {
+      if (failed(addBuffer(in, pb::INPUT, 0, in.getIndex())))
+        return failure();
+      pb::Value *v = p.add_inputs();
+      v->set_name(in.getName().str());
+      v->set_buffer(ids[in]);
+    } else if (auto c = dyn_cast<dsrt::ConstOp>(op)) {
+      p.add_constants(constantBytes(c.getValue()));
+      if (failed(addBuffer(c, pb::CONST, 0, p.constants_size() - 1)))
+        return failure();
+    } else if (auto view = dyn_cast<dsrt::ViewOp>(op)) {
+      const pb::Buffer &src = p.buffers(ids.lookup(view.getSource()));
+      if (failed(addBuffer(view, src.space(), src.offset(), src.slot())))
+        return failure();
+    } else if (auto k = dyn_cast<dsrt::KernelOp>(op)) {
+      pb::Instruction *ins = prog->add_instructions();
+      ins->set_kernel(k.getKernel().str());
+      ins->set_location(where);
+      for (Value v : k.getIns())
+        ins->add_inputs(ids.lookup(v));
+      for (Value v : k.getOuts())
+        ins->add_outputs(ids.lookup(v));
+      for (NamedAttribute attr : k.getParams())
+        if (failed(addAttribute(*ins, attr, k)))
+          return failure();
+    } else if (auto copy = dyn_cast<dsrt::CopyOp>(op)) {
+      pb::Instruction *ins = prog->add_instructions();
+      ins->set_kernel("copy");
+      ins->set_location(where);
+      ins->add_inputs(ids.lookup(copy.getSource()));
+      ins->add_outputs(ids.lookup(copy.getTarget()));
+    } else if (auto out = dyn_cast<dsrt::OutputOp>(op)) {
+      pb::Value *v = p.add_outputs();
+      v->set_name(out.getName().str());
+      v->set_buffer(ids.lookup(out.getBuffer()));
+    } else if (isa<func::ReturnOp>(op)) {
+      continue;
+    } else {
+      return op.emitOpError("cannot be written to plan format version ")
+             << ::ds::kPlanFormatVersion;
+    }
+  }
+  for (auto &[index, param] : params) {
+    if (index != p.parameters_size())
+      return func.emitError("parameter indices are not dense");
+    *p.add_parameters() = param;
+  }
+
+  // The weights source: the ONNX file relative to the plan, and its hash.
+  if (!options.weightsPath.empty()) {
+    auto file = llvm::MemoryBuffer::getFile(options.weightsPath, false, false);
+    if (!file)
+      return module.emitError("cannot read '")
+             << options.weightsPath << "' to hash it";
+    StringRef bytes = (*file)->getBuffer();
+    SmallString<256> planDir(planPath);
+    llvm::sys::path::remove_filename(planDir);
+    if (planDir.empty())
+      planDir = ".";
+    p.mutable_weights()->set_path(relativePath(options.weightsPath, planDir));
+    p.mutable_weights()->set_content_hash(::ds::fnv1a64(bytes.data(), bytes.size()));
+    p.mutable_weights()->set_size(bytes.size());
+  }
+  for (const auto &[k, v] : options.compileOptions)
+    (*p.mutable_options())[k] = v;
+
+  std::string payload;
+  if (!p.SerializeToString(&payload))
+    return module.emitError("cannot serialize the plan");
+  ::ds::PlanHeader header;
+  header.version = ::ds::kPlanFormatVersion;
+  header.payloadBytes = payload.size();
+  header.checksum = ::ds::fnv1a64(payload.data(), payload.size());
+  unsigned char head[::ds::kPlanHeaderBytes];
+  ::ds::encodePlanHeader(header, head);
+
+  // Write beside the target, then rename: a failed write never leaves a
+  // half plan behind.
+  std::string tmp = planPath.str() + ".tmp";
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(tmp, ec, llvm::sys::fs::OF_None);
+    if (ec)
+      return module.emitError("cannot write '") << tmp << "': "
+                                                << ec.message();
+    os.write(reinterpret_cast<const char *>(head), ::ds::kPlanHeaderBytes);
+    os << payload;
+    os.close();
+    if (os.has_error()) {
+      llvm::sys::fs::remove(tmp);
+      return module.emitError("cannot write '") << tmp << "'";
+    }
+  }
+  if (std::error_code ec = llvm::sys::fs::rename(tmp, planPath)) {
+    llvm::sys::fs::remove(tmp);
+    return module.emitError("cannot write '") << planPath << "': "
+                                              << ec.message();
+  }
+  return success();
+}
