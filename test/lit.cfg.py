@@ -10,6 +10,7 @@ config.name = "ds"
 # bash runs the RUN lines (tests use $? and redirections).
 config.test_format = lit.formats.ShTest(execute_external=True)
 config.suffixes = [".mlir", ".test"]
+# Python helpers beside the tests are not tests.
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.ds_obj_root, "test")
 config.excludes = ["Inputs", "CMakeLists.txt", "lit.cfg.py", "Utils",
@@ -28,4 +29,4 @@ config.substitutions.append(
      os.path.join(config.ds_src_root, "test", "Utils", "bad-input.sh")))
 
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
-llvm_config.add_tool_substitutions(["ds-opt"], [config.ds_tools_dir])
+llvm_config.add_tool_substitutions(["ds-opt", "ds-run"], [config.ds_tools_dir])
