@@ -310,6 +310,8 @@ bool readTensorProto(const std::string &path, std::string &name,
   case onnx::TensorProto::INT32: out.dtype = DType::I32; break;
   case onnx::TensorProto::BOOL: out.dtype = DType::Bool; break;
   case onnx::TensorProto::DOUBLE: out.dtype = DType::F32; break;
+  // ONNX's own test data stores bfloat16 tensors as UINT16 bits.
+  case onnx::TensorProto::UINT16: out.dtype = DType::BF16; break;
   default:
     err = "'" + path + "' has an unsupported element type";
     return false;

@@ -42,7 +42,8 @@ bool readNpy(const std::string &path, HostTensor &out, std::string &err);
 bool writeNpz(const std::string &path,
               const std::vector<std::pair<std::string, const HostTensor *>> &arrays,
               std::string &err);
-/// An ONNX TensorProto file; `name` is the tensor's name field.
+/// An ONNX TensorProto file; `name` is the tensor's name field. UINT16
+/// data is read as bfloat16 bits (how ONNX's test data stores bfloat16).
 bool readTensorProto(const std::string &path, std::string &name,
                      HostTensor &out, std::string &err);
 
