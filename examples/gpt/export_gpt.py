@@ -26,6 +26,7 @@ SIZES = {
     # name: (vocab, block, layers, heads, d_model, batch, seq)
     "tiny": (128, 32, 2, 4, 64, 4, 32),
     "small": (512, 64, 4, 4, 128, 4, 64),
+    "wide": (1024, 128, 4, 8, 384, 4, 128),
     "gpt2-small": (50257, 1024, 12, 12, 768, 1, 128),
 }
 

@@ -381,8 +381,15 @@ bool Executor::run(RunStats &stats, std::string &err) {
                       std::chrono::steady_clock::now() - k0)
                       .count();
       auto &entry = stats.kernelTimes[ins.kernel()];
-      entry.first += ms;
-      entry.second += 1;
+      entry.milliseconds += ms;
+      entry.calls += 1;
+      if (ins.kernel() == "matmul" || ins.kernel() == "gemm") {
+        // 2*M*N*K: every result element is a K-long dot product.
+        const TensorView &a = ctx.in[0];
+        bool transA = ins.kernel() == "gemm" && ctx.attrs.getInt("trans_a", 0);
+        int64_t k = transA ? a.shape[0] : a.shape.back();
+        entry.flops += 2.0 * static_cast<double>(ctx.out[0].numel()) * k;
+      }
     }
   }
   stats.milliseconds = std::chrono::duration<double, std::milli>(

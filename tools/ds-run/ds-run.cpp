@@ -201,6 +201,7 @@ int main(int argc, char **argv) {
   RunStats stats;
   double totalMs = 0;
   for (long long r = 0; r < repeat; ++r) {
+    stats.kernelTimes.clear();
     if (!exec->run(stats, err)) {
       if (log)
         std::fclose(log);
@@ -244,13 +245,20 @@ int main(int argc, char **argv) {
     return fail("the arena high-water mark exceeds the plan");
 
   if (profile) {
+    // The last run's kernels, slowest first; GEMMs with their throughput.
     std::vector<std::pair<double, std::string>> rows;
     for (const auto &[k, v] : stats.kernelTimes)
-      rows.push_back({v.first, k});
+      rows.push_back({v.milliseconds, k});
     std::sort(rows.rbegin(), rows.rend());
-    for (const auto &[ms, k] : rows)
-      std::printf("  %-28s %9.3f ms  %6lld calls\n", k.c_str(), ms,
-                  static_cast<long long>(stats.kernelTimes[k].second));
+    std::printf("profile of the last run:\n");
+    for (const auto &[ms, k] : rows) {
+      const RunStats::KernelTime &t = stats.kernelTimes[k];
+      std::printf("  %-28s %9.3f ms  %6lld calls", k.c_str(), ms,
+                  static_cast<long long>(t.calls));
+      if (t.flops > 0 && ms > 0)
+        std::printf("  %8.2f GFLOP/s", t.flops / (ms * 1e6));
+      std::printf("\n");
+    }
   }
 
   if (!outputsPath.empty()) {

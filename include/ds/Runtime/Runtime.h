@@ -70,8 +70,14 @@ struct RunStats {
   uint64_t arenaPlanned = 0;   // bytes the plan reserves
   uint64_t arenaHighWater = 0; // highest arena byte any kernel wrote
   double milliseconds = 0;
-  /// With profile: per kernel id, total milliseconds and calls.
-  std::map<std::string, std::pair<double, int64_t>> kernelTimes;
+  /// With profile: per kernel id, total milliseconds, calls and FLOPs (the
+  /// FLOPs are counted for matmul and gemm: 2*M*N*K).
+  struct KernelTime {
+    double milliseconds = 0;
+    int64_t calls = 0;
+    double flops = 0;
+  };
+  std::map<std::string, KernelTime> kernelTimes;
 };
 
 /// Runs a plan: owns the arena (allocated once at the planned size), the

@@ -44,6 +44,23 @@ SmallVector<int64_t> inplaceOperands(Operation *op) {
   return out;
 }
 
+/// True if `t` swaps the last two dimensions only and every user is a
+/// matmul taking it as the right operand: the matmul kernel then reads the
+/// source transposed (`trans_b`) and no copy is made. PyTorch exports every
+/// Linear layer as Transpose(W) + MatMul.
+bool foldsIntoMatMul(TransposeOp t) {
+  ArrayRef<int64_t> perm = t.getPerm();
+  int64_t rank = perm.size();
+  if (rank < 2 || perm[rank - 1] != rank - 2 || perm[rank - 2] != rank - 1)
+    return false;
+  for (int64_t i = 0; i + 2 < rank; ++i)
+    if (perm[i] != i)
+      return false;
+  return llvm::all_of(t->getUses(), [](OpOperand &use) {
+    return isa<MatMulOp>(use.getOwner()) && use.getOperandNumber() == 1;
+  });
+}
+
 struct LowerToDsRtPass : impl::LowerToDsRtPassBase<LowerToDsRtPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -61,6 +78,7 @@ struct LowerToDsRtPass : impl::LowerToDsRtPassBase<LowerToDsRtPass> {
     OpBuilder b(func.getContext());
     b.setInsertionPointToStart(&body);
     IRMapping map;
+    llvm::DenseMap<Value, Value> transposedFrom;
     int64_t inputIndex = 0, paramIndex = 0;
     for (BlockArgument arg : body.getArguments()) {
       Location loc = func.getLoc();
@@ -121,6 +139,11 @@ struct LowerToDsRtPass : impl::LowerToDsRtPassBase<LowerToDsRtPass> {
         toErase.push_back(&op);
         continue;
       }
+      if (auto t = dyn_cast<TransposeOp>(op); t && foldsIntoMatMul(t)) {
+        transposedFrom[t.getResult()] = map.lookup(t.getInput());
+        toErase.push_back(&op);
+        continue;
+      }
       if (auto reshape = dyn_cast<ReshapeOp>(op)) {
         map.map(reshape.getResult(),
                 dsrt::ViewOp::create(b, loc, bufferType(reshape.getType()),
@@ -132,7 +155,13 @@ struct LowerToDsRtPass : impl::LowerToDsRtPassBase<LowerToDsRtPass> {
         return op.emitOpError("cannot be lowered to dsrt");
 
       SmallVector<Value> ins, outs;
+      NamedAttrList params(op.getAttrDictionary());
       for (Value v : op.getOperands()) {
+        if (Value source = transposedFrom.lookup(v)) {
+          ins.push_back(source);
+          params.set("trans_b", b.getBoolAttr(true));
+          continue;
+        }
         Value m = map.lookupOrNull(v);
         if (!m)
           return op.emitOpError("operand was not lowered");
@@ -159,7 +188,7 @@ struct LowerToDsRtPass : impl::LowerToDsRtPassBase<LowerToDsRtPass> {
       StringRef kernel = op.getName().stripDialect();
       SmallVector<int64_t> inplace = inplaceOperands(&op);
       dsrt::KernelOp::create(b, loc, b.getStringAttr(kernel), ins, outs,
-                             op.getAttrDictionary(),
+                             params.getDictionary(b.getContext()),
                              inplace.empty()
                                  ? DenseI64ArrayAttr()
                                  : b.getDenseI64ArrayAttr(inplace));

@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Kernels.h"
+#include "Vec.h"
 
 #include <algorithm>
 
@@ -60,6 +61,28 @@ bool checkBroadcast(KernelContext &ctx, const TensorView &in,
     if (in.shape[d] != 1 && in.shape[d] != out.shape[d + off])
       return ctx.fail("operand does not broadcast to the result");
   return true;
+}
+
+/// One row of an f32 binary op; a and b step by sa and sb (0 or 1).
+DS_CLONES void binaryRowF32(Bin op, const float *a, int64_t sa, const float *b,
+                            int64_t sb, float *o, int64_t n) {
+#define DS_ROW(EXPR)                                                           \
+  if (sa == 1 && sb == 1)                                                      \
+    DS_VECTORIZE for (int64_t i = 0; i < n; ++i) { float x = a[i], y = b[i]; o[i] = EXPR; } \
+  else if (sa == 1)                                                            \
+    DS_VECTORIZE for (int64_t i = 0; i < n; ++i) { float x = a[i], y = b[0]; o[i] = EXPR; } \
+  else if (sb == 1)                                                            \
+    DS_VECTORIZE for (int64_t i = 0; i < n; ++i) { float x = a[0], y = b[i]; o[i] = EXPR; } \
+  else                                                                         \
+    DS_VECTORIZE for (int64_t i = 0; i < n; ++i) { float x = a[0], y = b[0]; o[i] = EXPR; }
+  switch (op) {
+  case Bin::Add: DS_ROW(x + y) break;
+  case Bin::Sub: DS_ROW(x - y) break;
+  case Bin::Mul: DS_ROW(x * y) break;
+  case Bin::Div: DS_ROW(x / y) break;
+  default: break;
+  }
+#undef DS_ROW
 }
 
 template <typename F>
@@ -151,6 +174,17 @@ bool binary(KernelContext &ctx, Bin op) {
   if (a.dtype == DType::F32 && b.dtype == DType::F32 && o.dtype == DType::F32) {
     const float *A = a.as<float>(), *B = b.as<float>();
     float *O = o.as<float>();
+    int64_t ia = w.innerStride(0), ib = w.innerStride(1);
+    bool simple = (ia == 0 || ia == 1) && (ib == 0 || ib == 1);
+    if (simple && (op == Bin::Add || op == Bin::Sub || op == Bin::Mul ||
+                   op == Bin::Div)) {
+      parallelFor(w.rows, w.grain(), [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r)
+          binaryRowF32(op, A + w.offset(0, r), ia, B + w.offset(1, r), ib,
+                       O + r * w.inner, w.inner);
+      });
+      return true;
+    }
     switch (op) {
     case Bin::Add: binaryF32(w, A, B, O, [](float x, float y) { return x + y; }); return true;
     case Bin::Sub: binaryF32(w, A, B, O, [](float x, float y) { return x - y; }); return true;
@@ -195,6 +229,23 @@ bool binary(KernelContext &ctx, Bin op) {
 
 enum class Un { Neg, Abs, Exp, Log, Sqrt, Reciprocal, Erf, Tanh, Relu, Sigmoid, Not };
 
+/// The f32 unary ops that vectorize (exp, erf and sigmoid through Vec.h);
+/// false for the others. n = 0 asks only whether `op` is one of them.
+DS_CLONES bool unaryRowF32(Un op, const float *x, float *y, int64_t n) {
+  switch (op) {
+  case Un::Exp: DS_VECTORIZE for (int64_t i = 0; i < n; ++i) y[i] = fastExp(x[i]); return true;
+  case Un::Erf: DS_VECTORIZE for (int64_t i = 0; i < n; ++i) y[i] = fastErf(x[i]); return true;
+  case Un::Sigmoid:
+    DS_VECTORIZE for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / (1.0f + fastExp(-x[i]));
+    return true;
+  case Un::Relu: DS_VECTORIZE for (int64_t i = 0; i < n; ++i) y[i] = x[i] < 0.0f ? 0.0f : x[i]; return true;
+  case Un::Neg: DS_VECTORIZE for (int64_t i = 0; i < n; ++i) y[i] = -x[i]; return true;
+  case Un::Sqrt: DS_VECTORIZE for (int64_t i = 0; i < n; ++i) y[i] = std::sqrt(x[i]); return true;
+  case Un::Reciprocal: DS_VECTORIZE for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / x[i]; return true;
+  default: return false;
+  }
+}
+
 template <typename F>
 void unaryF32(const float *X, float *Y, int64_t n, F f) {
   parallelFor(n, 32768, [&](int64_t b, int64_t e) {
@@ -226,6 +277,15 @@ bool unary(KernelContext &ctx, Un op) {
   int64_t n = y.numel();
   if (x.numel() != n)
     return ctx.fail("operand and result sizes differ");
+  if (x.dtype == DType::F32 && y.dtype == DType::F32 &&
+      unaryRowF32(op, x.as<float>(), y.as<float>(), 0)) {
+    const float *X = x.as<float>();
+    float *Y = y.as<float>();
+    parallelFor(n, 32768, [&](int64_t b, int64_t e) {
+      unaryRowF32(op, X + b, Y + b, e - b);
+    });
+    return true;
+  }
   if (x.dtype == DType::F32 && y.dtype == DType::F32) {
     const float *X = x.as<float>();
     float *Y = y.as<float>();
@@ -310,6 +370,16 @@ bool kCast(KernelContext &ctx) {
   return true;
 }
 
+template <typename T>
+static void selectRow(char *out, const uint8_t *c, const char *x, const char *y,
+                      int64_t n, int64_t ic, int64_t ix, int64_t iy) {
+  T *o = reinterpret_cast<T *>(out);
+  const T *xs = reinterpret_cast<const T *>(x);
+  const T *ys = reinterpret_cast<const T *>(y);
+  for (int64_t i = 0; i < n; ++i)
+    o[i] = c[i * ic] ? xs[i * ix] : ys[i * iy];
+}
+
 bool kWhere(KernelContext &ctx) {
   const TensorView &c = ctx.in[0], &x = ctx.in[1], &yv = ctx.in[2];
   TensorView &o = ctx.out[0];
@@ -325,10 +395,12 @@ bool kWhere(KernelContext &ctx) {
   parallelFor(w.rows, w.grain(), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       int64_t oc = w.offset(0, r), ox = w.offset(1, r), oy = w.offset(2, r);
-      for (int64_t i = 0; i < w.inner; ++i) {
-        const char *src = C[oc + i * ic] ? X + (ox + i * ix) * es
-                                         : Y + (oy + i * iy) * es;
-        std::memcpy(O + (r * w.inner + i) * es, src, es);
+      char *o = O + r * w.inner * es;
+      switch (es) {
+      case 4: selectRow<uint32_t>(o, C + oc, X + ox * es, Y + oy * es, w.inner, ic, ix, iy); break;
+      case 8: selectRow<uint64_t>(o, C + oc, X + ox * es, Y + oy * es, w.inner, ic, ix, iy); break;
+      case 2: selectRow<uint16_t>(o, C + oc, X + ox * es, Y + oy * es, w.inner, ic, ix, iy); break;
+      default: selectRow<uint8_t>(o, C + oc, X + ox * es, Y + oy * es, w.inner, ic, ix, iy); break;
       }
     }
   });

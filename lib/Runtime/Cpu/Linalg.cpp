@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Kernels.h"
+#include "Vec.h"
 
 #include <cblas.h>
 
@@ -50,10 +51,13 @@ bool kMatMul(KernelContext &ctx) {
   TensorView &o = ctx.out[0];
   if (a.rank() < 1 || b.rank() < 1)
     return ctx.fail("matmul operands need rank >= 1");
+  // trans_b: B is stored [..., N, K] (the compiler folded a transpose).
+  bool transB = ctx.attrs.getInt("trans_b", 0) != 0 && b.rank() >= 2;
   int64_t M = a.rank() == 1 ? 1 : a.shape[a.rank() - 2];
   int64_t K = a.shape.back();
-  int64_t Kb = b.rank() == 1 ? b.shape[0] : b.shape[b.rank() - 2];
-  int64_t N = b.rank() == 1 ? 1 : b.shape.back();
+  int64_t Kb = b.rank() == 1 ? b.shape[0]
+                             : b.shape[b.rank() - (transB ? 1 : 2)];
+  int64_t N = b.rank() == 1 ? 1 : b.shape[b.rank() - (transB ? 2 : 1)];
   if (K != Kb)
     return ctx.fail("matmul contraction mismatch");
   std::vector<int64_t> aBatch(a.shape.begin(), a.shape.end() - std::min<int64_t>(a.rank(), 2));
@@ -92,8 +96,8 @@ bool kMatMul(KernelContext &ctx) {
   } else if (bBatch.empty()) {
     // Shared right operand: one GEMM over all rows of A.
     int64_t rows = (aBatch.empty() ? 1 : prod(aBatch, 0, aBatch.size())) * M;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, N, K, 1.0f, A,
-                K, B, N, 0.0f, C, N);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
+                rows, N, K, 1.0f, A, K, B, transB ? K : N, 0.0f, C, N);
   } else {
     std::vector<int64_t> sa = broadcastStrides(aBatch, batchRank);
     std::vector<int64_t> sb = broadcastStrides(bBatch, batchRank);
@@ -105,8 +109,9 @@ bool kMatMul(KernelContext &ctx) {
         oa += idx * sa[d];
         ob += idx * sb[d];
       }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f,
-                  A + oa * M * K, K, B + ob * K * N, N, 0.0f,
+      cblas_sgemm(CblasRowMajor, CblasNoTrans,
+                  transB ? CblasTrans : CblasNoTrans, M, N, K, 1.0f,
+                  A + oa * M * K, K, B + ob * K * N, transB ? K : N, 0.0f,
                   C + bi * M * N, N);
     }
   }
@@ -164,6 +169,54 @@ bool kGemm(KernelContext &ctx) {
 }
 
 namespace {
+/// One contiguous f32 softmax row; the sum in double.
+DS_CLONES void softmaxRowF32(const float *xr, float *yr, int64_t dim,
+                             bool logOut) {
+  float mx = -INFINITY;
+  for (int64_t k = 0; k < dim; ++k)
+    mx = std::max(mx, xr[k]);
+  if (mx == -INFINITY) { // every element -inf: NaN, as torch
+    for (int64_t k = 0; k < dim; ++k)
+      yr[k] = NAN;
+    return;
+  }
+  double sum = 0;
+  if (logOut) {
+    for (int64_t k = 0; k < dim; ++k)
+      sum += fastExp(xr[k] - mx);
+    float ls = static_cast<float>(std::log(sum));
+    for (int64_t k = 0; k < dim; ++k)
+      yr[k] = xr[k] - mx - ls;
+    return;
+  }
+  for (int64_t k = 0; k < dim; ++k)
+    yr[k] = fastExp(xr[k] - mx);
+  for (int64_t k = 0; k < dim; ++k)
+    sum += yr[k];
+  float inv = static_cast<float>(1.0 / sum);
+  for (int64_t k = 0; k < dim; ++k)
+    yr[k] *= inv;
+}
+
+/// One f32 LayerNorm row: two passes for mean and variance (in double).
+DS_CLONES void layerNormRowF32(const float *xr, float *yr, const float *s,
+                               const float *bb, int64_t cols, double eps) {
+  double sum = 0;
+  for (int64_t c = 0; c < cols; ++c)
+    sum += xr[c];
+  double mean = sum / cols, sq = 0;
+  for (int64_t c = 0; c < cols; ++c)
+    sq += (xr[c] - mean) * (xr[c] - mean);
+  float rstd = static_cast<float>(1.0 / std::sqrt(sq / cols + eps));
+  float m = static_cast<float>(mean);
+  if (bb)
+    DS_VECTORIZE for (int64_t c = 0; c < cols; ++c)
+      yr[c] = (xr[c] - m) * rstd * s[c] + bb[c];
+  else
+    DS_VECTORIZE for (int64_t c = 0; c < cols; ++c)
+      yr[c] = (xr[c] - m) * rstd * s[c];
+}
+
 bool softmaxImpl(KernelContext &ctx, bool logOut) {
   const TensorView &x = ctx.in[0];
   TensorView &y = ctx.out[0];
@@ -173,6 +226,16 @@ bool softmaxImpl(KernelContext &ctx, bool logOut) {
   int64_t outer = prod(x.shape, 0, axis), dim = x.shape[axis];
   int64_t inner = prod(x.shape, axis + 1, x.shape.size());
   bool f32 = x.dtype == DType::F32 && y.dtype == DType::F32;
+  if (f32 && inner == 1) {
+    // Contiguous rows: one exp per element, the sum in double.
+    parallelFor(outer, std::max<int64_t>(1, 8192 / std::max<int64_t>(dim, 1)),
+                [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r)
+        softmaxRowF32(x.as<float>() + r * dim, y.as<float>() + r * dim, dim,
+                      logOut);
+    });
+    return true;
+  }
   parallelFor(outer * inner, std::max<int64_t>(1, 8192 / std::max<int64_t>(dim, 1)),
               [&](int64_t b, int64_t e) {
     std::vector<double> buf(dim);
@@ -263,19 +326,9 @@ bool kLayerNorm(KernelContext &ctx) {
       int64_t base = r * cols;
       double sum = 0, sq = 0;
       if (f32) {
-        const float *xr = x.as<float>() + base;
-        for (int64_t c = 0; c < cols; ++c)
-          sum += xr[c];
-        double mean = sum / cols;
-        for (int64_t c = 0; c < cols; ++c)
-          sq += (xr[c] - mean) * (xr[c] - mean);
-        float rstd = static_cast<float>(1.0 / std::sqrt(sq / cols + eps));
-        float m = static_cast<float>(mean);
-        float *yr = y.as<float>() + base;
-        const float *s = scale.as<float>();
-        const float *bb = bias ? bias->as<float>() : nullptr;
-        for (int64_t c = 0; c < cols; ++c)
-          yr[c] = (xr[c] - m) * rstd * s[c] + (bb ? bb[c] : 0.0f);
+        layerNormRowF32(x.as<float>() + base, y.as<float>() + base,
+                        scale.as<float>(), bias ? bias->as<float>() : nullptr,
+                        cols, eps);
         continue;
       }
       for (int64_t c = 0; c < cols; ++c)
@@ -306,6 +359,24 @@ bool kSoftmaxCrossEntropyLoss(KernelContext &ctx) {
   int64_t D = prod(scores.shape, 2, scores.shape.size());
   // log-softmax over C at every (n, d), kept for the loss and log_prob.
   std::vector<double> logp(static_cast<size_t>(N * C * D));
+  if (scores.dtype == DType::F32 && D == 1) {
+    const float *S = scores.as<float>();
+    parallelFor(N, std::max<int64_t>(1, 8192 / std::max<int64_t>(C, 1)),
+                [&](int64_t b, int64_t e) {
+      for (int64_t n = b; n < e; ++n) {
+        const float *row = S + n * C;
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int64_t c = 0; c < C; ++c)
+          mx = std::max(mx, row[c]);
+        double sum = 0;
+        for (int64_t c = 0; c < C; ++c)
+          sum += std::exp(row[c] - mx);
+        double ls = std::log(sum) + mx;
+        for (int64_t c = 0; c < C; ++c)
+          logp[n * C + c] = row[c] - ls;
+      }
+    });
+  } else
   parallelFor(N * D, 64, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       int64_t n = r / D, d = r % D;

@@ -29,6 +29,19 @@ inline void copyElem(char *dst, const char *src, size_t es) {
   }
 }
 
+/// dst[i] = src[i * stride] for elements of type T.
+template <typename T>
+inline void stridedRow(char *dst, const char *src, int64_t n, int64_t stride) {
+  T *d = reinterpret_cast<T *>(dst);
+  const T *s = reinterpret_cast<const T *>(src);
+  if (stride == 0) {
+    std::fill(d, d + n, s[0]);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i)
+    d[i] = s[i * stride];
+}
+
 /// Copies `out` from `in` where output row r (all dims but the last) starts
 /// at input element rowOffset(r) and steps by innerStride.
 template <typename RowOffset>
@@ -51,8 +64,15 @@ void stridedCopy(const TensorView &in, TensorView &out, RowOffset rowOffset,
         std::memcpy(d, src + off * es, inner * es);
         continue;
       }
-      for (int64_t i = 0; i < inner; ++i)
-        copyElem(d + i * es, src + (off + i * innerStride) * es, es);
+      switch (es) {
+      case 4: stridedRow<uint32_t>(d, src + off * es, inner, innerStride); break;
+      case 8: stridedRow<uint64_t>(d, src + off * es, inner, innerStride); break;
+      case 2: stridedRow<uint16_t>(d, src + off * es, inner, innerStride); break;
+      case 1: stridedRow<uint8_t>(d, src + off * es, inner, innerStride); break;
+      default:
+        for (int64_t i = 0; i < inner; ++i)
+          copyElem(d + i * es, src + (off + i * innerStride) * es, es);
+      }
     }
   });
 }

@@ -1,0 +1,249 @@
+//===- KernelsTest.cpp - CPU kernels against naive references -------------===//
+//
+// Part of the ds project. Each test builds random inputs, runs a kernel
+// through its registry entry, and compares with a straightforward loop.
+// Tolerances: f32 kernels 1e-5 relative (summation order differs), the
+// fast exp 3 ulp and erf 1.5e-7 absolute (their documented accuracy).
+//
+//===----------------------------------------------------------------------===//
+
+#include "Cpu/Kernels.h"
+#include "Cpu/Vec.h"
+
+#include "plan.pb.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+using namespace ds::rt;
+
+namespace {
+
+struct Buf {
+  std::vector<float> v;
+  TensorView view(std::vector<int64_t> shape) {
+    TensorView t;
+    t.data = v.data();
+    t.dtype = DType::F32;
+    t.shape = std::move(shape);
+    return t;
+  }
+};
+
+std::vector<float> randomVec(size_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d;
+  std::vector<float> v(n);
+  for (float &x : v)
+    x = d(g);
+  return v;
+}
+
+/// Runs kernel `name` with attributes `ins`.
+bool runKernel(const char *name, std::vector<TensorView> in,
+               std::vector<TensorView> out, const ds::plan::Instruction &attrs,
+               std::string *error = nullptr) {
+  const KernelInfo *k = findKernel(name);
+  EXPECT_NE(k, nullptr) << name;
+  KernelContext ctx{std::move(in), std::move(out), Attrs(&attrs), 0, {}};
+  bool ok = k->fn(ctx);
+  if (error)
+    *error = ctx.error;
+  return ok;
+}
+
+void addInt(ds::plan::Instruction &ins, const char *name, int64_t v) {
+  auto *a = ins.add_attributes();
+  a->set_name(name);
+  a->set_i(v);
+}
+
+double maxRelError(const std::vector<float> &got, const std::vector<float> &ref) {
+  double maxAbs = 0, maxRef = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    maxAbs = std::max(maxAbs, std::fabs(double(got[i]) - ref[i]));
+    maxRef = std::max(maxRef, std::fabs(double(ref[i])));
+  }
+  return maxAbs / std::max(maxRef, 1e-30);
+}
+
+TEST(Vec, FastExpWithin3Ulp) {
+  for (float x = -87.0f; x < 88.0f; x += 0.0137f) {
+    float a = fastExp(x), b = std::exp(x);
+    int32_t ia, ib;
+    std::memcpy(&ia, &a, 4);
+    std::memcpy(&ib, &b, 4);
+    ASSERT_LE(std::abs(int64_t(ia) - ib), 3) << "x = " << x;
+  }
+  EXPECT_EQ(fastExp(-INFINITY), 0.0f);
+  EXPECT_EQ(fastExp(-100.0f), 0.0f);
+  EXPECT_TRUE(std::isinf(fastExp(100.0f)));
+  EXPECT_TRUE(std::isnan(fastExp(NAN)));
+}
+
+TEST(Vec, FastErfWithin1p5e7) {
+  for (float x = -6.0f; x < 6.0f; x += 0.001f)
+    ASSERT_NEAR(fastErf(x), std::erf(double(x)), 1.5e-7) << "x = " << x;
+  EXPECT_EQ(fastErf(0.0f), 0.0f);
+}
+
+TEST(Half, RoundTripsAndRounds) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    uint16_t bits = static_cast<uint16_t>(h);
+    float f = halfToFloat(bits);
+    if (std::isnan(f))
+      continue;
+    ASSERT_EQ(floatToHalf(f), bits) << std::hex << h;
+  }
+  EXPECT_EQ(floatToHalf(1.0f + 1.0f / 2048), 0x3c00); // ties to even
+  EXPECT_EQ(floatToHalf(65520.0f), 0x7c00);           // overflow to inf
+  EXPECT_EQ(floatToBf16(1.0f), 0x3f80);
+  EXPECT_EQ(bf16ToFloat(floatToBf16(3.140625f)), 3.140625f);
+}
+
+TEST(Kernels, MatMulBatchBroadcastAndTransB) {
+  // a: [2, 1, 3, 4], b: [5, 4] stored transposed as [5, 4] (trans_b),
+  // and b2: [3, 4, 5] broadcast against a's batch.
+  Buf a{randomVec(2 * 3 * 4, 1)}, b{randomVec(5 * 4, 2)},
+      b2{randomVec(3 * 4 * 5, 3)};
+  Buf o{std::vector<float>(2 * 3 * 5)}, o2{std::vector<float>(2 * 3 * 3 * 5)};
+  ds::plan::Instruction transB;
+  addInt(transB, "trans_b", 1);
+  ASSERT_TRUE(runKernel("matmul", {a.view({2, 1, 3, 4}), b.view({5, 4})},
+                        {o.view({2, 1, 3, 5})}, transB));
+  std::vector<float> ref(o.v.size());
+  for (int bi = 0; bi < 2; ++bi)
+    for (int m = 0; m < 3; ++m)
+      for (int n = 0; n < 5; ++n) {
+        double s = 0;
+        for (int k = 0; k < 4; ++k)
+          s += double(a.v[(bi * 3 + m) * 4 + k]) * b.v[n * 4 + k];
+        ref[(bi * 3 + m) * 5 + n] = float(s);
+      }
+  EXPECT_LT(maxRelError(o.v, ref), 1e-5);
+
+  ds::plan::Instruction plain;
+  ASSERT_TRUE(runKernel("matmul", {a.view({2, 1, 3, 4}), b2.view({3, 4, 5})},
+                        {o2.view({2, 3, 3, 5})}, plain));
+  std::vector<float> ref2(o2.v.size());
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int m = 0; m < 3; ++m)
+        for (int n = 0; n < 5; ++n) {
+          double s = 0;
+          for (int k = 0; k < 4; ++k)
+            s += double(a.v[(i * 3 + m) * 4 + k]) * b2.v[(j * 4 + k) * 5 + n];
+          ref2[((i * 3 + j) * 3 + m) * 5 + n] = float(s);
+        }
+  EXPECT_LT(maxRelError(o2.v, ref2), 1e-5);
+}
+
+TEST(Kernels, MatMulRejectsMismatch) {
+  Buf a{randomVec(12, 1)}, b{randomVec(12, 2)}, o{std::vector<float>(9)};
+  ds::plan::Instruction plain;
+  std::string error;
+  EXPECT_FALSE(runKernel("matmul", {a.view({3, 4}), b.view({3, 4})},
+                         {o.view({3, 3})}, plain, &error));
+  EXPECT_EQ(error, "matmul contraction mismatch");
+}
+
+TEST(Kernels, SoftmaxRowsAndMiddleAxis) {
+  Buf x{randomVec(2 * 3 * 4, 4)}, y{std::vector<float>(24)};
+  for (int axis : {2, 1}) {
+    ds::plan::Instruction ins;
+    addInt(ins, "axis", axis);
+    ASSERT_TRUE(runKernel("softmax", {x.view({2, 3, 4})}, {y.view({2, 3, 4})}, ins));
+    int inner = axis == 2 ? 1 : 4, dim = axis == 2 ? 4 : 3;
+    std::vector<float> ref(24);
+    for (int o = 0; o < 2 * (axis == 2 ? 3 : 1); ++o)
+      for (int in = 0; in < inner; ++in) {
+        double mx = -1e30, sum = 0;
+        for (int k = 0; k < dim; ++k)
+          mx = std::max(mx, double(x.v[(o * dim + k) * inner + in]));
+        for (int k = 0; k < dim; ++k)
+          sum += std::exp(x.v[(o * dim + k) * inner + in] - mx);
+        for (int k = 0; k < dim; ++k)
+          ref[(o * dim + k) * inner + in] =
+              float(std::exp(x.v[(o * dim + k) * inner + in] - mx) / sum);
+      }
+    EXPECT_LT(maxRelError(y.v, ref), 1e-5) << "axis " << axis;
+  }
+}
+
+TEST(Kernels, LayerNormMatchesNaive) {
+  Buf x{randomVec(6 * 8, 5)}, s{randomVec(8, 6)}, b{randomVec(8, 7)},
+      y{std::vector<float>(48)};
+  ds::plan::Instruction ins;
+  addInt(ins, "axis", 1);
+  auto *eps = ins.add_attributes();
+  eps->set_name("epsilon");
+  eps->set_f(1e-5);
+  ASSERT_TRUE(runKernel("layer_norm", {x.view({6, 8}), s.view({8}), b.view({8})},
+                        {y.view({6, 8})}, ins));
+  std::vector<float> ref(48);
+  for (int r = 0; r < 6; ++r) {
+    double mean = 0, var = 0;
+    for (int c = 0; c < 8; ++c)
+      mean += x.v[r * 8 + c] / 8.0;
+    for (int c = 0; c < 8; ++c)
+      var += (x.v[r * 8 + c] - mean) * (x.v[r * 8 + c] - mean) / 8.0;
+    for (int c = 0; c < 8; ++c)
+      ref[r * 8 + c] = float((x.v[r * 8 + c] - mean) / std::sqrt(var + 1e-5) * s.v[c] + b.v[c]);
+  }
+  EXPECT_LT(maxRelError(y.v, ref), 1e-5);
+}
+
+TEST(Kernels, BinaryBroadcastAndInPlace) {
+  // [2, 3, 4] + [3, 1]: numpy broadcasting; then in place (out == lhs).
+  Buf a{randomVec(24, 8)}, b{randomVec(3, 9)}, o{std::vector<float>(24)};
+  ds::plan::Instruction none;
+  ASSERT_TRUE(runKernel("add", {a.view({2, 3, 4}), b.view({3, 1})},
+                        {o.view({2, 3, 4})}, none));
+  for (int i = 0; i < 24; ++i)
+    ASSERT_EQ(o.v[i], a.v[i] + b.v[(i / 4) % 3]);
+  std::vector<float> before = a.v;
+  ASSERT_TRUE(runKernel("mul", {a.view({2, 3, 4}), b.view({3, 1})},
+                        {a.view({2, 3, 4})}, none));
+  for (int i = 0; i < 24; ++i)
+    ASSERT_EQ(a.v[i], before[i] * b.v[(i / 4) % 3]);
+}
+
+TEST(Kernels, UnaryInPlaceMatchesLibm) {
+  Buf x{randomVec(1000, 10)};
+  std::vector<float> before = x.v;
+  ds::plan::Instruction none;
+  ASSERT_TRUE(runKernel("erf", {x.view({1000})}, {x.view({1000})}, none));
+  for (int i = 0; i < 1000; ++i)
+    ASSERT_NEAR(x.v[i], std::erf(double(before[i])), 1.5e-7);
+}
+
+TEST(Kernels, TransposeAndSlice) {
+  Buf x{randomVec(2 * 3 * 4, 11)}, t{std::vector<float>(24)}, s{std::vector<float>(4)};
+  ds::plan::Instruction perm;
+  auto *p = perm.add_attributes();
+  p->set_name("perm");
+  for (int v : {2, 0, 1})
+    p->mutable_ints()->add_values(v);
+  ASSERT_TRUE(runKernel("transpose", {x.view({2, 3, 4})}, {t.view({4, 2, 3})}, perm));
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int k = 0; k < 4; ++k)
+        ASSERT_EQ(t.v[(k * 2 + i) * 3 + j], x.v[(i * 3 + j) * 4 + k]);
+  // x[1, ::-2, 1:3] -> shape [1, 2, 2], rows 2 and 0.
+  ds::plan::Instruction slice;
+  auto *st = slice.add_attributes();
+  st->set_name("starts");
+  for (int v : {1, 2, 1})
+    st->mutable_ints()->add_values(v);
+  auto *sp = slice.add_attributes();
+  sp->set_name("steps");
+  for (int v : {1, -2, 1})
+    sp->mutable_ints()->add_values(v);
+  ASSERT_TRUE(runKernel("slice", {x.view({2, 3, 4})}, {s.view({1, 2, 2})}, slice));
+  EXPECT_EQ(s.v[0], x.v[(1 * 3 + 2) * 4 + 1]);
+  EXPECT_EQ(s.v[3], x.v[(1 * 3 + 0) * 4 + 2]);
+}
+
+} // namespace
