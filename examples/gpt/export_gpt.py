@@ -6,7 +6,8 @@ The export follows what ds expects of a training graph (see
 opset 17, so that every parameter is one initializer named as in torch and
 the loss (SoftmaxCrossEntropyLoss) is a graph output.
 
-    /usr/bin/python3 examples/gpt/export_gpt.py                 # gpt.onnx (tiny, committed)
+    /usr/bin/python3 examples/gpt/export_gpt.py --inputs examples/gpt/inputs.npz
+                                                                # gpt.onnx + inputs.npz (tiny, committed)
     /usr/bin/python3 examples/gpt/export_gpt.py --size gpt2-small -o /tmp/gpt2.onnx
 
 The tiny model is what the README's main job compiles; gpt2-small has the
@@ -139,6 +140,9 @@ def main():
                     help="export batch and sequence as dynamic dimensions")
     ap.add_argument("--npz", default=None,
                     help="also write the inputs and torch's outputs to this .npz")
+    ap.add_argument("--inputs", default=None,
+                    help="also write the inputs (idx, targets) to this .npz, "
+                         "for ds-run --inputs")
     args = ap.parse_args()
     out = args.output or os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                       "gpt.onnx" if args.size == "tiny" else f"gpt-{args.size}.onnx")
@@ -147,6 +151,9 @@ def main():
     print(f"exporting {args.size}: {nparams} parameters, inputs {tuple(idx.shape)} -> {out}",
           file=sys.stderr)
     export(model, idx, targets, out, args.dynamic)
+    if args.inputs:
+        import numpy as np
+        np.savez(args.inputs, idx=idx.numpy(), targets=targets.numpy())
     if args.npz:
         import numpy as np
         with torch.no_grad():
