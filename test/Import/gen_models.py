@@ -223,6 +223,28 @@ def softmax_legacy():
 
 
 @model
+def half():
+    """16-bit storage: an f16 MLP block and a bf16 one (Cast from f32)."""
+    F16, BF16 = TensorProto.FLOAT16, TensorProto.BFLOAT16
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+        helper.make_node("Add", ["h", "b"], ["hb"], name="bias"),
+        helper.make_node("LayerNormalization", ["hb", "g"], ["ln"], name="ln", axis=-1),
+        helper.make_node("Softmax", ["ln"], ["y16"], name="softmax", axis=-1),
+        helper.make_node("Cast", ["xf"], ["xb"], name="to_bf16", to=BF16),
+        helper.make_node("Cast", ["wf"], ["wb"], name="w_to_bf16", to=BF16),
+        helper.make_node("Gemm", ["xb", "wb"], ["gb"], name="gemm", transB=1),
+        helper.make_node("Tanh", ["gb"], ["yb"], name="tanh"),
+    ]
+    return make(nodes, [vi("x", F16, [4, 8]), vi("xf", F, [4, 8])],
+                [vi("y16", F16, [4, 16]), vi("yb", BF16, [4, 16])],
+                [init("w", rand(8, 16).astype(np.float16)),
+                 init("b", rand(16).astype(np.float16)),
+                 init("g", np.ones(16, np.float16)),
+                 init("wf", rand(16, 8))])
+
+
+@model
 def dynamic():
     """An input with symbolic dimensions; needs --input-shape."""
     nodes = [helper.make_node("MatMul", ["tokens", "w"], ["y"], name="mm")]
