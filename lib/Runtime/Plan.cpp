@@ -67,12 +67,21 @@ static bool checkPlan(const plan::Plan &p, std::string &err) {
                     " of " + std::to_string(paramBytes.size()));
       limit = paramBytes[b.slot()];
       break;
-    case plan::INPUT:
+    case plan::INPUT: {
       if (static_cast<int>(b.slot()) >= p.inputs_size())
         return fail(id + " names input " + std::to_string(b.slot()) + " of " +
                     std::to_string(p.inputs_size()));
-      limit = UINT64_MAX; // checked against the input's own buffer below
+      // Bounded by the input's own buffer, whose size the executor checks
+      // against the data it is given.
+      uint32_t own = p.inputs(b.slot()).buffer();
+      if (static_cast<int>(own) >= p.buffers_size() ||
+          p.buffers(own).space() != plan::INPUT ||
+          p.buffers(own).slot() != b.slot())
+        return fail("input " + std::to_string(b.slot()) +
+                    " does not name an input buffer of its own");
+      limit = p.buffers(own).bytes();
       break;
+    }
     case plan::CONST:
       if (b.slot() >= constBytes.size())
         return fail(id + " names constant " + std::to_string(b.slot()) +

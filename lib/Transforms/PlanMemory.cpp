@@ -142,6 +142,15 @@ struct PlanMemoryPass : impl::PlanMemoryPassBase<PlanMemoryPass> {
                 lastUse.lookup(src) != s ||
                 dsrt::bufferBytes(src.getType()) != bytes)
               continue;
+            // Another input reading the same storage under another shape
+            // (a broadcast view) could see elements already overwritten.
+            Value chosen = kernel.getIns()[in];
+            bool otherView = llvm::any_of(kernel.getIns(), [&](Value other) {
+              return other != chosen && dsrt::rootOf(other) == src &&
+                     other.getType() != chosen.getType();
+            });
+            if (otherView)
+              continue;
             offset[alloc] = offset[src];
             handedOver.insert(src);
             inplacePairs.push_back({src, alloc});

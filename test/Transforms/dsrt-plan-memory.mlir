@@ -84,3 +84,22 @@ func.func @outputs_live() {
   dsrt.output %b {index = 1 : i64, name = "y1"} : memref<4xf32>
   return
 }
+
+// -----
+
+// No in-place when another input reads the same storage through a view of
+// another shape (a broadcast operand): the planner stays conservative and
+// gives %out its own bytes.
+// CHECK-LABEL: func.func @no_inplace_over_view
+// CHECK: dsrt.alloc {offset = 0 : i64} : memref<1x16xf32>
+// CHECK: dsrt.alloc {offset = 64 : i64} : memref<1x16xf32>
+func.func @no_inplace_over_view() {
+  %x = dsrt.input {index = 0 : i64, name = "x"} : memref<1x16xf32>
+  %a = dsrt.alloc : memref<1x16xf32>
+  dsrt.kernel "exp"(%x) -> (%a) {params = {}} : (memref<1x16xf32>) -> (memref<1x16xf32>)
+  %v = dsrt.view %a : memref<1x16xf32> -> memref<16xf32>
+  %out = dsrt.alloc : memref<1x16xf32>
+  dsrt.kernel "add"(%a, %v) -> (%out) {inplace = array<i64: 0>, params = {}} : (memref<1x16xf32>, memref<16xf32>) -> (memref<1x16xf32>)
+  dsrt.output %out {index = 0 : i64, name = "y"} : memref<1x16xf32>
+  return
+}

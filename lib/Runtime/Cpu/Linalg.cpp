@@ -134,7 +134,6 @@ bool kGemm(KernelContext &ctx) {
     return ctx.fail("gemm shapes do not match");
   const float *A, *B;
   float *C;
-  float *cScratch = nullptr;
   if (o.dtype == DType::F32) {
     A = a.as<float>();
     B = b.as<float>();
@@ -147,7 +146,6 @@ bool kGemm(KernelContext &ctx) {
     A = asF32(a, ws);
     B = asF32(b, ws + a.numel());
     C = ws + a.numel() + b.numel();
-    (void)cScratch;
   }
   // C starts as beta * broadcast(c), or zero.
   if (c && beta != 0.0f) {
