@@ -69,6 +69,13 @@ llvm::cl::opt<bool> printTiming(
                    "stderr"),
     llvm::cl::init(false), llvm::cl::cat(onnxCategory));
 
+llvm::cl::opt<bool> emitGrads(
+    "emit-grads",
+    llvm::cl::desc("Differentiate the loss (--ds-autodiff) and add the "
+                   "gradient of every trainable parameter as an output "
+                   "named grad:<parameter>, for checking gradients"),
+    llvm::cl::init(false), llvm::cl::cat(onnxCategory));
+
 llvm::cl::opt<bool> listOnnxOps(
     "list-onnx-ops",
     llvm::cl::desc("Print the ONNX op types the importer supports and exit"),
@@ -148,6 +155,11 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
     PassManager pm(&context);
     pm.addPass(createCanonicalizerPass());
     pm.addPass(createCSEPass());
+    if (emitGrads) {
+      pm.addNestedPass<func::FuncOp>(ds::createAutodiffPass());
+      pm.addPass(createCanonicalizerPass());
+      pm.addPass(createCSEPass());
+    }
     if (failed(config.setupPassPipeline(pm)))
       return 1;
     if (emitKind == "plan" || emitKind == "dsrt") {

@@ -25,6 +25,19 @@ def PrintCostPass : Pass<"ds-print-cost", "func::FuncOp"> {
   let dependentDialects = ["::mlir::ds::DsDialect"];
 }
 
+def AutodiffPass : Pass<"ds-autodiff", "func::FuncOp"> {
+  let summary = "Reverse-mode gradients of the loss for every trainable parameter";
+  let description = [{
+    Walks `@forward` backwards from the result marked `ds.loss` (seeded with
+    1), asking each op's `VJPOpInterface` for the gradients of its operands;
+    a value used several times (a tied embedding) sums its gradients. The
+    gradient of every argument marked `ds.trainable` is appended to the
+    results with `ds.grad = "<param>"` and `ds.output = "grad:<param>"`
+    (zeros for a parameter the loss does not reach). An op on the path to
+    the loss without a gradient rule is an error naming it.
+  }];
+}
+
 def LowerToDsRtPass : Pass<"ds-lower-to-dsrt", "ModuleOp"> {
   let summary = "Lower @forward from ds tensors to dsrt buffers and kernels";
   let description = [{

@@ -210,6 +210,9 @@ DS_KERNEL(kConcat); DS_KERNEL(kSplit); DS_KERNEL(kSlice); DS_KERNEL(kTrilu);
 DS_KERNEL(kCopy); DS_KERNEL(kRange); DS_KERNEL(kReshape);
 // Reduce.cpp
 DS_KERNEL(kReduceSum); DS_KERNEL(kReduceMean); DS_KERNEL(kReduceMax);
+// Grad.cpp
+DS_KERNEL(kGatherGrad); DS_KERNEL(kLayerNormGrad); DS_KERNEL(kSoftmaxGrad);
+DS_KERNEL(kLossGrad); DS_KERNEL(kSliceGrad);
 #undef DS_KERNEL
 
 } // namespace ds::rt

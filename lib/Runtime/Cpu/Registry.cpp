@@ -67,6 +67,11 @@ static const KernelInfo kKernels[] = {
     {"reduce_sum", 1, 1, 1, 1, kReduceSum},
     {"reduce_mean", 1, 1, 1, 1, kReduceMean},
     {"reduce_max", 1, 1, 1, 1, kReduceMax},
+    {"gather_grad", 2, 2, 1, 1, kGatherGrad},
+    {"layer_norm_grad", 3, 3, 3, 3, kLayerNormGrad},
+    {"softmax_grad", 2, 2, 1, 1, kSoftmaxGrad},
+    {"loss_grad", 3, 4, 1, 1, kLossGrad},
+    {"slice_grad", 1, 1, 1, 1, kSliceGrad},
 };
 
 const KernelInfo *findKernel(const std::string &name) {

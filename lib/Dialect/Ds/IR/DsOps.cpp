@@ -22,6 +22,7 @@ void DsDialect::initialize() {
 #define GET_OP_LIST
 #include "ds/Dialect/Ds/IR/DsOps.cpp.inc"
       >();
+  detail::attachVJPModels(*getContext());
 }
 
 Operation *DsDialect::materializeConstant(OpBuilder &builder, Attribute value,
@@ -392,6 +393,64 @@ LogicalResult NegativeLogLikelihoodLossOp::verify() {
   return verifyLoss(*this, getInput(), getTarget(), getWeight());
 }
 
+LogicalResult GatherGradOp::verify() {
+  if (elementOf(getGrad()) != getType().getElementType())
+    return emitOpError("grad and result element types differ");
+  auto emit = [&] { return emitOpError(); };
+  FailureOr<shapes::Shape> expected = shapes::gather(
+      getType().getShape(), shapeOf(getIndices()), getAxis(), emit);
+  if (failed(expected))
+    return failure();
+  if (!llvm::equal(*expected, shapeOf(getGrad())))
+    return emitOpError("grad shape does not match gathering the result shape");
+  return success();
+}
+
+LogicalResult LayerNormGradOp::verify() {
+  int64_t rank = getInput().getType().getRank();
+  if (failed(verifyAxis(*this, getAxis(), rank)))
+    return failure();
+  if (getGrad().getType() != getInput().getType() ||
+      getInputGrad().getType() != getInput().getType())
+    return emitOpError("grad, input and input_grad must have one type");
+  ArrayRef<int64_t> normalized =
+      getInput().getType().getShape().drop_front(getAxis());
+  if (!llvm::equal(shapeOf(getScale()), normalized) ||
+      getScaleGrad().getType() != getScale().getType() ||
+      getBiasGrad().getType() != getScale().getType())
+    return emitOpError("scale and its gradients must have the normalized "
+                       "shape");
+  return success();
+}
+
+LogicalResult SoftmaxGradOp::verify() {
+  if (getGrad().getType() != getOutput().getType() ||
+      getType() != getOutput().getType())
+    return emitOpError("grad, output and result must have one type");
+  return verifyAxis(*this, getAxis(), getType().getRank());
+}
+
+LogicalResult LossGradOp::verify() {
+  if (getType() != getScores().getType())
+    return emitOpError("result must have the scores' type");
+  auto emit = [&] { return emitOpError(); };
+  std::optional<ArrayRef<int64_t>> w;
+  if (getWeights())
+    w = shapeOf(getWeights());
+  return checkShape(*this,
+                    shapes::loss(shapeOf(getScores()), shapeOf(getLabels()), w,
+                                 getReduction(), emit),
+                    getGrad());
+}
+
+LogicalResult SliceGradOp::verify() {
+  if (elementOf(getGrad()) != getType().getElementType())
+    return emitOpError("changes the element type");
+  auto emit = [&] { return emitOpError(); };
+  return shapes::verifySlice(getType().getShape(), getStarts(), getSteps(),
+                             shapeOf(getGrad()), emit);
+}
+
 //===----------------------------------------------------------------------===//
 // Canonicalization
 //===----------------------------------------------------------------------===//
@@ -488,6 +547,13 @@ int64_t SoftmaxCrossEntropyLossOp::getFlops() {
 int64_t NegativeLogLikelihoodLossOp::getFlops() {
   return 2 * numElements(getTarget().getType());
 }
+
+int64_t GatherGradOp::getFlops() { return numElements(getGrad().getType()); }
+// Recomputed statistics, then two reductions and the input gradient.
+int64_t LayerNormGradOp::getFlops() { return 12 * numElements(getGrad().getType()); }
+int64_t SoftmaxGradOp::getFlops() { return 4 * numElements(getType()); }
+int64_t LossGradOp::getFlops() { return 6 * numElements(getType()); }
+int64_t SliceGradOp::getFlops() { return 0; }
 
 #define GET_OP_CLASSES
 #include "ds/Dialect/Ds/IR/DsOps.cpp.inc"

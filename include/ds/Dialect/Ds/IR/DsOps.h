@@ -45,6 +45,8 @@ OpFoldResult foldBinaryOp(Operation *op, BinaryKind kind, Attribute lhs,
 OpFoldResult foldUnaryOp(Operation *op, UnaryKind kind, Attribute input);
 LogicalResult verifyReduceOp(Operation *op, ArrayRef<int64_t> axes,
                              bool keepdims);
+/// Attaches VJPOpInterface to every differentiable op (DsVJP.cpp).
+void attachVJPModels(MLIRContext &context);
 } // namespace detail
 } // namespace mlir::ds
 

@@ -515,4 +515,87 @@ def Ds_NegativeLogLikelihoodLossOp : Ds_Op<"nll_loss", [Pure]> {
   let hasVerifier = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// Gradient ops (built by autodiff)
+//===----------------------------------------------------------------------===//
+
+def Ds_GatherGradOp : Ds_Op<"gather_grad", [Pure]> {
+  let summary = "gradient of gather with respect to its data";
+  let description = [{
+    A zero tensor of the data's shape (the result type) into which each
+    slice of `grad` is added at the row `indices` names along `axis`
+    (repeated indices accumulate: tied and repeated embeddings).
+  }];
+  let arguments = (ins Ds_FloatTensor:$grad, Ds_IndexTensor:$indices,
+                       I64Attr:$axis);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = [{
+    $grad `,` $indices attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Ds_LayerNormGradOp : Ds_Op<"layer_norm_grad", [Pure]> {
+  let summary = "gradients of layer_norm: input, scale and bias";
+  let description = [{
+    From the output gradient, the input and the scale, recomputes the
+    statistics and returns the gradients of the input, the scale and the
+    bias (the last two reduced over the leading dimensions).
+  }];
+  let arguments = (ins Ds_FloatTensor:$grad, Ds_FloatTensor:$input,
+                       Ds_FloatTensor:$scale, I64Attr:$axis, F32Attr:$epsilon);
+  let results = (outs Ds_FloatTensor:$input_grad, Ds_FloatTensor:$scale_grad,
+                      Ds_FloatTensor:$bias_grad);
+  let assemblyFormat = [{
+    $grad `,` $input `,` $scale attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Ds_SoftmaxGradOp : Ds_Op<"softmax_grad", [Pure]> {
+  let summary = "gradient of softmax (or log_softmax) from its output";
+  let description = [{
+    With `log = false`: `dx = y * (dy - sum(dy * y))` along `axis`, `y` the
+    softmax output. With `log = true`: `dx = dy - exp(y) * sum(dy)`, `y` the
+    log_softmax output.
+  }];
+  let arguments = (ins Ds_FloatTensor:$grad, Ds_FloatTensor:$output,
+                       I64Attr:$axis, BoolAttr:$log);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = [{
+    $grad `,` $output attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Ds_LossGradOp : Ds_Op<"loss_grad", [Pure]> {
+  let summary = "gradient of softmax_cross_entropy_loss or nll_loss";
+  let description = [{
+    The gradient of the scores (`softmax = true`: softmax cross entropy,
+    `softmax(scores) - onehot`) or of the log-probabilities (`softmax =
+    false`: NLL, `-onehot`), times the label weight, zero at ignored labels,
+    scaled by the loss gradient and the reduction (mean divides by the sum
+    of the weights of the non-ignored labels).
+  }];
+  let arguments = (ins Ds_FloatTensor:$grad, Ds_FloatTensor:$scores,
+                       Ds_IndexTensor:$labels, Optional<Ds_FloatTensor>:$weights,
+                       StrAttr:$reduction, OptionalAttr<I64Attr>:$ignore_index,
+                       BoolAttr:$softmax);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = [{
+    $grad `,` $scores `,` $labels (`,` $weights^)? attr-dict `:`
+      functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Ds_SliceGradOp : Ds_Op<"slice_grad", [Pure]> {
+  let summary = "gradient of slice: the slice's gradient placed in zeros";
+  let arguments = (ins Ds_Tensor:$grad, DenseI64ArrayAttr:$starts,
+                       DenseI64ArrayAttr:$steps);
+  let results = (outs Ds_Tensor:$result);
+  let assemblyFormat = "$grad attr-dict `:` type($grad) `->` type($result)";
+  let hasVerifier = 1;
+}
+
 #endif // DS_DIALECT_DS_IR_DSOPS_TD

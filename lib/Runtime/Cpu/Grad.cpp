@@ -1,0 +1,214 @@
+//===- Grad.cpp - kernels of the gradient ops autodiff builds -------------===//
+//
+// Part of the ds project (runtime: no MLIR or LLVM). Accumulation in double.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Kernels.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace ds::rt {
+namespace {
+int64_t prod(const std::vector<int64_t> &s, size_t from, size_t to) {
+  int64_t n = 1;
+  for (size_t i = from; i < to && i < s.size(); ++i)
+    n *= s[i];
+  return n;
+}
+} // namespace
+
+bool kGatherGrad(KernelContext &ctx) {
+  const TensorView &g = ctx.in[0], &indices = ctx.in[1];
+  TensorView &out = ctx.out[0];
+  int64_t axis = ctx.attrs.getInt("axis", 0);
+  if (axis < 0 || axis >= out.rank())
+    return ctx.fail("gather_grad axis out of range");
+  int64_t outer = prod(out.shape, 0, axis), dim = out.shape[axis];
+  int64_t inner = prod(out.shape, axis + 1, out.shape.size());
+  int64_t k = indices.numel();
+  if (g.numel() != outer * k * inner)
+    return ctx.fail("gather_grad sizes do not match");
+  std::vector<double> acc(out.numel(), 0.0);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t idx = loadI(indices.data, indices.dtype, j);
+      if (idx < -dim || idx >= dim)
+        return ctx.fail("gather_grad index " + std::to_string(idx) +
+                        " is outside [" + std::to_string(-dim) + ", " +
+                        std::to_string(dim) + ")");
+      if (idx < 0)
+        idx += dim;
+      double *dst = acc.data() + (o * dim + idx) * inner;
+      int64_t src = (o * k + j) * inner;
+      if (g.dtype == DType::F32) {
+        const float *gs = g.as<float>() + src;
+        for (int64_t i = 0; i < inner; ++i)
+          dst[i] += gs[i];
+      } else {
+        for (int64_t i = 0; i < inner; ++i)
+          dst[i] += loadD(g.data, g.dtype, src + i);
+      }
+    }
+  for (int64_t i = 0; i < out.numel(); ++i)
+    storeD(out.data, out.dtype, i, acc[i]);
+  return true;
+}
+
+bool kLayerNormGrad(KernelContext &ctx) {
+  const TensorView &dy = ctx.in[0], &x = ctx.in[1], &scale = ctx.in[2];
+  TensorView &dx = ctx.out[0], &dscale = ctx.out[1], &dbias = ctx.out[2];
+  int64_t axis = ctx.attrs.getInt("axis", -1);
+  double eps = ctx.attrs.getFloat("epsilon", 1e-5);
+  if (axis < 0 || axis >= x.rank())
+    return ctx.fail("layer_norm_grad axis out of range");
+  int64_t rows = prod(x.shape, 0, axis), cols = prod(x.shape, axis, x.shape.size());
+  if (scale.numel() != cols)
+    return ctx.fail("layer_norm_grad scale size does not match");
+  std::vector<double> ds(cols, 0.0), db(cols, 0.0), xhat(cols), dxhat(cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t base = r * cols;
+    double mean = 0, var = 0;
+    for (int64_t c = 0; c < cols; ++c)
+      mean += loadD(x.data, x.dtype, base + c);
+    mean /= cols;
+    for (int64_t c = 0; c < cols; ++c) {
+      double d = loadD(x.data, x.dtype, base + c) - mean;
+      var += d * d;
+    }
+    double rstd = 1.0 / std::sqrt(var / cols + eps);
+    double meanD = 0, meanDX = 0;
+    for (int64_t c = 0; c < cols; ++c) {
+      double g = loadD(dy.data, dy.dtype, base + c);
+      xhat[c] = (loadD(x.data, x.dtype, base + c) - mean) * rstd;
+      dxhat[c] = g * loadD(scale.data, scale.dtype, c);
+      ds[c] += g * xhat[c];
+      db[c] += g;
+      meanD += dxhat[c];
+      meanDX += dxhat[c] * xhat[c];
+    }
+    meanD /= cols;
+    meanDX /= cols;
+    for (int64_t c = 0; c < cols; ++c)
+      storeD(dx.data, dx.dtype, base + c,
+             rstd * (dxhat[c] - meanD - xhat[c] * meanDX));
+  }
+  for (int64_t c = 0; c < cols; ++c) {
+    storeD(dscale.data, dscale.dtype, c, ds[c]);
+    storeD(dbias.data, dbias.dtype, c, db[c]);
+  }
+  return true;
+}
+
+bool kSoftmaxGrad(KernelContext &ctx) {
+  const TensorView &dy = ctx.in[0], &y = ctx.in[1];
+  TensorView &dx = ctx.out[0];
+  int64_t axis = ctx.attrs.getInt("axis", -1);
+  bool log = ctx.attrs.getInt("log", 0) != 0;
+  if (axis < 0 || axis >= y.rank())
+    return ctx.fail("softmax_grad axis out of range");
+  int64_t outer = prod(y.shape, 0, axis), dim = y.shape[axis];
+  int64_t inner = prod(y.shape, axis + 1, y.shape.size());
+  parallelFor(outer * inner, std::max<int64_t>(1, 8192 / std::max<int64_t>(dim, 1)),
+              [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      int64_t base = (r / inner) * dim * inner + r % inner;
+      double s = 0;
+      for (int64_t k = 0; k < dim; ++k) {
+        int64_t i = base + k * inner;
+        double g = loadD(dy.data, dy.dtype, i);
+        s += log ? g : g * loadD(y.data, y.dtype, i);
+      }
+      for (int64_t k = 0; k < dim; ++k) {
+        int64_t i = base + k * inner;
+        double g = loadD(dy.data, dy.dtype, i), v = loadD(y.data, y.dtype, i);
+        storeD(dx.data, dx.dtype, i, log ? g - std::exp(v) * s : v * (g - s));
+      }
+    }
+  });
+  return true;
+}
+
+bool kLossGrad(KernelContext &ctx) {
+  const TensorView &g = ctx.in[0], &scores = ctx.in[1], &labels = ctx.in[2];
+  const TensorView *weights = ctx.in.size() > 3 ? &ctx.in[3] : nullptr;
+  TensorView &out = ctx.out[0];
+  if (scores.rank() < 2)
+    return ctx.fail("scores need rank >= 2");
+  int64_t N = scores.shape[0], C = scores.shape[1];
+  int64_t D = prod(scores.shape, 2, scores.shape.size());
+  std::string reduction = ctx.attrs.getString("reduction", "mean");
+  bool softmax = ctx.attrs.getInt("softmax", 1) != 0;
+  bool hasIgnore = ctx.attrs.has("ignore_index");
+  int64_t ignore = ctx.attrs.getInt("ignore_index", 0);
+  std::vector<double> w(N * D, 0.0);
+  double weightSum = 0;
+  for (int64_t i = 0; i < N * D; ++i) {
+    int64_t y = loadI(labels.data, labels.dtype, i);
+    if (hasIgnore && y == ignore)
+      continue;
+    if (y < 0 || y >= C)
+      return ctx.fail("label " + std::to_string(y) + " is outside [0, " +
+                      std::to_string(C) + ")");
+    w[i] = weights ? loadD(weights->data, weights->dtype, y) : 1.0;
+    weightSum += w[i];
+  }
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t d = 0; d < D; ++d) {
+      int64_t i = n * D + d;
+      double scale = reduction == "none" ? loadD(g.data, g.dtype, i)
+                                         : loadD(g.data, g.dtype, 0);
+      if (reduction == "mean")
+        scale = weightSum == 0 ? 0.0 : scale / weightSum;
+      scale *= w[i];
+      int64_t y = loadI(labels.data, labels.dtype, i);
+      double mx = -std::numeric_limits<double>::infinity(), sum = 0;
+      if (softmax) {
+        for (int64_t c = 0; c < C; ++c)
+          mx = std::max(mx, loadD(scores.data, scores.dtype, (n * C + c) * D + d));
+        for (int64_t c = 0; c < C; ++c)
+          sum += std::exp(loadD(scores.data, scores.dtype, (n * C + c) * D + d) - mx);
+      }
+      for (int64_t c = 0; c < C; ++c) {
+        int64_t at = (n * C + c) * D + d;
+        double p = softmax
+                       ? std::exp(loadD(scores.data, scores.dtype, at) - mx) / sum
+                       : 0.0;
+        double v = scale * (p - (c == y && w[i] != 0 ? 1.0 : 0.0));
+        storeD(out.data, out.dtype, at, w[i] == 0 ? 0.0 : v);
+      }
+    }
+  return true;
+}
+
+bool kSliceGrad(KernelContext &ctx) {
+  const TensorView &g = ctx.in[0];
+  TensorView &out = ctx.out[0];
+  std::vector<int64_t> starts = ctx.attrs.getInts("starts");
+  std::vector<int64_t> steps = ctx.attrs.getInts("steps");
+  if (static_cast<int64_t>(starts.size()) != out.rank() ||
+      static_cast<int64_t>(steps.size()) != out.rank() || g.rank() != out.rank())
+    return ctx.fail("slice_grad needs a start and step per dimension");
+  size_t es = dtypeSize(out.dtype);
+  std::memset(out.data, 0, out.numel() * es);
+  std::vector<int64_t> st = stridesOf(out.shape), pos(g.rank(), 0);
+  for (int64_t i = 0; i < g.numel(); ++i) {
+    int64_t o = 0;
+    for (int64_t d = 0; d < g.rank(); ++d) {
+      int64_t at = starts[d] + pos[d] * steps[d];
+      if (at < 0 || at >= out.shape[d])
+        return ctx.fail("slice_grad leaves its result");
+      o += at * st[d];
+    }
+    std::memcpy(out.as<char>() + o * es, g.as<char>() + i * es, es);
+    for (int64_t d = g.rank() - 1; d >= 0; --d) {
+      if (++pos[d] < g.shape[d])
+        break;
+      pos[d] = 0;
+    }
+  }
+  return true;
+}
+
+} // namespace ds::rt

@@ -1,0 +1,138 @@
+#!/usr/bin/python3
+"""Step-0 gradients of ds (ds-opt --emit-grads + ds-run) against PyTorch's
+autograd, per parameter, on the same weights and batch.
+
+Models: the GPT example (tied embedding: one initializer used twice); an
+MLP with two branches, a shared weight and LayerNorm; a classifier whose
+loss is LogSoftmax + NLLLoss. Exported as REFERENCES.md says (TRAINING,
+no constant folding, opset 17). Tolerance: per parameter,
+max |ds - torch| / max |torch| <= 1e-5 (f32 both sides; sums in another
+order), and the loss within 1e-5 relative.
+"""
+import argparse
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from onnx import numpy_helper
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "examples", "gpt"))
+import export_gpt  # noqa: E402
+
+TOL = 1e-5
+
+
+class Branches(nn.Module):
+    """Two branches through one shared Linear, LayerNorm, a residual."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(12, 16)
+        self.shared = nn.Linear(16, 16)
+        self.ln = nn.LayerNorm(16)
+        self.head = nn.Linear(16, 5)
+
+    def forward(self, x, y):
+        h = torch.tanh(self.inp(x))
+        a = F.relu(self.shared(h))
+        b = torch.sigmoid(self.shared(h * 0.5))
+        z = self.ln(a + b) + h
+        return F.cross_entropy(self.head(z), y)
+
+
+class Classifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(20, 32)
+        self.fc2 = nn.Linear(32, 7)
+
+    def forward(self, x, y):
+        logp = F.log_softmax(self.fc2(F.gelu(self.fc1(x))), dim=1)
+        return F.nll_loss(logp, y)
+
+
+def export(model, args, path, names):
+    torch.onnx.export(model, args, path, training=torch.onnx.TrainingMode.TRAINING,
+                      do_constant_folding=False, opset_version=17,
+                      input_names=names, output_names=["loss"])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ds-opt", required=True)
+    ap.add_argument("--ds-run", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--model", choices=["gpt", "branches", "classifier"], required=True)
+    args = ap.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    torch.manual_seed(0)
+    rng = np.random.RandomState(5)
+
+    if args.model == "gpt":
+        path = os.path.join(ROOT, "examples", "gpt", "gpt.onnx")
+        weights = {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
+        model, idx, targets = export_gpt.build("tiny")
+        state = model.state_dict()
+        for name in state:
+            state[name] = torch.from_numpy(weights["wte.weight" if name == "lm_head.weight" else name].copy())
+        model.load_state_dict(state)
+        vocab = weights["wte.weight"].shape[0]
+        x = rng.randint(0, vocab, size=tuple(idx.shape)).astype(np.int64)
+        y = rng.randint(0, vocab, size=tuple(targets.shape)).astype(np.int64)
+        y[1, :5] = -100
+        feeds = {"idx": x, "targets": y}
+        loss = model(torch.from_numpy(x), torch.from_numpy(y))[1]
+        params = dict(model.named_parameters())
+    else:
+        model = Branches() if args.model == "branches" else Classifier()
+        n_in = 12 if args.model == "branches" else 20
+        classes = 5 if args.model == "branches" else 7
+        x = rng.randn(6, n_in).astype(np.float32)
+        y = rng.randint(0, classes, size=6).astype(np.int64)
+        path = os.path.join(args.work, args.model + ".onnx")
+        export(model, (torch.from_numpy(x), torch.from_numpy(y)), path, ["x", "y"])
+        feeds = {"x": x, "y": y}
+        loss = model(torch.from_numpy(x), torch.from_numpy(y))
+        params = dict(model.named_parameters())
+    loss.backward()
+
+    inputs = os.path.join(args.work, "in.npz")
+    np.savez(inputs, **feeds)
+    plan = os.path.join(args.work, "grads.plan")
+    out = os.path.join(args.work, "out.npz")
+    subprocess.run([args.ds_opt, path, "--emit-grads", "-o", plan], check=True)
+    subprocess.run([args.ds_run, plan, "--forward-only", "--inputs", inputs,
+                    "--outputs", out, "--threads", "2"], check=True, capture_output=True)
+    got = np.load(out)
+    ok = True
+    rel = abs(float(got["loss"]) - float(loss)) / abs(float(loss))
+    print(f"{args.model}: loss ds {float(got['loss']):.7f} torch {float(loss):.7f} (rel {rel:.1e})")
+    ok &= rel <= TOL
+    worst, checked = 0.0, 0
+    for name, p in params.items():
+        key = "grad:" + name
+        if key not in got.files:
+            print(f"FAIL no gradient output for parameter '{name}'")
+            ok = False
+            continue
+        ref = p.grad.numpy()
+        g = got[key]
+        err = float(np.max(np.abs(g - ref)) / max(np.max(np.abs(ref)), 1e-30))
+        worst = max(worst, err)
+        checked += 1
+        if err > TOL:
+            print(f"FAIL grad of {name}: max relative error {err:.2e}")
+            ok = False
+    print(f"{args.model}: {checked} parameter gradients, worst relative error {worst:.2e} (tolerance {TOL:g})")
+    print("PASS" if ok else "FAIL")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
