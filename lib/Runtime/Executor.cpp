@@ -239,6 +239,10 @@ struct Executor::Impl {
     std::string onnxDir = slash == std::string::npos ? "." : path.substr(0, slash);
     for (int i = 0; i < pp.parameters_size(); ++i) {
       const plan::Parameter &param = pp.parameters(i);
+      if (param.state()) { // optimizer state starts at zero
+        std::memset(paramPtr[i], 0, sizes[i]);
+        continue;
+      }
       auto it = inits.find(param.name());
       if (it == inits.end()) {
         err = "parameter '" + param.name() + "' is not in '" + path + "'";
@@ -332,6 +336,18 @@ bool Executor::setInput(const std::string &name, HostTensor tensor,
 
 bool Executor::run(RunStats &stats, std::string &err) {
   const plan::Plan &p = impl->p();
+  // A training plan's step counter (1 on the first run) feeds the optimizer.
+  for (int i = 0; i < p.inputs_size(); ++i) {
+    if (p.inputs(i).name() != "ds.step")
+      continue;
+    HostTensor step;
+    step.dtype = DType::I64;
+    int64_t value = static_cast<int64_t>(impl->runs) + 1;
+    step.data.resize(8);
+    std::memcpy(step.data.data(), &value, 8);
+    impl->inputs[i] = std::move(step);
+    impl->inputSet[i] = true;
+  }
   for (int i = 0; i < p.inputs_size(); ++i) {
     if (!impl->inputSet[i]) {
       err = "input '" + p.inputs(i).name() + "' was not given";
@@ -351,7 +367,7 @@ bool Executor::run(RunStats &stats, std::string &err) {
   for (int i = 0; i < prog.instructions_size(); ++i) {
     const plan::Instruction &ins = prog.instructions(i);
     const KernelInfo *k = findKernel(ins.kernel());
-    KernelContext ctx{{}, {}, Attrs(&ins), 0, {}};
+    KernelContext ctx{{}, {}, Attrs(&ins), 0, {}, NAN};
     auto view = [&](uint32_t id) {
       const plan::Buffer &b = p.buffers(id);
       TensorView v;
@@ -369,6 +385,7 @@ bool Executor::run(RunStats &stats, std::string &err) {
           std::max<uint64_t>(stats.arenaHighWater, b.offset() + b.bytes());
     }
     ctx.seed = runSeed ^ (static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ULL);
+    ctx.lr = impl->options.lr;
     auto k0 = std::chrono::steady_clock::now();
     if (!k->fn(ctx)) {
       err = "instruction " + std::to_string(i) + " (" + ins.kernel() +
@@ -421,6 +438,38 @@ std::vector<std::string> Executor::inputNames() const {
   for (const plan::Value &v : impl->p().inputs())
     names.push_back(v.name());
   return names;
+}
+
+std::vector<std::string> Executor::parameterNames() const {
+  std::vector<std::string> names;
+  for (const plan::Parameter &param : impl->p().parameters())
+    if (!param.state())
+      names.push_back(param.name());
+  return names;
+}
+
+bool Executor::parameter(const std::string &name, HostTensor &out,
+                         std::string &err) const {
+  const plan::Plan &p = impl->p();
+  for (int i = 0; i < p.parameters_size(); ++i) {
+    const plan::Parameter &param = p.parameters(i);
+    if (param.name() != name)
+      continue;
+    out.dtype = toDType(param.dtype());
+    out.shape.assign(param.shape().begin(), param.shape().end());
+    out.data.resize(out.numel() * dtypeSize(out.dtype));
+    std::memcpy(out.data.data(), impl->paramPtr[i], out.data.size());
+    return true;
+  }
+  err = "'" + name + "' is not a parameter of the plan";
+  return false;
+}
+
+bool Executor::trains() const {
+  for (const plan::Value &v : impl->p().inputs())
+    if (v.name() == "ds.step")
+      return true;
+  return false;
 }
 
 std::vector<std::string> Executor::outputNames() const {

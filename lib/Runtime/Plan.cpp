@@ -128,7 +128,7 @@ static bool checkPlan(const plan::Plan &p, std::string &err) {
         return fail(id + ": output buffer " + std::to_string(b) + " of " +
                     std::to_string(p.buffers_size()));
       plan::Space s = p.buffers(b).space();
-      if (s != plan::ARENA)
+      if (s != plan::ARENA && !(k->writesState && s == plan::PARAM))
         return fail(id + " writes a buffer outside the arena");
     }
   }
@@ -213,6 +213,18 @@ PlanInfo describe(const Plan &plan) {
   };
   for (const plan::Value &v : p.inputs())
     info.inputs.push_back(spec(v));
+  for (const plan::Instruction &ins : p.programs(0).instructions()) {
+    if (ins.kernel() != "adam" && ins.kernel() != "sgd")
+      continue;
+    info.optimizer = ins.kernel();
+    for (const plan::Attribute &a : ins.attributes()) {
+      if (a.name() == "lr")
+        info.lr = a.f();
+      if (a.name() == "decoupled" && a.i())
+        info.optimizer = "adamw";
+    }
+    break;
+  }
   for (const plan::Value &v : p.outputs())
     info.outputs.push_back(spec(v));
   return info;

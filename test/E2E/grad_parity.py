@@ -63,18 +63,12 @@ def export(model, args, path, names):
                       input_names=names, output_names=["loss"])
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ds-opt", required=True)
-    ap.add_argument("--ds-run", required=True)
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--model", choices=["gpt", "branches", "classifier"], required=True)
-    args = ap.parse_args()
-    os.makedirs(args.work, exist_ok=True)
+def setup(which, work):
+    """The model (torch, with the ONNX file's weights), the ONNX path, the
+    batch as numpy arrays, and a closure computing the torch loss."""
     torch.manual_seed(0)
     rng = np.random.RandomState(5)
-
-    if args.model == "gpt":
+    if which == "gpt":
         path = os.path.join(ROOT, "examples", "gpt", "gpt.onnx")
         weights = {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
         model, idx, targets = export_gpt.build("tiny")
@@ -87,19 +81,31 @@ def main():
         y = rng.randint(0, vocab, size=tuple(targets.shape)).astype(np.int64)
         y[1, :5] = -100
         feeds = {"idx": x, "targets": y}
-        loss = model(torch.from_numpy(x), torch.from_numpy(y))[1]
-        params = dict(model.named_parameters())
+        forward = lambda: model(torch.from_numpy(x), torch.from_numpy(y))[1]
     else:
-        model = Branches() if args.model == "branches" else Classifier()
-        n_in = 12 if args.model == "branches" else 20
-        classes = 5 if args.model == "branches" else 7
+        model = Branches() if which == "branches" else Classifier()
+        n_in = 12 if which == "branches" else 20
+        classes = 5 if which == "branches" else 7
         x = rng.randn(6, n_in).astype(np.float32)
         y = rng.randint(0, classes, size=6).astype(np.int64)
-        path = os.path.join(args.work, args.model + ".onnx")
+        path = os.path.join(work, which + ".onnx")
         export(model, (torch.from_numpy(x), torch.from_numpy(y)), path, ["x", "y"])
         feeds = {"x": x, "y": y}
-        loss = model(torch.from_numpy(x), torch.from_numpy(y))
-        params = dict(model.named_parameters())
+        forward = lambda: model(torch.from_numpy(x), torch.from_numpy(y))
+    return model, path, feeds, forward
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ds-opt", required=True)
+    ap.add_argument("--ds-run", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--model", choices=["gpt", "branches", "classifier"], required=True)
+    args = ap.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    model, path, feeds, forward = setup(args.model, args.work)
+    loss = forward()
+    params = dict(model.named_parameters())
     loss.backward()
 
     inputs = os.path.join(args.work, "in.npz")

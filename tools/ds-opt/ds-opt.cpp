@@ -76,6 +76,35 @@ llvm::cl::opt<bool> emitGrads(
                    "named grad:<parameter>, for checking gradients"),
     llvm::cl::init(false), llvm::cl::cat(onnxCategory));
 
+llvm::cl::OptionCategory trainCategory(
+    "ds-opt training options (ONNX input)");
+llvm::cl::opt<std::string> optimizerName(
+    "optimizer",
+    llvm::cl::desc("Compile a training step: autodiff of the loss, then this "
+                   "optimizer (adam, adamw, sgd; PyTorch semantics). 'none' "
+                   "(the default) compiles the forward pass only"),
+    llvm::cl::value_desc("none|adam|adamw|sgd"), llvm::cl::init("none"),
+    llvm::cl::cat(trainCategory));
+llvm::cl::opt<double> learningRate("lr", llvm::cl::desc("Learning rate"),
+                                   llvm::cl::init(1e-3),
+                                   llvm::cl::cat(trainCategory));
+llvm::cl::opt<double> beta1("beta1", llvm::cl::desc("Adam beta1"),
+                            llvm::cl::init(0.9), llvm::cl::cat(trainCategory));
+llvm::cl::opt<double> beta2("beta2", llvm::cl::desc("Adam beta2"),
+                            llvm::cl::init(0.999), llvm::cl::cat(trainCategory));
+llvm::cl::opt<double> adamEps("eps", llvm::cl::desc("Adam epsilon"),
+                              llvm::cl::init(1e-8), llvm::cl::cat(trainCategory));
+llvm::cl::opt<double> weightDecay(
+    "weight-decay",
+    llvm::cl::desc("Weight decay (L2 for adam and sgd, decoupled for adamw)"),
+    llvm::cl::init(0.0), llvm::cl::cat(trainCategory));
+llvm::cl::opt<double> momentum("momentum", llvm::cl::desc("SGD momentum"),
+                               llvm::cl::init(0.0), llvm::cl::cat(trainCategory));
+llvm::cl::opt<double> dampening("dampening", llvm::cl::desc("SGD dampening"),
+                                llvm::cl::init(0.0), llvm::cl::cat(trainCategory));
+llvm::cl::opt<bool> nesterov("nesterov", llvm::cl::desc("SGD Nesterov momentum"),
+                             llvm::cl::init(false), llvm::cl::cat(trainCategory));
+
 llvm::cl::opt<bool> listOnnxOps(
     "list-onnx-ops",
     llvm::cl::desc("Print the ONNX op types the importer supports and exit"),
@@ -155,8 +184,22 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
     PassManager pm(&context);
     pm.addPass(createCanonicalizerPass());
     pm.addPass(createCSEPass());
-    if (emitGrads) {
+    bool training = optimizerName != "none";
+    if (emitGrads || training) {
       pm.addNestedPass<func::FuncOp>(ds::createAutodiffPass());
+      if (training) {
+        ds::OptimizerPassOptions opt;
+        opt.optimizer = optimizerName;
+        opt.lr = learningRate;
+        opt.beta1 = beta1;
+        opt.beta2 = beta2;
+        opt.eps = adamEps;
+        opt.weightDecay = weightDecay;
+        opt.momentum = momentum;
+        opt.dampening = dampening;
+        opt.nesterov = nesterov;
+        pm.addNestedPass<func::FuncOp>(ds::createOptimizerPass(opt));
+      }
       pm.addPass(createCanonicalizerPass());
       pm.addPass(createCSEPass());
     }
@@ -184,6 +227,7 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
     planOptions.weightsPath = inputFilename.str();
     planOptions.compileOptions["command"] = commandLine;
     planOptions.compileOptions["loss"] = lossName;
+    planOptions.compileOptions["optimizer"] = optimizerName;
     for (const std::string &spec : inputShapes)
       planOptions.compileOptions["input-shape:" + spec] = spec;
     if (failed(ds::writePlan(**module, outputFilename, planOptions)) || errors)
@@ -237,6 +281,22 @@ int main(int argc, char **argv) {
       emitKind != "dsrt" && emitKind != "summary") {
     llvm::errs() << "error: --emit='" << emitKind
                  << "' is not one of plan, mlir, mlir-import, dsrt, summary\n";
+    return 1;
+  }
+  if (optimizerName != "none" && optimizerName != "adam" &&
+      optimizerName != "adamw" && optimizerName != "sgd") {
+    llvm::errs() << "error: --optimizer='" << optimizerName
+                 << "' is not one of none, adam, adamw, sgd\n";
+    return 1;
+  }
+  if (learningRate < 0 || weightDecay < 0 || momentum < 0) {
+    llvm::errs() << "error: --lr, --weight-decay and --momentum must not be "
+                    "negative (--lr="
+                 << learningRate << ")\n";
+    return 1;
+  }
+  if (emitGrads && optimizerName != "none") {
+    llvm::errs() << "error: --emit-grads and --optimizer exclude each other\n";
     return 1;
   }
   if (StringRef(inputFilename).ends_with_insensitive(".onnx")) {

@@ -27,8 +27,15 @@ const char *kUsage = R"(ds-run: execute a plan compiled by ds-opt.
 
 usage: ds-run PLAN [options]
 
-  --forward-only        evaluate the graph once (the plans of this version
-                        hold the forward program only)
+  --forward-only        evaluate a forward plan (compiled without --optimizer)
+  --steps N             train: run N steps of a training plan (ds-opt
+                        --optimizer=...), printing step, loss, lr, samples/s
+  --data FILE.npz       training data: arrays named by graph inputs, either
+                        one batch (used every step) or k batches stacked
+                        along the first dimension (used in turn)
+  --lr X                override the plan's learning rate
+  --save-weights F.npz  after training, write the parameters (f32, named
+                        by their ONNX initializer names) to F.npz
   --inputs FILE         graph inputs: a .npz whose arrays are named by graph
                         input names, a .npy or ONNX TensorProto .pb given as
                         NAME=FILE (a .pb's own name is used when NAME= is
@@ -82,6 +89,9 @@ int main(int argc, char **argv) {
   std::string planPath, outputsPath, logPath;
   std::vector<std::string> inputSpecs;
   bool forwardOnly = false, profile = false;
+  std::string dataPath, saveWeights;
+  long long steps = 0;
+  double lrOverride = NAN;
   long long threads = std::max(1u, std::thread::hardware_concurrency());
   long long repeat = 1, seed = 0;
   for (int i = 1; i < argc; ++i) {
@@ -120,6 +130,20 @@ int main(int argc, char **argv) {
     } else if (flag == "--log-json") {
       if (!value(logPath))
         return fail("--log-json needs a file");
+    } else if (flag == "--save-weights") {
+      if (!value(saveWeights))
+        return fail("--save-weights needs a file");
+    } else if (flag == "--data") {
+      if (!value(dataPath))
+        return fail("--data needs a file");
+    } else if (flag == "--lr") {
+      char *end = nullptr;
+      if (!value(v) || (lrOverride = std::strtod(v.c_str(), &end), !end || *end) ||
+          !(lrOverride >= 0))
+        return fail("--lr needs a non-negative number, got '" + v + "'");
+    } else if (flag == "--steps") {
+      if (!value(v) || !parseInt(v, steps) || steps < 1)
+        return fail("--steps needs a positive integer, got '" + v + "'");
     } else if (flag == "--threads" || flag == "--repeat" || flag == "--seed") {
       long long n;
       if (!value(v) || !parseInt(v, n) || (flag != "--seed" && n < 1))
@@ -141,14 +165,24 @@ int main(int argc, char **argv) {
   if (!plan)
     return fail(err);
   PlanInfo info = describe(*plan);
-  if (!forwardOnly)
+  bool trainingPlan = !info.optimizer.empty();
+  if (!trainingPlan && !forwardOnly)
     return fail("'" + planPath + "' holds a forward program only; run it with "
-                "--forward-only (training steps come with the autodiff passes)");
+                "--forward-only, or compile with ds-opt --optimizer=... to train");
+  if (trainingPlan && forwardOnly)
+    return fail("'" + planPath + "' is a training plan (" + info.optimizer +
+                "); run it with --steps N, or compile without --optimizer "
+                "for --forward-only");
+  if (trainingPlan && steps == 0)
+    return fail("a training plan needs --steps N");
+  if (!trainingPlan && (steps || !dataPath.empty()))
+    return fail("--steps and --data need a training plan (ds-opt --optimizer=...)");
 
   ExecutorOptions options;
   options.threads = static_cast<int>(threads);
   options.seed = static_cast<uint64_t>(seed);
   options.profile = profile;
+  options.lr = lrOverride;
   std::unique_ptr<Executor> exec = Executor::create(plan, options, err);
   if (!exec)
     return fail(err);
@@ -199,6 +233,120 @@ int main(int argc, char **argv) {
     return fail("cannot write '" + logPath + "'");
 
   RunStats stats;
+  if (trainingPlan) {
+    // Batches: each data array is one batch or k of them along dim 0.
+    std::map<std::string, HostTensor> data;
+    if (!dataPath.empty() && !readNpz(dataPath, data, err))
+      return fail(err);
+    std::vector<std::pair<std::string, HostTensor>> specs;
+    for (const auto &[name, spec] : info.inputs)
+      if (name != "ds.step")
+        specs.push_back({name, spec});
+    std::string names;
+    for (const auto &[name, spec] : specs)
+      names += (names.empty() ? "" : ", ") + name;
+    int64_t batches = 1, samples = 0;
+    for (const auto &[name, spec] : specs) {
+      auto it = data.find(name);
+      if (it == data.end()) {
+        if (!dataPath.empty())
+          return fail("'" + dataPath + "' has no array '" + name +
+                      "' (graph inputs: " + names + ")");
+        continue; // given with --inputs
+      }
+      const HostTensor &t = it->second;
+      bool whole = t.shape == spec.shape;
+      bool stacked = !spec.shape.empty() && t.shape.size() == spec.shape.size() &&
+                     spec.shape[0] > 0 && t.shape[0] % spec.shape[0] == 0 &&
+                     std::equal(t.shape.begin() + 1, t.shape.end(),
+                                spec.shape.begin() + 1);
+      if (!whole && !stacked)
+        return fail("data array '" + name + "' has shape " + t.shapeString() +
+                    ", the plan's input is " + spec.shapeString() +
+                    " (or k of them stacked along the first dimension)");
+      int64_t k = whole ? 1 : t.shape[0] / spec.shape[0];
+      if (k > 1 && batches > 1 && k != batches)
+        return fail("data arrays hold different numbers of batches (" +
+                    std::to_string(batches) + " and " + std::to_string(k) + ")");
+      batches = std::max(batches, k);
+      samples = spec.shape.empty() ? 1 : spec.shape[0];
+    }
+    double lr = std::isnan(lrOverride) ? info.lr : lrOverride;
+    double firstLoss = NAN, lastLoss = NAN, totalMs = 0;
+    for (long long s = 1; s <= steps; ++s) {
+      for (const auto &[name, spec] : specs) {
+        auto it = data.find(name);
+        if (it == data.end())
+          continue;
+        const HostTensor &t = it->second;
+        HostTensor batch = t;
+        if (t.shape != spec.shape) {
+          int64_t k = t.shape[0] / spec.shape[0];
+          size_t bytes = t.data.size() / k;
+          size_t at = ((s - 1) % k) * bytes;
+          batch.shape = spec.shape;
+          batch.data.assign(t.data.begin() + at, t.data.begin() + at + bytes);
+        }
+        if (!exec->setInput(name, std::move(batch), err))
+          return fail(err);
+      }
+      if (!exec->run(stats, err)) {
+        if (log)
+          std::fclose(log);
+        return fail("step " + std::to_string(s) + ": " + err);
+      }
+      totalMs += stats.milliseconds;
+      double loss = NAN;
+      HostTensor l;
+      if (!info.loss.empty() && exec->output(info.loss, l, err) &&
+          l.numel() == 1 && l.dtype == DType::F32) {
+        float f;
+        std::memcpy(&f, l.data.data(), 4);
+        loss = f;
+      }
+      if (s == 1)
+        firstLoss = loss;
+      lastLoss = loss;
+      double perSec = samples / (stats.milliseconds / 1e3);
+      std::printf("step %lld/%lld | loss %.6f | lr %.3g | %.1f samples/s | %.3f ms | "
+                  "arena %s of %s planned\n",
+                  s, steps, loss, lr, perSec, stats.milliseconds,
+                  human(stats.arenaHighWater).c_str(),
+                  human(stats.arenaPlanned).c_str());
+      std::fflush(stdout);
+      if (log)
+        std::fprintf(log,
+                     "{\"step\": %lld, \"loss\": %s, \"lr\": %.9g, "
+                     "\"samples_per_s\": %.3f, \"time_ms\": %.3f, "
+                     "\"peak_bytes\": %llu, \"planned_bytes\": %llu}\n",
+                     s, std::isnan(loss) ? "null" : std::to_string(loss).c_str(),
+                     lr, perSec, stats.milliseconds,
+                     static_cast<unsigned long long>(stats.arenaHighWater),
+                     static_cast<unsigned long long>(stats.arenaPlanned));
+      if (stats.arenaHighWater > stats.arenaPlanned)
+        return fail("the arena high-water mark exceeds the plan");
+    }
+    if (log)
+      std::fclose(log);
+    if (!saveWeights.empty()) {
+      std::vector<std::string> names = exec->parameterNames();
+      std::vector<HostTensor> values(names.size());
+      std::vector<std::pair<std::string, const HostTensor *>> arrays;
+      for (size_t i = 0; i < names.size(); ++i) {
+        if (!exec->parameter(names[i], values[i], err))
+          return fail(err);
+        arrays.push_back({names[i], &values[i]});
+      }
+      if (!writeNpz(saveWeights, arrays, err))
+        return fail(err);
+    }
+    std::printf("trained %lld steps (%s, %lld batch%s): loss %.6f -> %.6f, "
+                "mean %.3f ms/step\n",
+                steps, info.optimizer.c_str(), static_cast<long long>(batches),
+                batches == 1 ? "" : "es", firstLoss, lastLoss, totalMs / steps);
+    return 0;
+  }
+
   double totalMs = 0;
   for (long long r = 0; r < repeat; ++r) {
     stats.kernelTimes.clear();

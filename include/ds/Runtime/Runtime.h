@@ -8,6 +8,7 @@
 #ifndef DS_RUNTIME_RUNTIME_H
 #define DS_RUNTIME_RUNTIME_H
 
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -54,6 +55,9 @@ struct PlanInfo {
   size_t instructions = 0, buffers = 0, parameters = 0;
   std::vector<std::pair<std::string, HostTensor>> inputs, outputs; // specs
   std::string loss, weightsPath;
+  /// For a training plan: the optimizer kernel id and its learning rate.
+  std::string optimizer;
+  double lr = NAN;
 };
 /// Loads and checks `path`: header, version, size, checksum, consistency.
 /// On failure returns null and sets `err` to one line.
@@ -64,6 +68,8 @@ struct ExecutorOptions {
   int threads = 1;
   uint64_t seed = 0;
   bool profile = false;
+  /// Learning-rate override for the optimizer kernels (NaN: the plan's).
+  double lr = NAN;
 };
 
 struct RunStats {
@@ -95,6 +101,12 @@ public:
   /// A copy of graph output `name` after run().
   bool output(const std::string &name, HostTensor &out, std::string &err) const;
   std::vector<std::string> inputNames() const;
+  /// True if the plan updates parameters (it has the ds.step input).
+  bool trains() const;
+  /// Names of the model parameters (not optimizer state), in plan order.
+  std::vector<std::string> parameterNames() const;
+  /// A copy of parameter `name`'s current value.
+  bool parameter(const std::string &name, HostTensor &out, std::string &err) const;
   std::vector<std::string> outputNames() const;
 
 private:

@@ -38,6 +38,33 @@ def AutodiffPass : Pass<"ds-autodiff", "func::FuncOp"> {
   }];
 }
 
+def OptimizerPass : Pass<"ds-optimizer", "func::FuncOp"> {
+  let summary = "Update every parameter from its gradient (Adam, AdamW, SGD)";
+  let description = [{
+    Runs after `--ds-autodiff`. For each gradient result (`ds.grad =
+    "<param>"`) it builds one `ds.adam` or `ds.sgd` op and replaces the
+    gradient result by the new parameter (`ds.update = "<param>"`). The
+    optimizer state becomes arguments marked `ds.state = "<param>.exp_avg"`
+    (zero at the start of training) whose new values are results marked
+    `ds.update` too; the step counter is an argument marked `ds.step`. The
+    runtime writes every `ds.update` result into the storage of the argument
+    it names, so parameters and state are updated in place.
+  }];
+  let options = [
+    Option<"optimizer", "optimizer", "std::string", "\"adam\"",
+           "adam, adamw or sgd">,
+    Option<"lr", "lr", "double", "1e-3", "learning rate">,
+    Option<"beta1", "beta1", "double", "0.9", "Adam's first-moment decay">,
+    Option<"beta2", "beta2", "double", "0.999", "Adam's second-moment decay">,
+    Option<"eps", "eps", "double", "1e-8", "Adam's epsilon">,
+    Option<"weightDecay", "weight-decay", "double", "0.0",
+           "weight decay (decoupled for adamw)">,
+    Option<"momentum", "momentum", "double", "0.0", "SGD momentum">,
+    Option<"dampening", "dampening", "double", "0.0", "SGD dampening">,
+    Option<"nesterov", "nesterov", "bool", "false", "SGD Nesterov momentum">,
+  ];
+}
+
 def LowerToDsRtPass : Pass<"ds-lower-to-dsrt", "ModuleOp"> {
   let summary = "Lower @forward from ds tensors to dsrt buffers and kernels";
   let description = [{

@@ -79,19 +79,27 @@ struct LowerToDsRtPass : impl::LowerToDsRtPassBase<LowerToDsRtPass> {
     b.setInsertionPointToStart(&body);
     IRMapping map;
     llvm::DenseMap<Value, Value> transposedFrom;
+    llvm::StringMap<Value> storage; // parameter and state buffers by name
     int64_t inputIndex = 0, paramIndex = 0;
     for (BlockArgument arg : body.getArguments()) {
       Location loc = func.getLoc();
       MemRefType type = bufferType(arg.getType());
       unsigned i = arg.getArgNumber();
       Value buffer;
-      if (auto name = func.getArgAttrOfType<StringAttr>(i, attrs::kParam)) {
-        auto op = dsrt::ParamOp::create(b, loc, type,
-                                        b.getI64IntegerAttr(paramIndex++), name,
-                                        func.getArgAttr(i, attrs::kTrainable)
-                                            ? b.getUnitAttr()
-                                            : nullptr);
+      auto state = func.getArgAttrOfType<StringAttr>(i, "ds.state");
+      if (auto name = func.getArgAttrOfType<StringAttr>(i, attrs::kParam);
+          name || state) {
+        auto op = dsrt::ParamOp::create(
+            b, loc, type, b.getI64IntegerAttr(paramIndex++),
+            name ? name : state,
+            func.getArgAttr(i, attrs::kTrainable) ? b.getUnitAttr() : nullptr,
+            state ? b.getUnitAttr() : nullptr);
         buffer = op;
+        storage[(name ? name : state).getValue()] = buffer;
+      } else if (func.getArgAttr(i, "ds.step")) {
+        buffer = dsrt::InputOp::create(b, loc, type,
+                                       b.getI64IntegerAttr(inputIndex++),
+                                       b.getStringAttr("ds.step"));
       } else {
         auto inName = func.getArgAttrOfType<StringAttr>(i, attrs::kInput);
         buffer = dsrt::InputOp::create(
@@ -109,6 +117,19 @@ struct LowerToDsRtPass : impl::LowerToDsRtPassBase<LowerToDsRtPass> {
       Location loc = op.getLoc();
       if (auto ret = dyn_cast<func::ReturnOp>(op)) {
         for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
+          // An update is written into the storage of what it updates.
+          if (auto target =
+                  func.getResultAttrOfType<StringAttr>(i, "ds.update")) {
+            Value into = storage.lookup(target.getValue());
+            auto alloc = map.lookup(v).getDefiningOp<dsrt::AllocOp>();
+            if (!into || !alloc)
+              return func.emitError("update of '")
+                     << target.getValue()
+                     << "' is not an optimizer result for a parameter";
+            alloc.getResult().replaceAllUsesWith(into);
+            alloc.erase();
+            continue;
+          }
           auto name = func.getResultAttrOfType<StringAttr>(i, attrs::kOutput);
           dsrt::OutputOp::create(
               b, loc, map.lookup(v), b.getI64IntegerAttr(i),

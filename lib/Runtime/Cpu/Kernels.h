@@ -55,6 +55,7 @@ struct KernelContext {
   Attrs attrs;
   uint64_t seed = 0; // for random kernels: differs per instruction and run
   std::string error; // set by a kernel that fails
+  double lr = NAN;   // learning-rate override (ds-run --lr); NaN: the plan's
   bool fail(const std::string &message) {
     error = message;
     return false;
@@ -67,6 +68,9 @@ struct KernelInfo {
   const char *name;
   int minIn, maxIn, minOut, maxOut;
   KernelFn fn;
+  /// Optimizer kernels write parameter and state storage in place; all
+  /// other kernels write arena buffers only (the plan checker enforces it).
+  bool writesState = false;
 };
 
 const KernelInfo *findKernel(const std::string &name);
@@ -213,6 +217,8 @@ DS_KERNEL(kReduceSum); DS_KERNEL(kReduceMean); DS_KERNEL(kReduceMax);
 // Grad.cpp
 DS_KERNEL(kGatherGrad); DS_KERNEL(kLayerNormGrad); DS_KERNEL(kSoftmaxGrad);
 DS_KERNEL(kLossGrad); DS_KERNEL(kSliceGrad);
+// Optimizers.cpp
+DS_KERNEL(kAdam); DS_KERNEL(kSgd);
 #undef DS_KERNEL
 
 } // namespace ds::rt

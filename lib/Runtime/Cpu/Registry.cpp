@@ -72,6 +72,8 @@ static const KernelInfo kKernels[] = {
     {"softmax_grad", 2, 2, 1, 1, kSoftmaxGrad},
     {"loss_grad", 3, 4, 1, 1, kLossGrad},
     {"slice_grad", 1, 1, 1, 1, kSliceGrad},
+    {"adam", 5, 5, 3, 3, kAdam, true},
+    {"sgd", 4, 4, 2, 2, kSgd, true},
 };
 
 const KernelInfo *findKernel(const std::string &name) {

@@ -160,6 +160,7 @@ LogicalResult mlir::ds::writePlan(ModuleOp module, StringRef planPath,
       for (int64_t d : type.getShape())
         param.add_shape(d);
       param.set_trainable(pr.getTrainable());
+      param.set_state(pr.getState());
       params[pr.getIndex()] = param;
     } else if (auto in = dyn_cast<dsrt::InputOp>(op)) {
       if (failed(addBuffer(in, pb::INPUT, 0, in.getIndex())))

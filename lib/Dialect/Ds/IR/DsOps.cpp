@@ -451,6 +451,29 @@ LogicalResult SliceGradOp::verify() {
                              shapeOf(getGrad()), emit);
 }
 
+static LogicalResult verifyOptimizer(Operation *op, double lr) {
+  Type t = op->getOperand(0).getType();
+  for (unsigned i = 0; i + 1 < op->getNumOperands(); ++i)
+    if (op->getOperand(i).getType() != t)
+      return op->emitOpError("parameter, gradient and state must have one type");
+  for (Type r : op->getResultTypes())
+    if (r != t)
+      return op->emitOpError("results must have the parameter's type");
+  if (cast<ShapedType>(op->getOperands().back().getType()).getNumElements() != 1)
+    return op->emitOpError("step must be a scalar");
+  if (lr < 0)
+    return op->emitOpError("learning rate ") << lr << " is negative";
+  return success();
+}
+
+LogicalResult AdamOp::verify() {
+  return verifyOptimizer(*this, getLr().convertToDouble());
+}
+
+LogicalResult SgdOp::verify() {
+  return verifyOptimizer(*this, getLr().convertToDouble());
+}
+
 //===----------------------------------------------------------------------===//
 // Canonicalization
 //===----------------------------------------------------------------------===//
@@ -554,6 +577,9 @@ int64_t LayerNormGradOp::getFlops() { return 12 * numElements(getGrad().getType(
 int64_t SoftmaxGradOp::getFlops() { return 4 * numElements(getType()); }
 int64_t LossGradOp::getFlops() { return 6 * numElements(getType()); }
 int64_t SliceGradOp::getFlops() { return 0; }
+// Moments, bias corrections, the update: about 12 per element.
+int64_t AdamOp::getFlops() { return 12 * numElements(getParam().getType()); }
+int64_t SgdOp::getFlops() { return 6 * numElements(getParam().getType()); }
 
 #define GET_OP_CLASSES
 #include "ds/Dialect/Ds/IR/DsOps.cpp.inc"

@@ -598,4 +598,52 @@ def Ds_SliceGradOp : Ds_Op<"slice_grad", [Pure]> {
   let hasVerifier = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// Optimizers (built by --ds-optimizer)
+//===----------------------------------------------------------------------===//
+
+def Ds_AdamOp : Ds_Op<"adam", [Pure]> {
+  let summary = "one Adam or AdamW step, PyTorch semantics";
+  let description = [{
+    With `t` = `step` (1 for the first step):
+    `m = b1 m + (1-b1) g`, `v = b2 v + (1-b2) g^2`, and
+    `p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)`.
+    `weight_decay` adds `wd * p` to `g` (Adam) or, with `decoupled`, scales
+    `p` by `1 - lr * wd` first (AdamW). Computed in f32 in torch's order.
+  }];
+  let arguments = (ins Ds_FloatTensor:$param, Ds_FloatTensor:$grad,
+                       Ds_FloatTensor:$exp_avg, Ds_FloatTensor:$exp_avg_sq,
+                       StaticShapeTensorOf<[I64]>:$step, F64Attr:$lr,
+                       F64Attr:$beta1, F64Attr:$beta2, F64Attr:$eps,
+                       F64Attr:$weight_decay, BoolAttr:$decoupled);
+  let results = (outs Ds_FloatTensor:$new_param, Ds_FloatTensor:$new_exp_avg,
+                      Ds_FloatTensor:$new_exp_avg_sq);
+  let assemblyFormat = [{
+    $param `,` $grad `,` $exp_avg `,` $exp_avg_sq `,` $step attr-dict `:`
+      functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Ds_SgdOp : Ds_Op<"sgd", [Pure]> {
+  let summary = "one SGD step with momentum and Nesterov, PyTorch semantics";
+  let description = [{
+    `d = g + wd p`; with momentum: `buf = d` at step 1, else
+    `buf = momentum buf + (1 - dampening) d`, and `d = d + momentum buf`
+    (Nesterov) or `d = buf`; `p -= lr d`.
+  }];
+  let arguments = (ins Ds_FloatTensor:$param, Ds_FloatTensor:$grad,
+                       Ds_FloatTensor:$momentum_buffer,
+                       StaticShapeTensorOf<[I64]>:$step, F64Attr:$lr,
+                       F64Attr:$momentum, F64Attr:$dampening,
+                       F64Attr:$weight_decay, BoolAttr:$nesterov);
+  let results = (outs Ds_FloatTensor:$new_param,
+                      Ds_FloatTensor:$new_momentum_buffer);
+  let assemblyFormat = [{
+    $param `,` $grad `,` $momentum_buffer `,` $step attr-dict `:`
+      functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // DS_DIALECT_DS_IR_DSOPS_TD

@@ -50,9 +50,11 @@ def DsRt_ParamOp : DsRt_Op<"param", [Pure]> {
   let summary = "the storage of parameter `index`";
   let description = [{
     Parameter storage, loaded from the weights source at start-up. `name`
-    is the ONNX initializer name (the checkpoint key).
+    is the ONNX initializer name (the checkpoint key). With `state` it is
+    optimizer state instead (`<param>.exp_avg` ...), zero at the start.
   }];
-  let arguments = (ins I64Attr:$index, StrAttr:$name, UnitAttr:$trainable);
+  let arguments = (ins I64Attr:$index, StrAttr:$name, UnitAttr:$trainable,
+                       UnitAttr:$state);
   let results = (outs DsRt_Buffer:$result);
   let assemblyFormat = "attr-dict `:` type($result)";
 }

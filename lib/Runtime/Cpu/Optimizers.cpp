@@ -1,0 +1,103 @@
+//===- Optimizers.cpp - Adam, AdamW and SGD updates, PyTorch semantics ----===//
+//
+// Part of the ds project (runtime: no MLIR or LLVM). The arithmetic follows
+// torch.optim's single-tensor code in f32, in its order of operations, so
+// that parameters match PyTorch's step for step. Outputs are the parameter
+// and state buffers themselves (updated in place).
+//
+//===----------------------------------------------------------------------===//
+
+#include "Kernels.h"
+
+namespace ds::rt {
+
+static bool checkOptimizer(KernelContext &ctx, size_t states) {
+  const TensorView &p = ctx.in[0];
+  for (size_t i = 1; i < 2 + states; ++i)
+    if (ctx.in[i].dtype != DType::F32 || ctx.in[i].numel() != p.numel())
+      return ctx.fail("optimizer operands must be f32 of the parameter's size");
+  if (ctx.in.back().numel() != 1)
+    return ctx.fail("optimizer step must be a scalar");
+  return true;
+}
+
+double KernelContext_lr(const KernelContext &ctx) {
+  return std::isnan(ctx.lr) ? ctx.attrs.getFloat("lr", 1e-3) : ctx.lr;
+}
+
+bool kAdam(KernelContext &ctx) {
+  if (!checkOptimizer(ctx, 2))
+    return false;
+  const TensorView &pin = ctx.in[0], &g = ctx.in[1], &min = ctx.in[2],
+                   &vin = ctx.in[3], &stepT = ctx.in[4];
+  int64_t t = loadI(stepT.data, stepT.dtype, 0);
+  if (t < 1)
+    return ctx.fail("optimizer step " + std::to_string(t) + " is not >= 1");
+  double lr = KernelContext_lr(ctx);
+  double beta1 = ctx.attrs.getFloat("beta1", 0.9);
+  double beta2 = ctx.attrs.getFloat("beta2", 0.999);
+  float eps = static_cast<float>(ctx.attrs.getFloat("eps", 1e-8));
+  double wd = ctx.attrs.getFloat("weight_decay", 0.0);
+  bool decoupled = ctx.attrs.getInt("decoupled", 0) != 0;
+  double bc1 = 1.0 - std::pow(beta1, static_cast<double>(t));
+  double bc2 = 1.0 - std::pow(beta2, static_cast<double>(t));
+  float stepSize = static_cast<float>(lr / bc1);
+  float bc2Sqrt = static_cast<float>(std::sqrt(bc2));
+  float b1 = static_cast<float>(beta1), b2 = static_cast<float>(beta2);
+  float a1 = static_cast<float>(1.0 - beta1), a2 = static_cast<float>(1.0 - beta2);
+  float wdF = static_cast<float>(wd), decay = static_cast<float>(1.0 - lr * wd);
+  const float *P = pin.as<float>(), *G = g.as<float>(), *M = min.as<float>(),
+              *V = vin.as<float>();
+  float *Po = ctx.out[0].as<float>(), *Mo = ctx.out[1].as<float>(),
+        *Vo = ctx.out[2].as<float>();
+  parallelFor(pin.numel(), 16384, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      float p = P[i], gr = G[i];
+      if (wd != 0.0) {
+        if (decoupled)
+          p = p * decay;
+        else
+          gr = gr + wdF * p;
+      }
+      float m = M[i] * b1 + gr * a1;
+      float v = V[i] * b2 + a2 * gr * gr;
+      float denom = std::sqrt(v) / bc2Sqrt + eps;
+      Mo[i] = m;
+      Vo[i] = v;
+      Po[i] = p + (-stepSize) * (m / denom);
+    }
+  });
+  return true;
+}
+
+bool kSgd(KernelContext &ctx) {
+  if (!checkOptimizer(ctx, 1))
+    return false;
+  const TensorView &pin = ctx.in[0], &g = ctx.in[1], &bufIn = ctx.in[2],
+                   &stepT = ctx.in[3];
+  int64_t t = loadI(stepT.data, stepT.dtype, 0);
+  float lr = static_cast<float>(KernelContext_lr(ctx));
+  float momentum = static_cast<float>(ctx.attrs.getFloat("momentum", 0.0));
+  float dampening = static_cast<float>(ctx.attrs.getFloat("dampening", 0.0));
+  float wd = static_cast<float>(ctx.attrs.getFloat("weight_decay", 0.0));
+  bool nesterov = ctx.attrs.getInt("nesterov", 0) != 0;
+  const float *P = pin.as<float>(), *G = g.as<float>(), *B = bufIn.as<float>();
+  float *Po = ctx.out[0].as<float>(), *Bo = ctx.out[1].as<float>();
+  bool useMomentum = momentum != 0.0f;
+  parallelFor(pin.numel(), 16384, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      float d = G[i];
+      if (wd != 0.0f)
+        d = d + wd * P[i];
+      if (useMomentum) {
+        float buf = t <= 1 ? d : B[i] * momentum + (1.0f - dampening) * d;
+        Bo[i] = buf;
+        d = nesterov ? d + momentum * buf : buf;
+      }
+      Po[i] = P[i] + (-lr) * d;
+    }
+  });
+  return true;
+}
+
+} // namespace ds::rt

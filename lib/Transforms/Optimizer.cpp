@@ -1,0 +1,131 @@
+//===- Optimizer.cpp - parameter updates from gradients -------------------===//
+//
+// Part of the ds project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ds/Transforms/Passes.h"
+
+namespace mlir::ds {
+#define GEN_PASS_DEF_OPTIMIZERPASS
+#include "ds/Transforms/Passes.h.inc"
+
+namespace {
+
+struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
+  using OptimizerPassBase::OptimizerPassBase;
+
+  void runOnOperation() override {
+    func::FuncOp func = getOperation();
+    if (func.getName() != "forward")
+      return;
+    if (optimizer != "adam" && optimizer != "adamw" && optimizer != "sgd") {
+      func.emitError("unknown optimizer '")
+          << optimizer << "' (choose adam, adamw or sgd)";
+      return signalPassFailure();
+    }
+    if (lr < 0 || weightDecay < 0 || momentum < 0) {
+      func.emitError("learning rate, weight decay and momentum must not be "
+                     "negative (lr ")
+          << lr << ", weight decay " << weightDecay << ", momentum "
+          << momentum << ")";
+      return signalPassFailure();
+    }
+    Block &body = func.getBody().front();
+    Operation *ret = body.getTerminator();
+    MLIRContext *ctx = func.getContext();
+    OpBuilder b(ret);
+
+    // Parameter arguments by name.
+    llvm::StringMap<BlockArgument> params;
+    for (BlockArgument arg : body.getArguments())
+      if (auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                         attrs::kParam))
+        params[name] = arg;
+
+    SmallVector<Type> argTypes(body.getArgumentTypes());
+    SmallVector<DictionaryAttr> argAttrs;
+    for (unsigned i = 0; i < func.getNumArguments(); ++i)
+      argAttrs.push_back(func.getArgAttrDict(i));
+    auto addArg = [&](Type type, NamedAttribute attr) {
+      argTypes.push_back(type);
+      argAttrs.push_back(b.getDictionaryAttr(attr));
+      return body.addArgument(type, func.getLoc());
+    };
+    auto stepType = RankedTensorType::get({}, b.getI64Type());
+    Value step = addArg(stepType, b.getNamedAttr("ds.step", b.getUnitAttr()));
+
+    SmallVector<Value> results(ret->getOperands());
+    SmallVector<DictionaryAttr> resultAttrs;
+    for (unsigned i = 0; i < func.getNumResults(); ++i)
+      resultAttrs.push_back(func.getResultAttrDict(i));
+    auto update = [&](StringRef name) {
+      return b.getDictionaryAttr(
+          {b.getNamedAttr("ds.update", b.getStringAttr(name)),
+           b.getNamedAttr(attrs::kOutput,
+                          b.getStringAttr("update:" + name.str()))});
+    };
+    int updated = 0;
+    for (unsigned i = 0, e = results.size(); i < e; ++i) {
+      auto name = func.getResultAttrOfType<StringAttr>(i, "ds.grad");
+      if (!name)
+        continue;
+      BlockArgument param = params.lookup(name);
+      if (!param) {
+        func.emitError("gradient of '") << name << "' has no parameter";
+        return signalPassFailure();
+      }
+      Value grad = results[i];
+      Location loc = grad.getLoc();
+      Type t = param.getType();
+      if (optimizer == "sgd") {
+        Value buf = grad;
+        std::string bufName = name.str() + ".momentum_buffer";
+        if (momentum != 0.0)
+          buf = addArg(t, b.getNamedAttr("ds.state", b.getStringAttr(bufName)));
+        auto op = SgdOp::create(b, loc, TypeRange{t, t}, param, grad, buf,
+                                step, b.getF64FloatAttr(lr),
+                                b.getF64FloatAttr(momentum),
+                                b.getF64FloatAttr(dampening),
+                                b.getF64FloatAttr(weightDecay),
+                                b.getBoolAttr(nesterov));
+        results[i] = op.getNewParam();
+        resultAttrs[i] = update(name);
+        if (momentum != 0.0) {
+          results.push_back(op.getNewMomentumBuffer());
+          resultAttrs.push_back(update(bufName));
+        }
+      } else {
+        std::string mName = name.str() + ".exp_avg";
+        std::string vName = name.str() + ".exp_avg_sq";
+        Value m = addArg(t, b.getNamedAttr("ds.state", b.getStringAttr(mName)));
+        Value v = addArg(t, b.getNamedAttr("ds.state", b.getStringAttr(vName)));
+        auto op = AdamOp::create(
+            b, loc, TypeRange{t, t, t}, param, grad, m, v, step,
+            b.getF64FloatAttr(lr), b.getF64FloatAttr(beta1),
+            b.getF64FloatAttr(beta2), b.getF64FloatAttr(eps),
+            b.getF64FloatAttr(weightDecay),
+            b.getBoolAttr(optimizer == "adamw"));
+        results[i] = op.getNewParam();
+        resultAttrs[i] = update(name);
+        results.push_back(op.getNewExpAvg());
+        resultAttrs.push_back(update(mName));
+        results.push_back(op.getNewExpAvgSq());
+        resultAttrs.push_back(update(vName));
+      }
+      ++updated;
+    }
+    if (updated == 0) {
+      func.emitError("no gradients to apply: run --ds-autodiff first");
+      return signalPassFailure();
+    }
+    ret->setOperands(results);
+    func.setType(FunctionType::get(ctx, argTypes,
+                                   ValueRange(results).getTypes()));
+    func.setAllArgAttrs(argAttrs);
+    func.setAllResultAttrs(resultAttrs);
+    func->setAttr("ds.optimizer", b.getStringAttr(optimizer));
+  }
+};
+} // namespace
+} // namespace mlir::ds

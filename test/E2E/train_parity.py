@@ -1,0 +1,108 @@
+#!/usr/bin/python3
+"""Training parity: ds (ds-opt --optimizer + ds-run --steps) against
+torch.optim on the same weights and batch, step by step.
+
+Tolerances: each step's loss within 1e-5 relative; the final weights
+within 1e-4 absolute (f32 on both sides; GEMM sums in another order).
+
+Elements whose gradient is mathematically zero (e.g. the key bias of
+attention: softmax ignores a constant shift of a query's scores) hold only
+rounding noise (~1e-12) in both implementations, which Adam normalizes into
+lr-sized steps of arbitrary sign; no two implementations agree on those, so
+the final-weight comparison skips elements whose first gradient is below
+1e-6 of their parameter's largest, and says how many it skipped.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import grad_parity as gp  # noqa: E402  (the models and their export)
+
+LOSS_TOL, WEIGHT_TOL = 1e-5, 1e-4
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ds-opt", required=True)
+    ap.add_argument("--ds-run", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--model", choices=["gpt", "branches", "classifier"], required=True)
+    ap.add_argument("--optimizer", choices=["adam", "adamw", "sgd"], required=True)
+    ap.add_argument("--steps", type=int, default=5)
+    args = ap.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+
+    model, path, feeds, forward = gp.setup(args.model, args.work)
+    lr, wd, momentum = 1e-2, 0.01, 0.9
+    params = [p for p in model.parameters()]
+    if args.optimizer == "adam":
+        opt = torch.optim.Adam(params, lr=lr)
+        flags = [f"--lr={lr}"]
+    elif args.optimizer == "adamw":
+        opt = torch.optim.AdamW(params, lr=lr, weight_decay=wd)
+        flags = [f"--lr={lr}", f"--weight-decay={wd}"]
+    else:
+        opt = torch.optim.SGD(params, lr=lr, momentum=momentum, nesterov=True)
+        flags = [f"--lr={lr}", f"--momentum={momentum}", "--nesterov"]
+    torch_losses = []
+    masks = {}
+    for step in range(args.steps):
+        opt.zero_grad()
+        loss = forward()
+        loss.backward()
+        if step == 0:
+            for name, p in model.named_parameters():
+                g = np.abs(p.grad.numpy())
+                masks[name] = g > 1e-6 * g.max() if g.max() > 0 else np.ones_like(g, bool)
+        opt.step()
+        torch_losses.append(float(loss))
+
+    data = os.path.join(args.work, "data.npz")
+    np.savez(data, **feeds)
+    plan = os.path.join(args.work, "train.plan")
+    log = os.path.join(args.work, "log.json")
+    weights = os.path.join(args.work, "weights.npz")
+    subprocess.run([args.ds_opt, path, f"--optimizer={args.optimizer}", *flags,
+                    "-o", plan], check=True)
+    subprocess.run([args.ds_run, plan, "--steps", str(args.steps), "--data", data,
+                    "--log-json", log, "--save-weights", weights, "--threads", "2"],
+                   check=True, capture_output=True)
+    ds_losses = [json.loads(line)["loss"] for line in open(log)]
+    ok = len(ds_losses) == args.steps
+    worst_loss = 0.0
+    for s, (d, t) in enumerate(zip(ds_losses, torch_losses), 1):
+        rel = abs(d - t) / abs(t)
+        worst_loss = max(worst_loss, rel)
+        if rel > LOSS_TOL:
+            print(f"FAIL step {s}: loss ds {d:.7f} torch {t:.7f}")
+            ok = False
+    got = np.load(weights)
+    worst_w, skipped = 0.0, 0
+    state = dict(model.named_parameters())
+    for name, p in state.items():
+        key = "wte.weight" if name == "lm_head.weight" else name
+        mask = masks[name]
+        skipped += int(mask.size - mask.sum())
+        diff = np.abs(got[key] - p.detach().numpy())[mask]
+        err = float(diff.max()) if diff.size else 0.0
+        worst_w = max(worst_w, err)
+        if err > WEIGHT_TOL:
+            print(f"FAIL final {name}: max abs difference {err:.2e}")
+            ok = False
+    print(f"{args.model}/{args.optimizer}: losses " +
+          " ".join(f"{x:.5f}" for x in ds_losses))
+    print(f"{args.model}/{args.optimizer}: {args.steps} steps, worst loss rel error "
+          f"{worst_loss:.1e} (tol {LOSS_TOL:g}), worst final weight abs error "
+          f"{worst_w:.1e} (tol {WEIGHT_TOL:g}; {skipped} zero-gradient elements skipped)")
+    print("PASS" if ok else "FAIL")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
