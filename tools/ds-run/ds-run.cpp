@@ -83,6 +83,23 @@ std::string human(uint64_t bytes) {
   return buf;
 }
 
+void printProfile(const RunStats &stats) {
+  // The last run's kernels, slowest first; GEMMs with their throughput.
+  std::vector<std::pair<double, std::string>> rows;
+  for (const auto &[k, v] : stats.kernelTimes)
+    rows.push_back({v.milliseconds, k});
+  std::sort(rows.rbegin(), rows.rend());
+  std::printf("profile of the last run:\n");
+  for (const auto &[ms, k] : rows) {
+    const RunStats::KernelTime &t = stats.kernelTimes.at(k);
+    std::printf("  %-28s %9.3f ms  %6lld calls", k.c_str(), ms,
+                static_cast<long long>(t.calls));
+    if (t.flops > 0 && ms > 0)
+      std::printf("  %8.2f GFLOP/s", t.flops / (ms * 1e6));
+    std::printf("\n");
+  }
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -290,6 +307,7 @@ int main(int argc, char **argv) {
         if (!exec->setInput(name, std::move(batch), err))
           return fail(err);
       }
+      stats.kernelTimes.clear();
       if (!exec->run(stats, err)) {
         if (log)
           std::fclose(log);
@@ -328,6 +346,8 @@ int main(int argc, char **argv) {
     }
     if (log)
       std::fclose(log);
+    if (profile)
+      printProfile(stats);
     if (!saveWeights.empty()) {
       std::vector<std::string> names = exec->parameterNames();
       std::vector<HostTensor> values(names.size());
@@ -392,22 +412,8 @@ int main(int argc, char **argv) {
   if (stats.arenaHighWater > stats.arenaPlanned)
     return fail("the arena high-water mark exceeds the plan");
 
-  if (profile) {
-    // The last run's kernels, slowest first; GEMMs with their throughput.
-    std::vector<std::pair<double, std::string>> rows;
-    for (const auto &[k, v] : stats.kernelTimes)
-      rows.push_back({v.milliseconds, k});
-    std::sort(rows.rbegin(), rows.rend());
-    std::printf("profile of the last run:\n");
-    for (const auto &[ms, k] : rows) {
-      const RunStats::KernelTime &t = stats.kernelTimes[k];
-      std::printf("  %-28s %9.3f ms  %6lld calls", k.c_str(), ms,
-                  static_cast<long long>(t.calls));
-      if (t.flops > 0 && ms > 0)
-        std::printf("  %8.2f GFLOP/s", t.flops / (ms * 1e6));
-      std::printf("\n");
-    }
-  }
+  if (profile)
+    printProfile(stats);
 
   if (!outputsPath.empty()) {
     std::vector<HostTensor> outs;

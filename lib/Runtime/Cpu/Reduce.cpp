@@ -45,7 +45,34 @@ bool reduce(KernelContext &ctx, Red kind) {
     --firstReduced;
   bool trailing = std::none_of(reduced.begin(), reduced.begin() + firstReduced,
                                [](bool b) { return b; });
-  if (trailing) {
+  // Leading axes reduced (bias gradients: sum over batch and tokens):
+  // rows added into the output, in parallel over output columns.
+  int64_t lastReduced = 0;
+  while (lastReduced < in.rank() && reduced[lastReduced])
+    ++lastReduced;
+  bool leading = lastReduced > 0 &&
+                 std::none_of(reduced.begin() + lastReduced, reduced.end(),
+                              [](bool b) { return b; });
+  if (leading && !trailing) {
+    int64_t rows = count, cols = outN;
+    bool f32 = in.dtype == DType::F32;
+    parallelFor(cols, 1024, [&](int64_t b, int64_t e) {
+      for (int64_t r = 0; r < rows; ++r) {
+        if (f32) {
+          const float *x = in.as<float>() + r * cols;
+          for (int64_t c = b; c < e; ++c)
+            acc[c] = kind == Red::Max ? (std::isnan(x[c]) || std::isnan(acc[c]) ? NAN : std::max<double>(acc[c], x[c]))
+                                      : acc[c] + x[c];
+        } else {
+          for (int64_t c = b; c < e; ++c) {
+            double v = loadD(in.data, in.dtype, r * cols + c);
+            acc[c] = kind == Red::Max ? (std::isnan(v) || std::isnan(acc[c]) ? NAN : std::max(acc[c], v))
+                                      : acc[c] + v;
+          }
+        }
+      }
+    });
+  } else if (trailing) {
     parallelFor(outN, std::max<int64_t>(1, 16384 / std::max<int64_t>(count, 1)),
                 [&](int64_t b, int64_t e) {
       for (int64_t o = b; o < e; ++o) {
