@@ -242,6 +242,8 @@ public:
   Location nodeLoc(const onnx::NodeProto &node, size_t index);
 
   static const llvm::StringMap<Handler> &handlers();
+  /// Handlers of the ai.onnx.preview.training domain.
+  static const llvm::StringMap<Handler> &trainingHandlers();
 };
 
 std::string NodeContext::name() const {
@@ -1119,6 +1121,122 @@ LogicalResult lossNode(NodeContext &n, bool hasLogProb) {
   }
 }
 
+/// ONNX Adam, Adagrad and Momentum (ai.onnx.preview.training): R, T, then
+/// groups of X, G and states, one ds.onnx_update per tensor.
+LogicalResult onnxTrainingUpdate(NodeContext &n, StringRef op) {
+  size_t states = op == "Adam" ? 2 : 1;
+  size_t groups = 2 + states;
+  if (n.numInputs() < 2 + groups || (n.numInputs() - 2) % groups != 0)
+    return n.error() << "expects R, T and " << groups
+                     << " tensors per parameter, got " << n.numInputs()
+                     << " inputs";
+  size_t count = (n.numInputs() - 2) / groups;
+  if (n.numOutputs() != count * (1 + states))
+    return n.error() << "expects " << count * (1 + states) << " outputs";
+  for (size_t i = 0; i < n.numInputs(); ++i)
+    if (!n.input(i))
+      return n.error() << "missing input " << i;
+  if (!n.elementTypeOf(1).isInteger(64) || sh::product(n.shape(1)) != 1 ||
+      !isa<FloatType>(n.elementTypeOf(0)) || sh::product(n.shape(0)) != 1)
+    return n.error() << "R must be a float scalar and T an int64 scalar";
+  std::string kind = op == "Adam" ? "adam" : op == "Adagrad" ? "adagrad" : "";
+  if (op == "Momentum") {
+    const onnx::AttributeProto *mode = n.attr("mode");
+    if (!mode || (mode->s() != "standard" && mode->s() != "nesterov"))
+      return n.error() << "unsupported attribute value mode (standard or "
+                          "nesterov)";
+    kind = mode->s() == "nesterov" ? "nesterov" : "momentum";
+    for (const char *req : {"alpha", "beta", "norm_coefficient"})
+      if (!n.attr(req))
+        return n.error() << "missing required attribute '" << req << "'";
+  }
+  OpBuilder &b = n.builder();
+  SmallVector<Value> outputs(n.numOutputs());
+  for (size_t i = 0; i < count; ++i) {
+    SmallVector<Value> operands{n.input(0), n.input(1)};
+    for (size_t g = 0; g < groups; ++g)
+      operands.push_back(n.input(2 + g * count + i));
+    Type x = operands[2].getType();
+    for (Value v : ArrayRef<Value>(operands).drop_front(2))
+      if (v.getType() != x || !isa<FloatType>(cast<ShapedType>(x).getElementType()))
+        return n.error() << "X, G and the states of tensor " << i
+                         << " must be float tensors of one type";
+    SmallVector<Type> types(1 + states, x);
+    auto update = OnnxUpdateOp::create(
+        b, n.loc, types, operands, b.getStringAttr(kind),
+        b.getF64FloatAttr(n.floatAttr("alpha", 0.9f)),
+        b.getF64FloatAttr(n.floatAttr("beta", op == "Adam" ? 0.999f : 0.0f)),
+        b.getF64FloatAttr(n.floatAttr("epsilon", 0.0f)),
+        b.getF64FloatAttr(n.floatAttr("decay_factor", 0.0f)),
+        b.getF64FloatAttr(n.floatAttr("norm_coefficient", 0.0f)),
+        b.getF64FloatAttr(n.floatAttr("norm_coefficient_post", 0.0f)));
+    for (size_t r = 0; r <= states; ++r)
+      outputs[r * count + i] = update.getResult(r);
+  }
+  return n.bind(outputs);
+}
+
+/// ONNX Gradient in the main graph: reverse mode from y to xs over the ops
+/// built so far, through the same VJP rules as --ds-autodiff.
+LogicalResult gradientNode(NodeContext &n) {
+  const onnx::AttributeProto *xsAttr = n.attr("xs"), *yAttr = n.attr("y");
+  if (!xsAttr || !yAttr)
+    return n.error() << "needs attributes 'xs' and 'y'";
+  auto yIt = n.importer.values.find(yAttr->s());
+  if (yIt == n.importer.values.end())
+    return n.error() << "y names '" << yAttr->s()
+                     << "', which is not computed before this node";
+  SmallVector<Value> xs;
+  for (const std::string &x : xsAttr->strings()) {
+    auto it = n.importer.values.find(x);
+    if (it == n.importer.values.end())
+      return n.error() << "xs names '" << x << "', which is not defined";
+    xs.push_back(it->second);
+  }
+  if (n.numOutputs() != xs.size())
+    return n.error() << "has " << n.numOutputs() << " outputs for "
+                     << xs.size() << " xs";
+  Value y = yIt->second;
+  auto yType = cast<RankedTensorType>(y.getType());
+  if (!isa<FloatType>(yType.getElementType()))
+    return n.error() << "y must be a float tensor";
+  OpBuilder &b = n.builder();
+  Block *block = b.getInsertionBlock();
+  SmallVector<Operation *> ops;
+  for (Operation &op : *block)
+    ops.push_back(&op);
+  Value seed = ConstantOp::create(
+      b, n.loc, yType,
+      DenseElementsAttr::get(yType, ArrayRef<Attribute>(
+                                        FloatAttr::get(yType.getElementType(), 1.0))));
+  FailureOr<SmallVector<Value>> grads = buildGradients(b, ops, y, seed, xs);
+  if (failed(grads))
+    return failure();
+  SmallVector<Value> outputs;
+  for (auto [x, g] : llvm::zip(xs, *grads)) {
+    auto t = cast<RankedTensorType>(x.getType());
+    outputs.push_back(g ? g
+                        : Value(ConstantOp::create(
+                              b, n.loc, t,
+                              DenseElementsAttr::get(
+                                  t, ArrayRef<Attribute>(FloatAttr::get(
+                                         t.getElementType(), 0.0))))));
+  }
+  return n.bind(outputs);
+}
+
+const llvm::StringMap<Handler> &Importer::trainingHandlers() {
+  static const llvm::StringMap<Handler> table = [] {
+    llvm::StringMap<Handler> t;
+    t["Adam"] = [](NodeContext &n) { return onnxTrainingUpdate(n, "Adam"); };
+    t["Adagrad"] = [](NodeContext &n) { return onnxTrainingUpdate(n, "Adagrad"); };
+    t["Momentum"] = [](NodeContext &n) { return onnxTrainingUpdate(n, "Momentum"); };
+    t["Gradient"] = gradientNode;
+    return t;
+  }();
+  return table;
+}
+
 const llvm::StringMap<Handler> &Importer::handlers() {
   static const llvm::StringMap<Handler> table = [] {
     llvm::StringMap<Handler> t;
@@ -1384,6 +1502,13 @@ LogicalResult Importer::importNode(const onnx::NodeProto &node, size_t index) {
   }
   NodeContext n(*this, node, loc, std::move(inputs));
   const std::string &domain = node.domain();
+  if (domain == kTrainingDomain) {
+    auto h = trainingHandlers().find(node.op_type());
+    if (h == trainingHandlers().end())
+      return n.error() << "unsupported op '" << node.op_type()
+                       << "' of domain '" << domain << "'";
+    return h->second(n);
+  }
   if (!domain.empty() && domain != "ai.onnx")
     return n.error() << "unsupported op '" << node.op_type() << "' of domain '"
                      << domain << "'";
@@ -1592,8 +1717,14 @@ FailureOr<OwningOpRef<ModuleOp>> Importer::run() {
   for (const auto &op : model.opset_import())
     if (op.domain().empty() || op.domain() == "ai.onnx")
       opset = op.version();
-  if (opset == 0)
-    return error() << "the model imports no default-domain opset";
+  if (opset == 0) {
+    bool onlyTraining = llvm::all_of(g.node(), [](const onnx::NodeProto &n) {
+      return n.domain() == kTrainingDomain;
+    });
+    if (!onlyTraining)
+      return error() << "the model imports no default-domain opset";
+    opset = 17; // nothing of the default domain is used
+  }
 
   for (const auto &vi : g.value_info())
     inferredTypes[vi.name()] = &vi.type();
@@ -1728,11 +1859,9 @@ FailureOr<OwningOpRef<ModuleOp>> Importer::run() {
     loss = pos - outNames.begin();
   } else if (scalarOutputs.size() == 1) {
     loss = llvm::find(outNames, scalarOutputs[0]) - outNames.begin();
-  } else if (scalarOutputs.size() > 1) {
-    return error() << "the graph has several scalar float outputs ("
-                   << llvm::join(scalarOutputs, ", ")
-                   << "); choose the loss with --loss=NAME";
   }
+  // Several candidates and no --loss: no loss is marked; training asks for
+  // one (the autodiff pass names the candidates), forward runs need none.
   func::ReturnOp::create(builder, fileLoc, results);
   func.setType(builder.getFunctionType(argTypes, ValueRange(results).getTypes()));
   for (auto [i, name] : llvm::enumerate(outNames)) {
@@ -1741,6 +1870,10 @@ FailureOr<OwningOpRef<ModuleOp>> Importer::run() {
       func.setResultAttr(i, attrs::kLoss, builder.getUnitAttr());
   }
   markTrainable(func, paramArgs, loss);
+  if (!loss && scalarOutputs.size() > 1) {
+    SmallVector<StringRef> names(scalarOutputs.begin(), scalarOutputs.end());
+    func->setAttr("ds.loss_candidates", builder.getStrArrayAttr(names));
+  }
 
   if (failed(importTrainingInfo(*module)))
     return failure();
@@ -1783,6 +1916,8 @@ std::vector<std::string> ds::supportedOnnxOps() {
   std::vector<std::string> ops;
   for (const auto &entry : Importer::handlers())
     ops.push_back(entry.getKey().str());
+  for (const auto &entry : Importer::trainingHandlers())
+    ops.push_back((kTrainingDomain + "." + entry.getKey()).str());
   llvm::sort(ops);
   return ops;
 }

@@ -14,11 +14,6 @@ namespace mlir::ds {
 
 namespace {
 
-bool isFloatTensor(Value v) {
-  auto t = dyn_cast<RankedTensorType>(v.getType());
-  return t && isa<FloatType>(t.getElementType());
-}
-
 struct AutodiffPass : impl::AutodiffPassBase<AutodiffPass> {
   void runOnOperation() override {
     func::FuncOp func = getOperation();
@@ -31,8 +26,14 @@ struct AutodiffPass : impl::AutodiffPassBase<AutodiffPass> {
       if (func.getResultAttr(i, attrs::kLoss))
         loss = i;
     if (!loss) {
-      func.emitError("autodiff needs a loss: no result is marked ds.loss "
-                     "(choose one with --loss)");
+      auto diag = func.emitError("autodiff needs a loss: ");
+      if (auto names = func->getAttrOfType<ArrayAttr>("ds.loss_candidates")) {
+        diag << "the graph has several scalar float outputs (";
+        llvm::interleaveComma(names.getAsValueRange<StringAttr>(), diag);
+        diag << "); choose the loss with --loss=NAME";
+      } else {
+        diag << "no result is marked ds.loss (choose one with --loss)";
+      }
       return signalPassFailure();
     }
     Value lossValue = ret->getOperand(*loss);
@@ -44,46 +45,22 @@ struct AutodiffPass : impl::AutodiffPassBase<AutodiffPass> {
     }
 
     OpBuilder b(ret);
-    llvm::DenseMap<Value, Value> grads;
-    auto accumulate = [&](Value v, Value g) {
-      auto [it, inserted] = grads.try_emplace(v, g);
-      if (!inserted)
-        it->second = AddOp::create(b, g.getLoc(), v.getType(), it->second, g);
-    };
     auto lossTensor = cast<RankedTensorType>(lossType);
-    accumulate(lossValue,
-               ConstantOp::create(b, func.getLoc(), lossTensor,
-                                  DenseElementsAttr::get(
-                                      lossTensor,
-                                      ArrayRef<Attribute>(FloatAttr::get(
-                                          lossType.getElementType(), 1.0)))));
-
+    Value seed = ConstantOp::create(
+        b, func.getLoc(), lossTensor,
+        DenseElementsAttr::get(lossTensor,
+                               ArrayRef<Attribute>(FloatAttr::get(
+                                   lossType.getElementType(), 1.0))));
     SmallVector<Operation *> forwardOps;
     for (Operation &op : body.without_terminator())
-      forwardOps.push_back(&op);
-    for (Operation *op : llvm::reverse(forwardOps)) {
-      SmallVector<Value> resultGrads;
-      bool any = false;
-      for (Value r : op->getResults()) {
-        resultGrads.push_back(grads.lookup(r));
-        any |= static_cast<bool>(resultGrads.back());
-      }
-      if (!any || op->getNumOperands() == 0)
-        continue;
-      auto vjp = dyn_cast<VJPOpInterface>(op);
-      if (!vjp) {
-        if (llvm::none_of(op->getOperands(), isFloatTensor))
-          continue; // nothing differentiable flows through it
-        op->emitOpError("has no gradient rule (VJP) on the path to the loss");
-        return signalPassFailure();
-      }
-      SmallVector<Value> operandGrads;
-      if (failed(vjp.buildVJP(b, resultGrads, operandGrads)))
-        return signalPassFailure();
-      for (auto [operand, g] : llvm::zip(op->getOperands(), operandGrads))
-        if (g && isFloatTensor(operand))
-          accumulate(operand, g);
-    }
+      if (&op != seed.getDefiningOp())
+        forwardOps.push_back(&op);
+    SmallVector<Value> args(body.getArguments().begin(),
+                            body.getArguments().end());
+    FailureOr<SmallVector<Value>> argGrads =
+        buildGradients(b, forwardOps, lossValue, seed, args);
+    if (failed(argGrads))
+      return signalPassFailure();
 
     // Gradients of the trainable parameters become results.
     SmallVector<Value> results(ret->getOperands());
@@ -95,7 +72,7 @@ struct AutodiffPass : impl::AutodiffPassBase<AutodiffPass> {
       auto name = func.getArgAttrOfType<StringAttr>(i, attrs::kParam);
       if (!name || !func.getArgAttr(i, attrs::kTrainable))
         continue;
-      Value g = grads.lookup(arg);
+      Value g = (*argGrads)[i];
       if (!g) {
         auto t = cast<RankedTensorType>(arg.getType());
         g = ConstantOp::create(

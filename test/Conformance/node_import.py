@@ -40,6 +40,19 @@ SHAPE_OPERANDS = {
 }
 
 
+def model_dirs(node_dir):
+    """The node tests, plus the gradient tests of data/simple (named
+    ../simple/NAME so that they resolve from node_dir)."""
+    names = sorted(d for d in os.listdir(node_dir)
+                   if os.path.isfile(os.path.join(node_dir, d, "model.onnx")))
+    simple = os.path.join(os.path.dirname(node_dir.rstrip("/")), "simple")
+    if os.path.isdir(simple):
+        names += sorted(os.path.join("..", "simple", d) for d in os.listdir(simple)
+                        if d.startswith("test_gradient_of_")
+                        and os.path.isfile(os.path.join(simple, d, "model.onnx")))
+    return names
+
+
 def value_types(model):
     g = model.graph
     for vi in list(g.input) + list(g.output):
@@ -53,11 +66,10 @@ def value_types(model):
 
 def classify(model, supported):
     """Returns a skip reason, or None if ds should import the model."""
-    bad_ops = sorted({n.op_type if n.domain in ("", "ai.onnx")
-                      else f"{n.domain}.{n.op_type}"
-                      for n in model.graph.node
-                      if n.domain not in ("", "ai.onnx")
-                      or n.op_type not in supported})
+    def qualified(n):
+        return n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
+    bad_ops = sorted({qualified(n) for n in model.graph.node
+                      if qualified(n) not in supported})
     if bad_ops:
         return "unsupported op " + ", ".join(bad_ops)
     for name, t in value_types(model):
@@ -129,8 +141,7 @@ def main():
     if not os.path.isdir(args.node_dir):
         sys.exit(f"error: {args.node_dir} not found (apt-get install "
                  "libonnx-testdata)")
-    names = sorted(d for d in os.listdir(args.node_dir)
-                   if os.path.isfile(os.path.join(args.node_dir, d, "model.onnx")))
+    names = model_dirs(args.node_dir)
     skipped = {}
     todo = []
     for name in names:

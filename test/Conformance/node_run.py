@@ -80,7 +80,16 @@ def compare(name, got, ref, tol=None):
     return None
 
 
+# Upstream test data known to be wrong, with the reason.
+KNOWN_BAD = {
+    "test_adam_multiple": "expected outputs were computed with epsilon 1e-2 while "
+                          "the node says the default (REFERENCES.md)",
+}
+
+
 def run_one(ds_opt, ds_run, name, path, tmp):
+    if os.path.basename(name) in KNOWN_BAD:
+        return "skip", "wrong upstream: " + KNOWN_BAD[os.path.basename(name)]
     model = onnx.load(path)
     test_dir = os.path.dirname(path)
     reason = random_outputs(model, test_dir)
@@ -88,12 +97,12 @@ def run_one(ds_opt, ds_run, name, path, tmp):
         return "skip", reason
     original_inputs = [vi.name for vi in model.graph.input]
     bound = set(node_import.bind_shape_inputs(model, test_dir))
-    work = os.path.join(tmp, name)
+    work = os.path.join(tmp, os.path.basename(name))
     os.makedirs(work)
     model_path = os.path.join(work, "model.onnx")
     onnx.save(model, model_path)
     plan = os.path.join(work, "plan.bin")
-    p = subprocess.run([ds_opt, model_path, "-o", plan], capture_output=True,
+    p = subprocess.run([ds_opt, model_path, "-o", plan, "--loss="], capture_output=True,
                        text=True, timeout=120)
     if p.returncode:
         return "fail", "ds-opt: " + (p.stderr.strip().splitlines() or ["?"])[0]
@@ -147,8 +156,7 @@ def main():
     args = ap.parse_args()
     supported = set(subprocess.run([args.ds_opt, "--list-onnx-ops"], capture_output=True,
                                    text=True, check=True).stdout.split())
-    names = sorted(d for d in os.listdir(args.node_dir)
-                   if os.path.isfile(os.path.join(args.node_dir, d, "model.onnx")))
+    names = node_import.model_dirs(args.node_dir)
     unsupported = 0
     todo = []
     for name in names:

@@ -218,7 +218,7 @@ DS_KERNEL(kReduceSum); DS_KERNEL(kReduceMean); DS_KERNEL(kReduceMax);
 DS_KERNEL(kGatherGrad); DS_KERNEL(kLayerNormGrad); DS_KERNEL(kSoftmaxGrad);
 DS_KERNEL(kLossGrad); DS_KERNEL(kSliceGrad);
 // Optimizers.cpp
-DS_KERNEL(kAdam); DS_KERNEL(kSgd);
+DS_KERNEL(kAdam); DS_KERNEL(kSgd); DS_KERNEL(kOnnxUpdate);
 #undef DS_KERNEL
 
 } // namespace ds::rt

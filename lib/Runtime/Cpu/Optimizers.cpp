@@ -101,3 +101,58 @@ bool kSgd(KernelContext &ctx) {
 }
 
 } // namespace ds::rt
+
+namespace ds::rt {
+
+/// ONNX's Adam, Adagrad and Momentum rules (ai.onnx.preview.training), per
+/// the operator spec: operands R, T, X, G, states; results X_new, states.
+bool kOnnxUpdate(KernelContext &ctx) {
+  std::string kind = ctx.attrs.getString("kind");
+  size_t states = kind == "adam" ? 2 : 1;
+  if (ctx.in.size() != 4 + states || ctx.out.size() != 1 + states)
+    return ctx.fail("onnx_update operand count does not match kind '" + kind + "'");
+  const TensorView &R = ctx.in[0], &T = ctx.in[1], &X = ctx.in[2], &G = ctx.in[3];
+  double r = loadD(R.data, R.dtype, 0);
+  int64_t t = loadI(T.data, T.dtype, 0);
+  double alpha = ctx.attrs.getFloat("alpha", 0.9);
+  double beta = ctx.attrs.getFloat("beta", 0.999);
+  double eps = ctx.attrs.getFloat("epsilon", 0.0);
+  double decay = ctx.attrs.getFloat("decay_factor", 0.0);
+  double norm = ctx.attrs.getFloat("norm_coefficient", 0.0);
+  double normPost = ctx.attrs.getFloat("norm_coefficient_post", 0.0);
+  int64_t n = X.numel();
+  for (const TensorView &v : ctx.in)
+    if (&v != &R && &v != &T && v.numel() != n)
+      return ctx.fail("onnx_update tensors differ in size");
+  double betaAdjusted = t > 0 ? beta : 1.0;
+  double rAdam = t > 0 ? r * std::sqrt(1.0 - std::pow(beta, double(t))) /
+                             (1.0 - std::pow(alpha, double(t)))
+                       : r;
+  for (int64_t i = 0; i < n; ++i) {
+    double x = loadD(X.data, X.dtype, i);
+    double g = norm * x + loadD(G.data, G.dtype, i);
+    if (kind == "adagrad") {
+      double rr = r / (1.0 + double(t) * decay);
+      double h = loadD(ctx.in[4].data, ctx.in[4].dtype, i) + g * g;
+      storeD(ctx.out[1].data, ctx.out[1].dtype, i, h);
+      storeD(ctx.out[0].data, ctx.out[0].dtype, i, x - rr * g / (std::sqrt(h) + eps));
+    } else if (kind == "momentum" || kind == "nesterov") {
+      double v = alpha * loadD(ctx.in[4].data, ctx.in[4].dtype, i) + betaAdjusted * g;
+      storeD(ctx.out[1].data, ctx.out[1].dtype, i, v);
+      double step = kind == "nesterov" ? g + alpha * v : v;
+      storeD(ctx.out[0].data, ctx.out[0].dtype, i, x - r * step);
+    } else if (kind == "adam") {
+      double v = alpha * loadD(ctx.in[4].data, ctx.in[4].dtype, i) + (1.0 - alpha) * g;
+      double h = beta * loadD(ctx.in[5].data, ctx.in[5].dtype, i) + (1.0 - beta) * (g * g);
+      storeD(ctx.out[1].data, ctx.out[1].dtype, i, v);
+      storeD(ctx.out[2].data, ctx.out[2].dtype, i, h);
+      double xNew = x - rAdam * (v / (std::sqrt(h) + eps));
+      storeD(ctx.out[0].data, ctx.out[0].dtype, i, (1.0 - normPost) * xNew);
+    } else {
+      return ctx.fail("unknown onnx_update kind '" + kind + "'");
+    }
+  }
+  return true;
+}
+
+} // namespace ds::rt

@@ -74,6 +74,7 @@ static const KernelInfo kKernels[] = {
     {"slice_grad", 1, 1, 1, 1, kSliceGrad},
     {"adam", 5, 5, 3, 3, kAdam, true},
     {"sgd", 4, 4, 2, 2, kSgd, true},
+    {"onnx_update", 5, 6, 2, 3, kOnnxUpdate},
 };
 
 const KernelInfo *findKernel(const std::string &name) {

@@ -466,6 +466,25 @@ static LogicalResult verifyOptimizer(Operation *op, double lr) {
   return success();
 }
 
+LogicalResult OnnxUpdateOp::verify() {
+  StringRef kind = getKind();
+  size_t states = kind == "adam" ? 2 : 1;
+  if (kind != "adam" && kind != "adagrad" && kind != "momentum" &&
+      kind != "nesterov")
+    return emitOpError("unknown kind '") << kind << "'";
+  if (getOperands().size() != 4 + states || getResults().size() != 1 + states)
+    return emitOpError("expects R, T, X, G and ")
+           << states << " state tensor(s), and as many results plus X_new";
+  Type x = getOperands()[2].getType();
+  for (Value v : getOperands().drop_front(2))
+    if (v.getType() != x)
+      return emitOpError("X, G and the states must have one type");
+  for (Type r : getResultTypes())
+    if (r != x)
+      return emitOpError("results must have X's type");
+  return success();
+}
+
 LogicalResult AdamOp::verify() {
   return verifyOptimizer(*this, getLr().convertToDouble());
 }
@@ -580,6 +599,9 @@ int64_t SliceGradOp::getFlops() { return 0; }
 // Moments, bias corrections, the update: about 12 per element.
 int64_t AdamOp::getFlops() { return 12 * numElements(getParam().getType()); }
 int64_t SgdOp::getFlops() { return 6 * numElements(getParam().getType()); }
+int64_t OnnxUpdateOp::getFlops() {
+  return 10 * numElements(getOperands()[2].getType());
+}
 
 #define GET_OP_CLASSES
 #include "ds/Dialect/Ds/IR/DsOps.cpp.inc"

@@ -497,6 +497,51 @@ void attach(MLIRContext &ctx) {
 
 } // namespace
 
+static bool isFloatTensor(Value v) {
+  auto t = dyn_cast<RankedTensorType>(v.getType());
+  return t && isa<FloatType>(t.getElementType());
+}
+
+FailureOr<SmallVector<Value>> ds::buildGradients(OpBuilder &b,
+                                                 ArrayRef<Operation *> ops,
+                                                 Value y, Value seed,
+                                                 ValueRange xs) {
+  llvm::DenseMap<Value, Value> grads;
+  auto accumulate = [&](Value v, Value g) {
+    auto [it, inserted] = grads.try_emplace(v, g);
+    if (!inserted)
+      it->second = AddOp::create(b, g.getLoc(), v.getType(), it->second, g);
+  };
+  accumulate(y, seed);
+  for (Operation *op : llvm::reverse(ops)) {
+    SmallVector<Value> resultGrads;
+    bool any = false;
+    for (Value r : op->getResults()) {
+      resultGrads.push_back(grads.lookup(r));
+      any |= static_cast<bool>(resultGrads.back());
+    }
+    if (!any || op->getNumOperands() == 0)
+      continue;
+    auto vjp = dyn_cast<VJPOpInterface>(op);
+    if (!vjp) {
+      if (llvm::none_of(op->getOperands(), isFloatTensor))
+        continue; // nothing differentiable flows through it
+      return op->emitOpError(
+          "has no gradient rule (VJP) on the path to the loss");
+    }
+    SmallVector<Value> operandGrads;
+    if (failed(vjp.buildVJP(b, resultGrads, operandGrads)))
+      return failure();
+    for (auto [operand, g] : llvm::zip(op->getOperands(), operandGrads))
+      if (g && isFloatTensor(operand))
+        accumulate(operand, g);
+  }
+  SmallVector<Value> out;
+  for (Value x : xs)
+    out.push_back(grads.lookup(x));
+  return out;
+}
+
 void ds::detail::attachVJPModels(MLIRContext &ctx) {
   attach<AddOp, SubOp, MulOp, DivOp, PowOp, MaxOp, MinOp, NegOp, ExpOp, LogOp,
          SqrtOp, ReciprocalOp, ErfOp, TanhOp, SigmoidOp, ReluOp, AbsOp, CastOp,

@@ -48,6 +48,17 @@ LogicalResult verifyReduceOp(Operation *op, ArrayRef<int64_t> axes,
 /// Attaches VJPOpInterface to every differentiable op (DsVJP.cpp).
 void attachVJPModels(MLIRContext &context);
 } // namespace detail
+
+/// Reverse mode: builds, at `builder`'s insertion point, the gradients of
+/// `y` (seeded with `seed`) with respect to each of `xs`, walking the ops of
+/// `ops` (in program order) backwards through VJPOpInterface. A gradient of
+/// an x that `y` does not depend on is null. Fails, with an error on the op,
+/// if an op on the path has no gradient rule.
+FailureOr<SmallVector<Value>> buildGradients(OpBuilder &builder,
+                                             ArrayRef<Operation *> ops, Value y,
+                                             Value seed, ValueRange xs);
+namespace detail {
+} // namespace detail
 } // namespace mlir::ds
 
 #include "ds/Dialect/Ds/IR/DsInterfaces.h.inc"

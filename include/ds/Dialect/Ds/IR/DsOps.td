@@ -646,4 +646,23 @@ def Ds_SgdOp : Ds_Op<"sgd", [Pure]> {
   let hasVerifier = 1;
 }
 
+def Ds_OnnxUpdateOp : Ds_Op<"onnx_update", [Pure]> {
+  let summary = "one parameter's update by an ONNX training op (ONNX semantics)";
+  let description = [{
+    The update rule of ONNX's `ai.onnx.preview.training` Adam, Adagrad or
+    Momentum (`kind` = adam, adagrad, momentum, nesterov) for one tensor:
+    operands R (learning rate), T (update count), X, G, then the states
+    (Adam: V, H; Adagrad: H; Momentum: V); results X_new and the new states.
+    ONNX's rules differ from PyTorch's (where eps sits, the learning-rate
+    adjustment, `norm_coefficient`): these follow the ONNX operator spec.
+  }];
+  let arguments = (ins Variadic<Ds_Tensor>:$operands, StrAttr:$kind,
+                       F64Attr:$alpha, F64Attr:$beta, F64Attr:$epsilon,
+                       F64Attr:$decay_factor, F64Attr:$norm_coefficient,
+                       F64Attr:$norm_coefficient_post);
+  let results = (outs Variadic<Ds_FloatTensor>:$results);
+  let assemblyFormat = "$operands attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
 #endif // DS_DIALECT_DS_IR_DSOPS_TD
