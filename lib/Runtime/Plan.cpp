@@ -222,6 +222,14 @@ PlanInfo describe(const Plan &plan) {
         info.lr = a.f();
       if (a.name() == "decoupled" && a.i())
         info.optimizer = "adamw";
+      if (a.name() == "schedule")
+        info.schedule = a.s();
+      if (a.name() == "warmup_steps")
+        info.warmupSteps = a.i();
+      if (a.name() == "total_steps")
+        info.totalSteps = a.i();
+      if (a.name() == "min_lr")
+        info.minLr = a.f();
     }
     break;
   }

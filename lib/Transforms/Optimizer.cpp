@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ds/Transforms/Passes.h"
+#include "ds/Runtime/Schedule.h"
 
 namespace mlir::ds {
 #define GEN_PASS_DEF_OPTIMIZERPASS
@@ -24,7 +25,20 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
           << optimizer << "' (choose adam, adamw or sgd)";
       return signalPassFailure();
     }
-    if (lr < 0 || weightDecay < 0 || momentum < 0) {
+    if (!::ds::isSchedule(schedule)) {
+      func.emitError("unknown learning-rate schedule '")
+          << schedule
+          << "' (constant, warmup, warmup-cosine, warmup-linear)";
+      return signalPassFailure();
+    }
+    if ((schedule == "warmup-cosine" || schedule == "warmup-linear") &&
+        totalSteps <= warmupSteps) {
+      func.emitError("the ") << schedule << " schedule needs --total-steps ("
+                             << totalSteps << ") above --warmup-steps ("
+                             << warmupSteps << ")";
+      return signalPassFailure();
+    }
+    if (lr < 0 || weightDecay < 0 || momentum < 0 || gradClip < 0) {
       func.emitError("learning rate, weight decay and momentum must not be "
                      "negative (lr ")
           << lr << ", weight decay " << weightDecay << ", momentum "
@@ -65,6 +79,47 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
            b.getNamedAttr(attrs::kOutput,
                           b.getStringAttr("update:" + name.str()))});
     };
+    // Clipping by the global norm of all gradients, as torch does.
+    if (gradClip > 0) {
+      Value total;
+      for (unsigned i = 0, e = results.size(); i < e; ++i) {
+        if (!func.getResultAttr(i, "ds.grad"))
+          continue;
+        Value g = results[i];
+        auto t = cast<RankedTensorType>(g.getType());
+        SmallVector<int64_t> axes;
+        for (int64_t d = 0; d < t.getRank(); ++d)
+          axes.push_back(d);
+        auto scalarType = RankedTensorType::get({}, t.getElementType());
+        Value sq = MulOp::create(b, g.getLoc(), t, g, g);
+        Value sum = t.getRank() == 0
+                        ? sq
+                        : Value(ReduceSumOp::create(
+                              b, g.getLoc(), scalarType, sq,
+                              b.getDenseI64ArrayAttr(axes), b.getBoolAttr(false)));
+        total = total ? Value(AddOp::create(b, g.getLoc(), scalarType, total, sum))
+                      : sum;
+      }
+      if (total) {
+        Location loc = func.getLoc();
+        auto st = cast<RankedTensorType>(total.getType());
+        auto cst = [&](double v) {
+          return ConstantOp::create(
+              b, loc, st,
+              DenseElementsAttr::get(st, ArrayRef<Attribute>(FloatAttr::get(
+                                             st.getElementType(), v))));
+        };
+        Value norm = SqrtOp::create(b, loc, total);
+        Value coef = DivOp::create(b, loc, st, cst(gradClip),
+                                   AddOp::create(b, loc, st, norm, cst(1e-6)));
+        coef = MinOp::create(b, loc, st, coef, cst(1.0));
+        for (unsigned i = 0, e = results.size(); i < e; ++i)
+          if (func.getResultAttr(i, "ds.grad"))
+            results[i] = MulOp::create(b, loc, results[i].getType(),
+                                       results[i], coef);
+      }
+    }
+
     int updated = 0;
     for (unsigned i = 0, e = results.size(); i < e; ++i) {
       auto name = func.getResultAttrOfType<StringAttr>(i, "ds.grad");
@@ -88,7 +143,11 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
                                 b.getF64FloatAttr(momentum),
                                 b.getF64FloatAttr(dampening),
                                 b.getF64FloatAttr(weightDecay),
-                                b.getBoolAttr(nesterov));
+                                b.getBoolAttr(nesterov),
+                                b.getStringAttr(schedule),
+                                b.getI64IntegerAttr(warmupSteps),
+                                b.getI64IntegerAttr(totalSteps),
+                                b.getF64FloatAttr(minLr));
         results[i] = op.getNewParam();
         resultAttrs[i] = update(name);
         if (momentum != 0.0) {
@@ -105,7 +164,9 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
             b.getF64FloatAttr(lr), b.getF64FloatAttr(beta1),
             b.getF64FloatAttr(beta2), b.getF64FloatAttr(eps),
             b.getF64FloatAttr(weightDecay),
-            b.getBoolAttr(optimizer == "adamw"));
+            b.getBoolAttr(optimizer == "adamw"), b.getStringAttr(schedule),
+            b.getI64IntegerAttr(warmupSteps), b.getI64IntegerAttr(totalSteps),
+            b.getF64FloatAttr(minLr));
         results[i] = op.getNewParam();
         resultAttrs[i] = update(name);
         results.push_back(op.getNewExpAvg());

@@ -14,6 +14,7 @@ the final-weight comparison skips elements whose first gradient is below
 """
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -35,6 +36,10 @@ def main():
     ap.add_argument("--model", choices=["gpt", "branches", "classifier"], required=True)
     ap.add_argument("--optimizer", choices=["adam", "adamw", "sgd"], required=True)
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--schedule", default="constant")
+    ap.add_argument("--warmup", type=int, default=0)
+    ap.add_argument("--total", type=int, default=0)
+    ap.add_argument("--clip", type=float, default=0.0)
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
 
@@ -50,6 +55,25 @@ def main():
     else:
         opt = torch.optim.SGD(params, lr=lr, momentum=momentum, nesterov=True)
         flags = [f"--lr={lr}", f"--momentum={momentum}", "--nesterov"]
+    if args.schedule != "constant":
+        flags += [f"--lr-schedule={args.schedule}", f"--warmup-steps={args.warmup}",
+                  f"--total-steps={args.total}"]
+    if args.clip:
+        flags.append(f"--grad-clip={args.clip}")
+
+    def factor(k):  # torch's LambdaLR factor for optimizer step k (0-based)
+        t = k + 1
+        if args.schedule == "constant":
+            return 1.0
+        if args.warmup and t <= args.warmup:
+            return t / args.warmup
+        if args.schedule == "warmup":
+            return 1.0
+        p = min(max((t - args.warmup) / max(args.total - args.warmup, 1), 0.0), 1.0)
+        if args.schedule == "warmup-cosine":
+            return 0.5 * (1 + math.cos(math.pi * p))
+        return 1.0 - p
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
     torch_losses = []
     masks = {}
     for step in range(args.steps):
@@ -60,7 +84,10 @@ def main():
             for name, p in model.named_parameters():
                 g = np.abs(p.grad.numpy())
                 masks[name] = g > 1e-6 * g.max() if g.max() > 0 else np.ones_like(g, bool)
+        if args.clip:
+            torch.nn.utils.clip_grad_norm_(params, args.clip)
         opt.step()
+        sched.step()
         torch_losses.append(float(loss))
 
     data = os.path.join(args.work, "data.npz")
@@ -97,7 +124,7 @@ def main():
             ok = False
     print(f"{args.model}/{args.optimizer}: losses " +
           " ".join(f"{x:.5f}" for x in ds_losses))
-    print(f"{args.model}/{args.optimizer}: {args.steps} steps, worst loss rel error "
+    print(f"{args.model}/{args.optimizer} ({args.schedule}, clip {args.clip:g}): {args.steps} steps, worst loss rel error "
           f"{worst_loss:.1e} (tol {LOSS_TOL:g}), worst final weight abs error "
           f"{worst_w:.1e} (tol {WEIGHT_TOL:g}; {skipped} zero-gradient elements skipped)")
     print("PASS" if ok else "FAIL")

@@ -102,6 +102,27 @@ llvm::cl::opt<double> momentum("momentum", llvm::cl::desc("SGD momentum"),
                                llvm::cl::init(0.0), llvm::cl::cat(trainCategory));
 llvm::cl::opt<double> dampening("dampening", llvm::cl::desc("SGD dampening"),
                                 llvm::cl::init(0.0), llvm::cl::cat(trainCategory));
+llvm::cl::opt<std::string> lrSchedule(
+    "lr-schedule",
+    llvm::cl::desc("Learning-rate schedule, evaluated at run time from the "
+                   "step counter: constant, warmup, warmup-cosine, "
+                   "warmup-linear"),
+    llvm::cl::init("constant"), llvm::cl::cat(trainCategory));
+llvm::cl::opt<int64_t> warmupSteps("warmup-steps",
+                                   llvm::cl::desc("Linear warmup steps"),
+                                   llvm::cl::init(0), llvm::cl::cat(trainCategory));
+llvm::cl::opt<int64_t> totalSteps(
+    "total-steps",
+    llvm::cl::desc("Step at which a decaying schedule reaches --min-lr"),
+    llvm::cl::init(0), llvm::cl::cat(trainCategory));
+llvm::cl::opt<double> minLr("min-lr",
+                            llvm::cl::desc("Learning rate at the end of decay"),
+                            llvm::cl::init(0.0), llvm::cl::cat(trainCategory));
+llvm::cl::opt<double> gradClip(
+    "grad-clip",
+    llvm::cl::desc("Clip gradients to this global L2 norm (0: off), as "
+                   "torch.nn.utils.clip_grad_norm_"),
+    llvm::cl::init(0.0), llvm::cl::cat(trainCategory));
 llvm::cl::opt<bool> nesterov("nesterov", llvm::cl::desc("SGD Nesterov momentum"),
                              llvm::cl::init(false), llvm::cl::cat(trainCategory));
 
@@ -198,6 +219,11 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
         opt.momentum = momentum;
         opt.dampening = dampening;
         opt.nesterov = nesterov;
+        opt.schedule = lrSchedule;
+        opt.warmupSteps = warmupSteps;
+        opt.totalSteps = totalSteps;
+        opt.minLr = minLr;
+        opt.gradClip = gradClip;
         pm.addNestedPass<func::FuncOp>(ds::createOptimizerPass(opt));
       }
       pm.addPass(createCanonicalizerPass());
@@ -293,6 +319,18 @@ int main(int argc, char **argv) {
     llvm::errs() << "error: --lr, --weight-decay and --momentum must not be "
                     "negative (--lr="
                  << learningRate << ")\n";
+    return 1;
+  }
+  if (lrSchedule != "constant" && lrSchedule != "warmup" &&
+      lrSchedule != "warmup-cosine" && lrSchedule != "warmup-linear") {
+    llvm::errs() << "error: --lr-schedule='" << lrSchedule
+                 << "' is not one of constant, warmup, warmup-cosine, "
+                    "warmup-linear\n";
+    return 1;
+  }
+  if (gradClip < 0 || warmupSteps < 0 || totalSteps < 0) {
+    llvm::errs() << "error: --grad-clip, --warmup-steps and --total-steps "
+                    "must not be negative\n";
     return 1;
   }
   if (emitGrads && optimizerName != "none") {

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ds/Runtime/Runtime.h"
+#include "ds/Runtime/Schedule.h"
 
 #include <algorithm>
 #include <cmath>
@@ -326,9 +327,11 @@ int main(int argc, char **argv) {
         firstLoss = loss;
       lastLoss = loss;
       double perSec = samples / (stats.milliseconds / 1e3);
+      double stepLr = ds::scheduledLr(info.schedule, lr, s, info.warmupSteps,
+                                      info.totalSteps, info.minLr);
       std::printf("step %lld/%lld | loss %.6f | lr %.3g | %.1f samples/s | %.3f ms | "
                   "arena %s of %s planned\n",
-                  s, steps, loss, lr, perSec, stats.milliseconds,
+                  s, steps, loss, stepLr, perSec, stats.milliseconds,
                   human(stats.arenaHighWater).c_str(),
                   human(stats.arenaPlanned).c_str());
       std::fflush(stdout);
@@ -338,7 +341,7 @@ int main(int argc, char **argv) {
                      "\"samples_per_s\": %.3f, \"time_ms\": %.3f, "
                      "\"peak_bytes\": %llu, \"planned_bytes\": %llu}\n",
                      s, std::isnan(loss) ? "null" : std::to_string(loss).c_str(),
-                     lr, perSec, stats.milliseconds,
+                     stepLr, perSec, stats.milliseconds,
                      static_cast<unsigned long long>(stats.arenaHighWater),
                      static_cast<unsigned long long>(stats.arenaPlanned));
       if (stats.arenaHighWater > stats.arenaPlanned)

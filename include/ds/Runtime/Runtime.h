@@ -58,6 +58,9 @@ struct PlanInfo {
   /// For a training plan: the optimizer kernel id and its learning rate.
   std::string optimizer;
   double lr = NAN;
+  std::string schedule = "constant";
+  int64_t warmupSteps = 0, totalSteps = 0;
+  double minLr = 0;
 };
 /// Loads and checks `path`: header, version, size, checksum, consistency.
 /// On failure returns null and sets `err` to one line.

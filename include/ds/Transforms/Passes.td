@@ -48,7 +48,10 @@ def OptimizerPass : Pass<"ds-optimizer", "func::FuncOp"> {
     (zero at the start of training) whose new values are results marked
     `ds.update` too; the step counter is an argument marked `ds.step`. The
     runtime writes every `ds.update` result into the storage of the argument
-    it names, so parameters and state are updated in place.
+    it names, so parameters and state are updated in place. With
+    `grad-clip`, gradients are first scaled by `min(1, c / (norm + 1e-6))`
+    of their global L2 norm (as torch's clip_grad_norm_). The learning-rate
+    schedule is evaluated by the runtime from the step counter.
   }];
   let options = [
     Option<"optimizer", "optimizer", "std::string", "\"adam\"",
@@ -62,6 +65,14 @@ def OptimizerPass : Pass<"ds-optimizer", "func::FuncOp"> {
     Option<"momentum", "momentum", "double", "0.0", "SGD momentum">,
     Option<"dampening", "dampening", "double", "0.0", "SGD dampening">,
     Option<"nesterov", "nesterov", "bool", "false", "SGD Nesterov momentum">,
+    Option<"schedule", "lr-schedule", "std::string", "\"constant\"",
+           "constant, warmup, warmup-cosine or warmup-linear">,
+    Option<"warmupSteps", "warmup-steps", "int64_t", "0", "warmup steps">,
+    Option<"totalSteps", "total-steps", "int64_t", "0",
+           "steps at which the decay reaches min-lr">,
+    Option<"minLr", "min-lr", "double", "0.0", "learning rate after decay">,
+    Option<"gradClip", "grad-clip", "double", "0.0",
+           "clip gradients to this global L2 norm (0: off)">,
   ];
 }
 

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Kernels.h"
+#include "ds/Runtime/Schedule.h"
 
 namespace ds::rt {
 
@@ -21,8 +22,14 @@ static bool checkOptimizer(KernelContext &ctx, size_t states) {
   return true;
 }
 
-double KernelContext_lr(const KernelContext &ctx) {
-  return std::isnan(ctx.lr) ? ctx.attrs.getFloat("lr", 1e-3) : ctx.lr;
+/// The learning rate of step t: the plan's (or ds-run --lr's) through the
+/// plan's schedule.
+static double scheduledLr(const KernelContext &ctx, int64_t t) {
+  double base = std::isnan(ctx.lr) ? ctx.attrs.getFloat("lr", 1e-3) : ctx.lr;
+  return ds::scheduledLr(ctx.attrs.getString("schedule", "constant"), base, t,
+                         ctx.attrs.getInt("warmup_steps", 0),
+                         ctx.attrs.getInt("total_steps", 0),
+                         ctx.attrs.getFloat("min_lr", 0.0));
 }
 
 bool kAdam(KernelContext &ctx) {
@@ -33,7 +40,7 @@ bool kAdam(KernelContext &ctx) {
   int64_t t = loadI(stepT.data, stepT.dtype, 0);
   if (t < 1)
     return ctx.fail("optimizer step " + std::to_string(t) + " is not >= 1");
-  double lr = KernelContext_lr(ctx);
+  double lr = scheduledLr(ctx, t);
   double beta1 = ctx.attrs.getFloat("beta1", 0.9);
   double beta2 = ctx.attrs.getFloat("beta2", 0.999);
   float eps = static_cast<float>(ctx.attrs.getFloat("eps", 1e-8));
@@ -76,7 +83,7 @@ bool kSgd(KernelContext &ctx) {
   const TensorView &pin = ctx.in[0], &g = ctx.in[1], &bufIn = ctx.in[2],
                    &stepT = ctx.in[3];
   int64_t t = loadI(stepT.data, stepT.dtype, 0);
-  float lr = static_cast<float>(KernelContext_lr(ctx));
+  float lr = static_cast<float>(scheduledLr(ctx, t));
   float momentum = static_cast<float>(ctx.attrs.getFloat("momentum", 0.0));
   float dampening = static_cast<float>(ctx.attrs.getFloat("dampening", 0.0));
   float wd = static_cast<float>(ctx.attrs.getFloat("weight_decay", 0.0));

@@ -610,12 +610,17 @@ def Ds_AdamOp : Ds_Op<"adam", [Pure]> {
     `p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)`.
     `weight_decay` adds `wd * p` to `g` (Adam) or, with `decoupled`, scales
     `p` by `1 - lr * wd` first (AdamW). Computed in f32 in torch's order.
+    `lr` is scaled by the `schedule` at run time (docs/training.md).
   }];
   let arguments = (ins Ds_FloatTensor:$param, Ds_FloatTensor:$grad,
                        Ds_FloatTensor:$exp_avg, Ds_FloatTensor:$exp_avg_sq,
                        StaticShapeTensorOf<[I64]>:$step, F64Attr:$lr,
                        F64Attr:$beta1, F64Attr:$beta2, F64Attr:$eps,
-                       F64Attr:$weight_decay, BoolAttr:$decoupled);
+                       F64Attr:$weight_decay, BoolAttr:$decoupled,
+                       DefaultValuedAttr<StrAttr, "\"constant\"">:$schedule,
+                       DefaultValuedAttr<I64Attr, "0">:$warmup_steps,
+                       DefaultValuedAttr<I64Attr, "0">:$total_steps,
+                       DefaultValuedAttr<F64Attr, "0.0">:$min_lr);
   let results = (outs Ds_FloatTensor:$new_param, Ds_FloatTensor:$new_exp_avg,
                       Ds_FloatTensor:$new_exp_avg_sq);
   let assemblyFormat = [{
@@ -636,7 +641,11 @@ def Ds_SgdOp : Ds_Op<"sgd", [Pure]> {
                        Ds_FloatTensor:$momentum_buffer,
                        StaticShapeTensorOf<[I64]>:$step, F64Attr:$lr,
                        F64Attr:$momentum, F64Attr:$dampening,
-                       F64Attr:$weight_decay, BoolAttr:$nesterov);
+                       F64Attr:$weight_decay, BoolAttr:$nesterov,
+                       DefaultValuedAttr<StrAttr, "\"constant\"">:$schedule,
+                       DefaultValuedAttr<I64Attr, "0">:$warmup_steps,
+                       DefaultValuedAttr<I64Attr, "0">:$total_steps,
+                       DefaultValuedAttr<F64Attr, "0.0">:$min_lr);
   let results = (outs Ds_FloatTensor:$new_param,
                       Ds_FloatTensor:$new_momentum_buffer);
   let assemblyFormat = [{
