@@ -33,9 +33,10 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
     }
     if ((schedule == "warmup-cosine" || schedule == "warmup-linear") &&
         totalSteps <= warmupSteps) {
-      func.emitError("the ") << schedule << " schedule needs --total-steps ("
-                             << totalSteps << ") above --warmup-steps ("
-                             << warmupSteps << ")";
+      func.emitError("the ")
+          << schedule << " schedule needs --total-steps ("
+          << static_cast<int64_t>(totalSteps) << ") above --warmup-steps ("
+          << static_cast<int64_t>(warmupSteps) << ")";
       return signalPassFailure();
     }
     if (lr < 0 || weightDecay < 0 || momentum < 0 || gradClip < 0) {
