@@ -213,6 +213,38 @@ PlanInfo describe(const Plan &plan) {
   };
   for (const plan::Value &v : p.inputs())
     info.inputs.push_back(spec(v));
+  // Inputs read as indices: the gathered dimension or the class count.
+  auto inputName = [&](uint32_t buffer) -> std::string {
+    const plan::Buffer &b = p.buffers(buffer);
+    if (b.space() != plan::INPUT)
+      return "";
+    return p.inputs(b.slot()).name();
+  };
+  for (const plan::Instruction &ins : p.programs(0).instructions()) {
+    int64_t limit = -1;
+    std::string name;
+    if (ins.kernel() == "gather" && ins.inputs_size() == 2) {
+      int64_t axis = 0;
+      for (const plan::Attribute &a : ins.attributes())
+        if (a.name() == "axis")
+          axis = a.i();
+      const plan::Buffer &data = p.buffers(ins.inputs(0));
+      if (axis >= 0 && axis < data.shape_size())
+        limit = data.shape(axis);
+      name = inputName(ins.inputs(1));
+    } else if ((ins.kernel() == "softmax_cross_entropy_loss" ||
+                ins.kernel() == "nll_loss") && ins.inputs_size() >= 2) {
+      const plan::Buffer &scores = p.buffers(ins.inputs(0));
+      if (scores.shape_size() >= 2)
+        limit = scores.shape(1);
+      name = inputName(ins.inputs(1));
+    }
+    if (!name.empty() && limit > 0) {
+      auto it = info.indexLimits.find(name);
+      info.indexLimits[name] =
+          it == info.indexLimits.end() ? limit : std::min(it->second, limit);
+    }
+  }
   for (const plan::Instruction &ins : p.programs(0).instructions()) {
     if (ins.kernel() != "adam" && ins.kernel() != "sgd")
       continue;

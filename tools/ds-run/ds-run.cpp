@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <thread>
@@ -34,6 +35,13 @@ usage: ds-run PLAN [options]
   --data FILE.npz       training data: arrays named by graph inputs, either
                         one batch (used every step) or k batches stacked
                         along the first dimension (used in turn)
+  --tokens FILE         language-model data: token ids as raw .bin
+                        (--token-dtype uint16 or uint32) or .npy; each step
+                        samples batch windows at random (--seed), the
+                        inputs at [o, o+T) and the targets at [o+1, o+T+1)
+  --token-inputs A,B    the graph inputs that take the windows: inputs,
+                        targets (default: idx,targets)
+  --token-dtype T       uint16 (default) or uint32, for a raw .bin
   --lr X                override the plan's learning rate
   --save-weights F.npz  after training, write the parameters (f32, named
                         by their ONNX initializer names) to F.npz
@@ -107,7 +115,8 @@ int main(int argc, char **argv) {
   std::string planPath, outputsPath, logPath;
   std::vector<std::string> inputSpecs;
   bool forwardOnly = false, profile = false;
-  std::string dataPath, saveWeights;
+  std::string dataPath, saveWeights, tokensPath, tokenDtype = "uint16",
+                                      tokenInputs = "idx,targets";
   long long steps = 0;
   double lrOverride = NAN;
   long long threads = std::max(1u, std::thread::hardware_concurrency());
@@ -151,6 +160,15 @@ int main(int argc, char **argv) {
     } else if (flag == "--save-weights") {
       if (!value(saveWeights))
         return fail("--save-weights needs a file");
+    } else if (flag == "--tokens") {
+      if (!value(tokensPath))
+        return fail("--tokens needs a file");
+    } else if (flag == "--token-inputs") {
+      if (!value(tokenInputs) || tokenInputs.find(',') == std::string::npos)
+        return fail("--token-inputs needs two graph input names, like idx,targets");
+    } else if (flag == "--token-dtype") {
+      if (!value(tokenDtype) || (tokenDtype != "uint16" && tokenDtype != "uint32"))
+        return fail("--token-dtype is uint16 or uint32, got '" + tokenDtype + "'");
     } else if (flag == "--data") {
       if (!value(dataPath))
         return fail("--data needs a file");
@@ -193,7 +211,7 @@ int main(int argc, char **argv) {
                 "for --forward-only");
   if (trainingPlan && steps == 0)
     return fail("a training plan needs --steps N");
-  if (!trainingPlan && (steps || !dataPath.empty()))
+  if (!trainingPlan && (steps || !dataPath.empty() || !tokensPath.empty()))
     return fail("--steps and --data need a training plan (ds-opt --optimizer=...)");
 
   ExecutorOptions options;
@@ -267,10 +285,15 @@ int main(int argc, char **argv) {
     for (const auto &[name, spec] : specs) {
       auto it = data.find(name);
       if (it == data.end()) {
-        if (!dataPath.empty())
+        bool fromTokens = !tokensPath.empty() &&
+                          (tokenInputs.rfind(name + ",", 0) == 0 ||
+                           (tokenInputs.size() > name.size() &&
+                            tokenInputs.compare(tokenInputs.size() - name.size() - 1,
+                                                name.size() + 1, "," + name) == 0));
+        if (!dataPath.empty() && !fromTokens)
           return fail("'" + dataPath + "' has no array '" + name +
                       "' (graph inputs: " + names + ")");
-        continue; // given with --inputs
+        continue; // given with --inputs or --tokens
       }
       const HostTensor &t = it->second;
       bool whole = t.shape == spec.shape;
@@ -288,6 +311,74 @@ int main(int argc, char **argv) {
                     std::to_string(batches) + " and " + std::to_string(k) + ")");
       batches = std::max(batches, k);
       samples = spec.shape.empty() ? 1 : spec.shape[0];
+    }
+    // Token streams: windows sampled each step.
+    std::vector<int64_t> tokens;
+    std::string tokIn, tokOut;
+    std::vector<int64_t> window;
+    if (!tokensPath.empty()) {
+      tokIn = tokenInputs.substr(0, tokenInputs.find(','));
+      tokOut = tokenInputs.substr(tokenInputs.find(',') + 1);
+      for (const std::string &name : {tokIn, tokOut}) {
+        bool found = false;
+        for (const auto &[n, spec] : specs)
+          if (n == name) {
+            found = true;
+            if (spec.shape.size() != 2 || (spec.dtype != DType::I64 &&
+                                           spec.dtype != DType::I32))
+              return fail("--token-inputs: input '" + name +
+                          "' must be an integer [batch, T] tensor, the plan has " +
+                          std::string(dtypeName(spec.dtype)) + " " +
+                          spec.shapeString());
+            window = spec.shape;
+          }
+        if (!found)
+          return fail("--token-inputs names '" + name +
+                      "', which is not a graph input (inputs: " + names + ")");
+      }
+      if (endsWith(tokensPath, ".npy")) {
+        HostTensor t;
+        if (!readNpy(tokensPath, t, err))
+          return fail(err);
+        if (t.dtype != DType::I64 && t.dtype != DType::I32)
+          return fail("'" + tokensPath + "' holds " + dtypeName(t.dtype) +
+                      ", token ids must be integers");
+        for (int64_t i = 0; i < t.numel(); ++i)
+          tokens.push_back(t.dtype == DType::I64
+                               ? reinterpret_cast<const int64_t *>(t.data.data())[i]
+                               : reinterpret_cast<const int32_t *>(t.data.data())[i]);
+      } else {
+        std::ifstream in(tokensPath, std::ios::binary);
+        if (!in)
+          return fail("cannot open '" + tokensPath + "'");
+        std::vector<char> raw((std::istreambuf_iterator<char>(in)),
+                              std::istreambuf_iterator<char>());
+        size_t width = tokenDtype == "uint16" ? 2 : 4;
+        if (raw.size() % width)
+          return fail("'" + tokensPath + "' is not a whole number of " +
+                      tokenDtype + " token ids");
+        for (size_t i = 0; i < raw.size(); i += width) {
+          uint32_t v = 0;
+          std::memcpy(&v, raw.data() + i, width);
+          tokens.push_back(v);
+        }
+      }
+      if (static_cast<int64_t>(tokens.size()) < window[1] + 1)
+        return fail("'" + tokensPath + "' holds " + std::to_string(tokens.size()) +
+                    " tokens, fewer than a window of " +
+                    std::to_string(window[1] + 1));
+      for (const std::string &name : {tokIn, tokOut}) {
+        auto lim = info.indexLimits.find(name);
+        if (lim == info.indexLimits.end())
+          continue;
+        for (size_t i = 0; i < tokens.size(); ++i)
+          if (tokens[i] < 0 || tokens[i] >= lim->second)
+            return fail("token id " + std::to_string(tokens[i]) + " at position " +
+                        std::to_string(i) + " of '" + tokensPath +
+                        "' is outside the vocabulary of " +
+                        std::to_string(lim->second) + " (input '" + name + "')");
+      }
+      samples = window[0];
     }
     double lr = std::isnan(lrOverride) ? info.lr : lrOverride;
     double firstLoss = NAN, lastLoss = NAN, totalMs = 0;
@@ -309,6 +400,32 @@ int main(int argc, char **argv) {
           return fail(err);
       }
       stats.kernelTimes.clear();
+      if (!tokens.empty()) {
+        // splitmix64 of (seed, step, row): the same windows for the same
+        // seed, whatever the thread count.
+        HostTensor in, out;
+        in.dtype = out.dtype = DType::I64;
+        in.shape = out.shape = window;
+        in.data.resize(window[0] * window[1] * 8);
+        out.data.resize(in.data.size());
+        uint64_t range = tokens.size() - window[1];
+        for (int64_t r = 0; r < window[0]; ++r) {
+          uint64_t z = static_cast<uint64_t>(seed) * 0x9e3779b97f4a7c15ULL +
+                       static_cast<uint64_t>(s) * 0xbf58476d1ce4e5b9ULL +
+                       static_cast<uint64_t>(r) * 0x94d049bb133111ebULL;
+          z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+          z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+          uint64_t o = (z ^ (z >> 31)) % range;
+          for (int64_t j = 0; j < window[1]; ++j) {
+            int64_t a = tokens[o + j], b = tokens[o + j + 1];
+            std::memcpy(in.data.data() + (r * window[1] + j) * 8, &a, 8);
+            std::memcpy(out.data.data() + (r * window[1] + j) * 8, &b, 8);
+          }
+        }
+        if (!exec->setInput(tokIn, std::move(in), err) ||
+            !exec->setInput(tokOut, std::move(out), err))
+          return fail(err);
+      }
       if (!exec->run(stats, err)) {
         if (log)
           std::fclose(log);

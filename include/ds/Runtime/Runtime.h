@@ -58,6 +58,9 @@ struct PlanInfo {
   /// For a training plan: the optimizer kernel id and its learning rate.
   std::string optimizer;
   double lr = NAN;
+  /// For graph inputs used as gather indices or loss labels: the bound the
+  /// plan implies (embedding rows, classes). Used to check token data.
+  std::map<std::string, int64_t> indexLimits;
   std::string schedule = "constant";
   int64_t warmupSteps = 0, totalSteps = 0;
   double minLr = 0;
