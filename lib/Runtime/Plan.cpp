@@ -262,6 +262,8 @@ PlanInfo describe(const Plan &plan) {
         info.totalSteps = a.i();
       if (a.name() == "min_lr")
         info.minLr = a.f();
+      if (a.name() == "accum_steps")
+        info.accumSteps = a.i();
     }
     break;
   }

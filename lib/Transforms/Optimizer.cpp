@@ -39,6 +39,16 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
           << static_cast<int64_t>(warmupSteps) << ")";
       return signalPassFailure();
     }
+    if (gradAccum < 1) {
+      func.emitError("--grad-accum must be at least 1, got ")
+          << static_cast<int64_t>(gradAccum);
+      return signalPassFailure();
+    }
+    if (gradAccum > 1 && gradClip > 0) {
+      func.emitError("--grad-clip with --grad-accum is not supported yet "
+                     "(the clip would apply to each micro-batch)");
+      return signalPassFailure();
+    }
     if (lr < 0 || weightDecay < 0 || momentum < 0 || gradClip < 0) {
       func.emitError("learning rate, weight decay and momentum must not be "
                      "negative (lr ")
@@ -134,13 +144,22 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
       Value grad = results[i];
       Location loc = grad.getLoc();
       Type t = param.getType();
+      Value acc;
+      std::string accName = name.str() + ".grad_accum";
+      if (gradAccum > 1)
+        acc = addArg(t, b.getNamedAttr("ds.state", b.getStringAttr(accName)));
+      SmallVector<Type> sgdTypes{t, t}, adamTypes{t, t, t};
+      if (acc) {
+        sgdTypes.push_back(t);
+        adamTypes.push_back(t);
+      }
       if (optimizer == "sgd") {
         Value buf = grad;
         std::string bufName = name.str() + ".momentum_buffer";
         if (momentum != 0.0)
           buf = addArg(t, b.getNamedAttr("ds.state", b.getStringAttr(bufName)));
-        auto op = SgdOp::create(b, loc, TypeRange{t, t}, param, grad, buf,
-                                step, b.getF64FloatAttr(lr),
+        auto op = SgdOp::create(b, loc, sgdTypes, param, grad, buf, step, acc,
+                                b.getF64FloatAttr(lr),
                                 b.getF64FloatAttr(momentum),
                                 b.getF64FloatAttr(dampening),
                                 b.getF64FloatAttr(weightDecay),
@@ -148,12 +167,17 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
                                 b.getStringAttr(schedule),
                                 b.getI64IntegerAttr(warmupSteps),
                                 b.getI64IntegerAttr(totalSteps),
-                                b.getF64FloatAttr(minLr));
+                                b.getF64FloatAttr(minLr),
+                                b.getI64IntegerAttr(gradAccum));
         results[i] = op.getNewParam();
         resultAttrs[i] = update(name);
         if (momentum != 0.0) {
           results.push_back(op.getNewMomentumBuffer());
           resultAttrs.push_back(update(bufName));
+        }
+        if (acc) {
+          results.push_back(op.getNewGradAccum());
+          resultAttrs.push_back(update(accName));
         }
       } else {
         std::string mName = name.str() + ".exp_avg";
@@ -161,19 +185,23 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
         Value m = addArg(t, b.getNamedAttr("ds.state", b.getStringAttr(mName)));
         Value v = addArg(t, b.getNamedAttr("ds.state", b.getStringAttr(vName)));
         auto op = AdamOp::create(
-            b, loc, TypeRange{t, t, t}, param, grad, m, v, step,
+            b, loc, adamTypes, param, grad, m, v, step, acc,
             b.getF64FloatAttr(lr), b.getF64FloatAttr(beta1),
             b.getF64FloatAttr(beta2), b.getF64FloatAttr(eps),
             b.getF64FloatAttr(weightDecay),
             b.getBoolAttr(optimizer == "adamw"), b.getStringAttr(schedule),
             b.getI64IntegerAttr(warmupSteps), b.getI64IntegerAttr(totalSteps),
-            b.getF64FloatAttr(minLr));
+            b.getF64FloatAttr(minLr), b.getI64IntegerAttr(gradAccum));
         results[i] = op.getNewParam();
         resultAttrs[i] = update(name);
         results.push_back(op.getNewExpAvg());
         resultAttrs.push_back(update(mName));
         results.push_back(op.getNewExpAvgSq());
         resultAttrs.push_back(update(vName));
+        if (acc) {
+          results.push_back(op.getNewGradAccum());
+          resultAttrs.push_back(update(accName));
+        }
       }
       ++updated;
     }

@@ -40,10 +40,24 @@ def main():
     ap.add_argument("--warmup", type=int, default=0)
     ap.add_argument("--total", type=int, default=0)
     ap.add_argument("--clip", type=float, default=0.0)
+    ap.add_argument("--accum", type=int, default=1,
+                    help="micro-batches per step (MLP models): torch runs "
+                         "(loss / K).backward() K times, then steps")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
 
     model, path, feeds, forward = gp.setup(args.model, args.work)
+    micro = [forward]
+    if args.accum > 1:
+        if args.model == "gpt":
+            sys.exit("--accum is for the MLP models")
+        rng = np.random.RandomState(11)
+        batches = [feeds] + [{"x": rng.randn(*feeds["x"].shape).astype(np.float32),
+                              "y": rng.randint(0, 5, size=feeds["y"].shape).astype(np.int64)}
+                             for _ in range(args.accum - 1)]
+        micro = [(lambda b=b: model(torch.from_numpy(b["x"]), torch.from_numpy(b["y"])))
+                 for b in batches]
+        feeds = {k: np.concatenate([b[k] for b in batches]) for k in ("x", "y")}
     lr, wd, momentum = 1e-2, 0.01, 0.9
     params = [p for p in model.parameters()]
     if args.optimizer == "adam":
@@ -60,6 +74,8 @@ def main():
                   f"--total-steps={args.total}"]
     if args.clip:
         flags.append(f"--grad-clip={args.clip}")
+    if args.accum > 1:
+        flags.append(f"--grad-accum={args.accum}")
 
     def factor(k):  # torch's LambdaLR factor for optimizer step k (0-based)
         t = k + 1
@@ -78,8 +94,12 @@ def main():
     masks = {}
     for step in range(args.steps):
         opt.zero_grad()
-        loss = forward()
-        loss.backward()
+        total = 0.0
+        for f in micro:
+            loss = f()
+            (loss / len(micro)).backward()
+            total += float(loss)
+        loss = torch.tensor(total / len(micro))
         if step == 0:
             for name, p in model.named_parameters():
                 g = np.abs(p.grad.numpy())
@@ -124,7 +144,8 @@ def main():
             ok = False
     print(f"{args.model}/{args.optimizer}: losses " +
           " ".join(f"{x:.5f}" for x in ds_losses))
-    print(f"{args.model}/{args.optimizer} ({args.schedule}, clip {args.clip:g}): {args.steps} steps, worst loss rel error "
+    print(f"{args.model}/{args.optimizer} ({args.schedule}, clip {args.clip:g}"
+          + (f", accum {args.accum}" if args.accum > 1 else "") + f"): {args.steps} steps, worst loss rel error "
           f"{worst_loss:.1e} (tol {LOSS_TOL:g}), worst final weight abs error "
           f"{worst_w:.1e} (tol {WEIGHT_TOL:g}; {skipped} zero-gradient elements skipped)")
     print("PASS" if ok else "FAIL")

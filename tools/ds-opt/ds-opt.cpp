@@ -123,6 +123,11 @@ llvm::cl::opt<double> gradClip(
     llvm::cl::desc("Clip gradients to this global L2 norm (0: off), as "
                    "torch.nn.utils.clip_grad_norm_"),
     llvm::cl::init(0.0), llvm::cl::cat(trainCategory));
+llvm::cl::opt<int64_t> gradAccum(
+    "grad-accum",
+    llvm::cl::desc("Micro-batches per update: ds-run runs K micro-steps per "
+                   "--steps step and applies the mean gradient"),
+    llvm::cl::init(1), llvm::cl::cat(trainCategory));
 llvm::cl::opt<bool> nesterov("nesterov", llvm::cl::desc("SGD Nesterov momentum"),
                              llvm::cl::init(false), llvm::cl::cat(trainCategory));
 
@@ -224,6 +229,7 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
         opt.totalSteps = totalSteps;
         opt.minLr = minLr;
         opt.gradClip = gradClip;
+        opt.gradAccum = gradAccum;
         pm.addNestedPass<func::FuncOp>(ds::createOptimizerPass(opt));
       }
       pm.addPass(createCanonicalizerPass());
@@ -326,6 +332,11 @@ int main(int argc, char **argv) {
     llvm::errs() << "error: --lr-schedule='" << lrSchedule
                  << "' is not one of constant, warmup, warmup-cosine, "
                     "warmup-linear\n";
+    return 1;
+  }
+  if (gradAccum < 1) {
+    llvm::errs() << "error: --grad-accum must be at least 1, got "
+                 << static_cast<int64_t>(gradAccum) << "\n";
     return 1;
   }
   if (gradClip < 0 || warmupSteps < 0 || totalSteps < 0) {

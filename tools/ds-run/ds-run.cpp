@@ -382,7 +382,12 @@ int main(int argc, char **argv) {
     }
     double lr = std::isnan(lrOverride) ? info.lr : lrOverride;
     double firstLoss = NAN, lastLoss = NAN, totalMs = 0;
+    int64_t accum = std::max<int64_t>(1, info.accumSteps);
     for (long long s = 1; s <= steps; ++s) {
+     double lossSum = 0, msSum = 0;
+     uint64_t highWater = 0;
+     for (int64_t micro = 0; micro < accum; ++micro) {
+      long long m = (s - 1) * accum + micro + 1; // run number, 1-based
       for (const auto &[name, spec] : specs) {
         auto it = data.find(name);
         if (it == data.end())
@@ -392,7 +397,7 @@ int main(int argc, char **argv) {
         if (t.shape != spec.shape) {
           int64_t k = t.shape[0] / spec.shape[0];
           size_t bytes = t.data.size() / k;
-          size_t at = ((s - 1) % k) * bytes;
+          size_t at = ((m - 1) % k) * bytes;
           batch.shape = spec.shape;
           batch.data.assign(t.data.begin() + at, t.data.begin() + at + bytes);
         }
@@ -411,7 +416,7 @@ int main(int argc, char **argv) {
         uint64_t range = tokens.size() - window[1];
         for (int64_t r = 0; r < window[0]; ++r) {
           uint64_t z = static_cast<uint64_t>(seed) * 0x9e3779b97f4a7c15ULL +
-                       static_cast<uint64_t>(s) * 0xbf58476d1ce4e5b9ULL +
+                       static_cast<uint64_t>(m) * 0xbf58476d1ce4e5b9ULL +
                        static_cast<uint64_t>(r) * 0x94d049bb133111ebULL;
           z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
           z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
@@ -431,19 +436,27 @@ int main(int argc, char **argv) {
           std::fclose(log);
         return fail("step " + std::to_string(s) + ": " + err);
       }
-      totalMs += stats.milliseconds;
-      double loss = NAN;
       HostTensor l;
+      double microLoss = NAN;
       if (!info.loss.empty() && exec->output(info.loss, l, err) &&
           l.numel() == 1 && l.dtype == DType::F32) {
         float f;
         std::memcpy(&f, l.data.data(), 4);
-        loss = f;
+        microLoss = f;
       }
+      lossSum += microLoss;
+      msSum += stats.milliseconds;
+      highWater = std::max<uint64_t>(highWater, stats.arenaHighWater);
+     }
+      // The step's loss: the mean over its micro-batches.
+      double loss = lossSum / static_cast<double>(accum);
+      stats.milliseconds = msSum;
+      stats.arenaHighWater = highWater;
+      totalMs += stats.milliseconds;
       if (s == 1)
         firstLoss = loss;
       lastLoss = loss;
-      double perSec = samples / (stats.milliseconds / 1e3);
+      double perSec = samples * accum / (stats.milliseconds / 1e3);
       double stepLr = ds::scheduledLr(info.schedule, lr, s, info.warmupSteps,
                                       info.totalSteps, info.minLr);
       std::printf("step %lld/%lld | loss %.6f | lr %.3g | %.1f samples/s | %.3f ms | "
@@ -480,6 +493,9 @@ int main(int argc, char **argv) {
       if (!writeNpz(saveWeights, arrays, err))
         return fail(err);
     }
+    if (accum > 1)
+      std::printf("each step accumulated %lld micro-batches\n",
+                  static_cast<long long>(accum));
     std::printf("trained %lld steps (%s, %lld batch%s): loss %.6f -> %.6f, "
                 "mean %.3f ms/step\n",
                 steps, info.optimizer.c_str(), static_cast<long long>(batches),

@@ -62,7 +62,7 @@ struct PlanInfo {
   /// plan implies (embedding rows, classes). Used to check token data.
   std::map<std::string, int64_t> indexLimits;
   std::string schedule = "constant";
-  int64_t warmupSteps = 0, totalSteps = 0;
+  int64_t warmupSteps = 0, totalSteps = 0, accumSteps = 1;
   double minLr = 0;
 };
 /// Loads and checks `path`: header, version, size, checksum, consistency.

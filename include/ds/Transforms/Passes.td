@@ -73,6 +73,8 @@ def OptimizerPass : Pass<"ds-optimizer", "func::FuncOp"> {
     Option<"minLr", "min-lr", "double", "0.0", "learning rate after decay">,
     Option<"gradClip", "grad-clip", "double", "0.0",
            "clip gradients to this global L2 norm (0: off)">,
+    Option<"gradAccum", "grad-accum", "int64_t", "1",
+           "micro-batches whose mean gradient makes one update">,
   ];
 }
 

@@ -12,14 +12,50 @@
 
 namespace ds::rt {
 
+/// Operands: param, grad, `states` state tensors, step, then the optional
+/// gradient accumulator.
 static bool checkOptimizer(KernelContext &ctx, size_t states) {
   const TensorView &p = ctx.in[0];
-  for (size_t i = 1; i < 2 + states; ++i)
+  size_t stepIndex = 2 + states;
+  for (size_t i = 0; i < ctx.in.size(); ++i) {
+    if (i == stepIndex)
+      continue;
     if (ctx.in[i].dtype != DType::F32 || ctx.in[i].numel() != p.numel())
       return ctx.fail("optimizer operands must be f32 of the parameter's size");
-  if (ctx.in.back().numel() != 1)
+  }
+  if (ctx.in[stepIndex].numel() != 1)
     return ctx.fail("optimizer step must be a scalar");
   return true;
+}
+
+/// Gradient accumulation over `accum_steps` micro-steps. Returns true when
+/// this run only accumulated (no update); otherwise fills `grad` with the
+/// mean gradient, resets the accumulator and sets `t` to the update count.
+static bool accumulateOnly(KernelContext &ctx, size_t states, int64_t &t,
+                           std::vector<float> &mean, const float *&grad) {
+  int64_t k = ctx.attrs.getInt("accum_steps", 1);
+  size_t accIn = 3 + states;
+  if (k <= 1 || ctx.in.size() <= accIn)
+    return false;
+  const float *acc = ctx.in[accIn].as<float>();
+  float *accOut = ctx.out.back().as<float>();
+  const float *g = ctx.in[1].as<float>();
+  int64_t n = ctx.in[0].numel();
+  int64_t micro = (t - 1) % k;
+  t = (t - 1) / k + 1;
+  if (micro < k - 1) {
+    for (int64_t i = 0; i < n; ++i)
+      accOut[i] = acc[i] + g[i];
+    return true;
+  }
+  mean.resize(n);
+  float inv = 1.0f / static_cast<float>(k);
+  for (int64_t i = 0; i < n; ++i) {
+    mean[i] = (acc[i] + g[i]) * inv;
+    accOut[i] = 0.0f;
+  }
+  grad = mean.data();
+  return false;
 }
 
 /// The learning rate of step t: the plan's (or ds-run --lr's) through the
@@ -40,6 +76,10 @@ bool kAdam(KernelContext &ctx) {
   int64_t t = loadI(stepT.data, stepT.dtype, 0);
   if (t < 1)
     return ctx.fail("optimizer step " + std::to_string(t) + " is not >= 1");
+  std::vector<float> mean;
+  const float *gradData = g.as<float>();
+  if (accumulateOnly(ctx, 2, t, mean, gradData))
+    return true;
   double lr = scheduledLr(ctx, t);
   double beta1 = ctx.attrs.getFloat("beta1", 0.9);
   double beta2 = ctx.attrs.getFloat("beta2", 0.999);
@@ -53,7 +93,7 @@ bool kAdam(KernelContext &ctx) {
   float b1 = static_cast<float>(beta1), b2 = static_cast<float>(beta2);
   float a1 = static_cast<float>(1.0 - beta1), a2 = static_cast<float>(1.0 - beta2);
   float wdF = static_cast<float>(wd), decay = static_cast<float>(1.0 - lr * wd);
-  const float *P = pin.as<float>(), *G = g.as<float>(), *M = min.as<float>(),
+  const float *P = pin.as<float>(), *G = gradData, *M = min.as<float>(),
               *V = vin.as<float>();
   float *Po = ctx.out[0].as<float>(), *Mo = ctx.out[1].as<float>(),
         *Vo = ctx.out[2].as<float>();
@@ -83,12 +123,16 @@ bool kSgd(KernelContext &ctx) {
   const TensorView &pin = ctx.in[0], &g = ctx.in[1], &bufIn = ctx.in[2],
                    &stepT = ctx.in[3];
   int64_t t = loadI(stepT.data, stepT.dtype, 0);
+  std::vector<float> mean;
+  const float *gradData = g.as<float>();
+  if (accumulateOnly(ctx, 1, t, mean, gradData))
+    return true;
   float lr = static_cast<float>(scheduledLr(ctx, t));
   float momentum = static_cast<float>(ctx.attrs.getFloat("momentum", 0.0));
   float dampening = static_cast<float>(ctx.attrs.getFloat("dampening", 0.0));
   float wd = static_cast<float>(ctx.attrs.getFloat("weight_decay", 0.0));
   bool nesterov = ctx.attrs.getInt("nesterov", 0) != 0;
-  const float *P = pin.as<float>(), *G = g.as<float>(), *B = bufIn.as<float>();
+  const float *P = pin.as<float>(), *G = gradData, *B = bufIn.as<float>();
   float *Po = ctx.out[0].as<float>(), *Bo = ctx.out[1].as<float>();
   bool useMomentum = momentum != 0.0f;
   parallelFor(pin.numel(), 16384, [&](int64_t b, int64_t e) {

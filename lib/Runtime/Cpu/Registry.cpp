@@ -72,8 +72,8 @@ static const KernelInfo kKernels[] = {
     {"softmax_grad", 2, 2, 1, 1, kSoftmaxGrad},
     {"loss_grad", 3, 4, 1, 1, kLossGrad},
     {"slice_grad", 1, 1, 1, 1, kSliceGrad},
-    {"adam", 5, 5, 3, 3, kAdam, true},
-    {"sgd", 4, 4, 2, 2, kSgd, true},
+    {"adam", 5, 6, 3, 4, kAdam, true},
+    {"sgd", 4, 5, 2, 3, kSgd, true},
     {"onnx_update", 5, 6, 2, 3, kOnnxUpdate},
 };
 

@@ -453,13 +453,15 @@ LogicalResult SliceGradOp::verify() {
 
 static LogicalResult verifyOptimizer(Operation *op, double lr) {
   Type t = op->getOperand(0).getType();
-  for (unsigned i = 0; i + 1 < op->getNumOperands(); ++i)
-    if (op->getOperand(i).getType() != t)
+  Value stepOperand = isa<AdamOp>(op) ? cast<AdamOp>(op).getStep()
+                                       : cast<SgdOp>(op).getStep();
+  for (Value v : op->getOperands())
+    if (v != stepOperand && v.getType() != t)
       return op->emitOpError("parameter, gradient and state must have one type");
   for (Type r : op->getResultTypes())
     if (r != t)
       return op->emitOpError("results must have the parameter's type");
-  if (cast<ShapedType>(op->getOperands().back().getType()).getNumElements() != 1)
+  if (cast<ShapedType>(stepOperand.getType()).getNumElements() != 1)
     return op->emitOpError("step must be a scalar");
   if (lr < 0)
     return op->emitOpError("learning rate ") << lr << " is negative";

@@ -610,22 +610,27 @@ def Ds_AdamOp : Ds_Op<"adam", [Pure]> {
     `p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)`.
     `weight_decay` adds `wd * p` to `g` (Adam) or, with `decoupled`, scales
     `p` by `1 - lr * wd` first (AdamW). Computed in f32 in torch's order.
-    `lr` is scaled by the `schedule` at run time (docs/training.md).
+    `lr` is scaled by the `schedule` at run time (docs/training.md). With
+    `accum_steps` K > 1 and a `grad_accum` buffer, micro-steps add their
+    gradient to it and every K-th applies the mean of the K gradients.
   }];
   let arguments = (ins Ds_FloatTensor:$param, Ds_FloatTensor:$grad,
                        Ds_FloatTensor:$exp_avg, Ds_FloatTensor:$exp_avg_sq,
-                       StaticShapeTensorOf<[I64]>:$step, F64Attr:$lr,
+                       StaticShapeTensorOf<[I64]>:$step,
+                       Optional<Ds_FloatTensor>:$grad_accum, F64Attr:$lr,
                        F64Attr:$beta1, F64Attr:$beta2, F64Attr:$eps,
                        F64Attr:$weight_decay, BoolAttr:$decoupled,
                        DefaultValuedAttr<StrAttr, "\"constant\"">:$schedule,
                        DefaultValuedAttr<I64Attr, "0">:$warmup_steps,
                        DefaultValuedAttr<I64Attr, "0">:$total_steps,
-                       DefaultValuedAttr<F64Attr, "0.0">:$min_lr);
+                       DefaultValuedAttr<F64Attr, "0.0">:$min_lr,
+                       DefaultValuedAttr<I64Attr, "1">:$accum_steps);
   let results = (outs Ds_FloatTensor:$new_param, Ds_FloatTensor:$new_exp_avg,
-                      Ds_FloatTensor:$new_exp_avg_sq);
+                      Ds_FloatTensor:$new_exp_avg_sq,
+                      Optional<Ds_FloatTensor>:$new_grad_accum);
   let assemblyFormat = [{
-    $param `,` $grad `,` $exp_avg `,` $exp_avg_sq `,` $step attr-dict `:`
-      functional-type(operands, results)
+    $param `,` $grad `,` $exp_avg `,` $exp_avg_sq `,` $step (`,` $grad_accum^)?
+      attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }
@@ -639,18 +644,21 @@ def Ds_SgdOp : Ds_Op<"sgd", [Pure]> {
   }];
   let arguments = (ins Ds_FloatTensor:$param, Ds_FloatTensor:$grad,
                        Ds_FloatTensor:$momentum_buffer,
-                       StaticShapeTensorOf<[I64]>:$step, F64Attr:$lr,
+                       StaticShapeTensorOf<[I64]>:$step,
+                       Optional<Ds_FloatTensor>:$grad_accum, F64Attr:$lr,
                        F64Attr:$momentum, F64Attr:$dampening,
                        F64Attr:$weight_decay, BoolAttr:$nesterov,
                        DefaultValuedAttr<StrAttr, "\"constant\"">:$schedule,
                        DefaultValuedAttr<I64Attr, "0">:$warmup_steps,
                        DefaultValuedAttr<I64Attr, "0">:$total_steps,
-                       DefaultValuedAttr<F64Attr, "0.0">:$min_lr);
+                       DefaultValuedAttr<F64Attr, "0.0">:$min_lr,
+                       DefaultValuedAttr<I64Attr, "1">:$accum_steps);
   let results = (outs Ds_FloatTensor:$new_param,
-                      Ds_FloatTensor:$new_momentum_buffer);
+                      Ds_FloatTensor:$new_momentum_buffer,
+                      Optional<Ds_FloatTensor>:$new_grad_accum);
   let assemblyFormat = [{
-    $param `,` $grad `,` $momentum_buffer `,` $step attr-dict `:`
-      functional-type(operands, results)
+    $param `,` $grad `,` $momentum_buffer `,` $step (`,` $grad_accum^)?
+      attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }
