@@ -254,6 +254,8 @@ PlanInfo describe(const Plan &plan) {
         info.lr = a.f();
       if (a.name() == "decoupled" && a.i())
         info.optimizer = "adamw";
+      if (a.name() == "lamb" && a.i())
+        info.optimizer = "lamb";
       if (a.name() == "schedule")
         info.schedule = a.s();
       if (a.name() == "warmup_steps")

@@ -20,9 +20,10 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
     func::FuncOp func = getOperation();
     if (func.getName() != "forward")
       return;
-    if (optimizer != "adam" && optimizer != "adamw" && optimizer != "sgd") {
+    if (optimizer != "adam" && optimizer != "adamw" && optimizer != "sgd" &&
+        optimizer != "lamb") {
       func.emitError("unknown optimizer '")
-          << optimizer << "' (choose adam, adamw or sgd)";
+          << optimizer << "' (choose adam, adamw, sgd or lamb)";
       return signalPassFailure();
     }
     if (!::ds::isSchedule(schedule)) {
@@ -189,7 +190,8 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
             b.getF64FloatAttr(lr), b.getF64FloatAttr(beta1),
             b.getF64FloatAttr(beta2), b.getF64FloatAttr(eps),
             b.getF64FloatAttr(weightDecay),
-            b.getBoolAttr(optimizer == "adamw"), b.getStringAttr(schedule),
+            b.getBoolAttr(optimizer == "adamw"),
+            b.getBoolAttr(optimizer == "lamb"), b.getStringAttr(schedule),
             b.getI64IntegerAttr(warmupSteps), b.getI64IntegerAttr(totalSteps),
             b.getF64FloatAttr(minLr), b.getI64IntegerAttr(gradAccum));
         results[i] = op.getNewParam();

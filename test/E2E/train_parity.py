@@ -28,13 +28,40 @@ import grad_parity as gp  # noqa: E402  (the models and their export)
 LOSS_TOL, WEIGHT_TOL = 1e-5, 1e-4
 
 
+class Lamb(torch.optim.Optimizer):
+    """The reference Lamb (DeepSpeed FusedLamb's rule): Adam's bias-corrected
+    direction plus decoupled weight decay, times the trust ratio
+    ||p|| / ||u|| clamped to [0.01, 10] (1 if a norm is 0)."""
+
+    def __init__(self, params, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            b1, b2 = group["betas"]
+            for p in group["params"]:
+                st = self.state[p]
+                if not st:
+                    st["t"], st["m"], st["v"] = 0, torch.zeros_like(p), torch.zeros_like(p)
+                st["t"] += 1
+                t, m, v, g = st["t"], st["m"], st["v"], p.grad
+                m.mul_(b1).add_(g, alpha=1 - b1)
+                v.mul_(b2).addcmul_(g, g, value=1 - b2)
+                u = (m / (1 - b1 ** t)) / (v.sqrt() / math.sqrt(1 - b2 ** t) + group["eps"]) \
+                    + group["weight_decay"] * p
+                pn, un = float(p.norm()), float(u.norm())
+                trust = min(max(pn / un, 0.01), 10.0) if pn > 0 and un > 0 else 1.0
+                p.add_(u, alpha=-group["lr"] * trust)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ds-opt", required=True)
     ap.add_argument("--ds-run", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--model", choices=["gpt", "branches", "classifier"], required=True)
-    ap.add_argument("--optimizer", choices=["adam", "adamw", "sgd"], required=True)
+    ap.add_argument("--optimizer", choices=["adam", "adamw", "sgd", "lamb"], required=True)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--schedule", default="constant")
     ap.add_argument("--warmup", type=int, default=0)
@@ -66,9 +93,12 @@ def main():
     elif args.optimizer == "adamw":
         opt = torch.optim.AdamW(params, lr=lr, weight_decay=wd)
         flags = [f"--lr={lr}", f"--weight-decay={wd}"]
-    else:
+    elif args.optimizer == "sgd":
         opt = torch.optim.SGD(params, lr=lr, momentum=momentum, nesterov=True)
         flags = [f"--lr={lr}", f"--momentum={momentum}", "--nesterov"]
+    else:
+        opt = Lamb(params, lr=lr, weight_decay=wd)
+        flags = [f"--lr={lr}", f"--weight-decay={wd}"]
     if args.schedule != "constant":
         flags += [f"--lr-schedule={args.schedule}", f"--warmup-steps={args.warmup}",
                   f"--total-steps={args.total}"]

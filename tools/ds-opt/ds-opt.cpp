@@ -81,9 +81,10 @@ llvm::cl::OptionCategory trainCategory(
 llvm::cl::opt<std::string> optimizerName(
     "optimizer",
     llvm::cl::desc("Compile a training step: autodiff of the loss, then this "
-                   "optimizer (adam, adamw, sgd; PyTorch semantics). 'none' "
+                   "optimizer (adam, adamw, sgd: PyTorch semantics; lamb: "
+                   "DeepSpeed's FusedLamb). 'none' "
                    "(the default) compiles the forward pass only"),
-    llvm::cl::value_desc("none|adam|adamw|sgd"), llvm::cl::init("none"),
+    llvm::cl::value_desc("none|adam|adamw|sgd|lamb"), llvm::cl::init("none"),
     llvm::cl::cat(trainCategory));
 llvm::cl::opt<double> learningRate("lr", llvm::cl::desc("Learning rate"),
                                    llvm::cl::init(1e-3),
@@ -316,9 +317,10 @@ int main(int argc, char **argv) {
     return 1;
   }
   if (optimizerName != "none" && optimizerName != "adam" &&
-      optimizerName != "adamw" && optimizerName != "sgd") {
+      optimizerName != "adamw" && optimizerName != "sgd" &&
+      optimizerName != "lamb") {
     llvm::errs() << "error: --optimizer='" << optimizerName
-                 << "' is not one of none, adam, adamw, sgd\n";
+                 << "' is not one of none, adam, adamw, sgd, lamb\n";
     return 1;
   }
   if (learningRate < 0 || weightDecay < 0 || momentum < 0) {

@@ -55,7 +55,7 @@ def OptimizerPass : Pass<"ds-optimizer", "func::FuncOp"> {
   }];
   let options = [
     Option<"optimizer", "optimizer", "std::string", "\"adam\"",
-           "adam, adamw or sgd">,
+           "adam, adamw, sgd or lamb">,
     Option<"lr", "lr", "double", "1e-3", "learning rate">,
     Option<"beta1", "beta1", "double", "0.9", "Adam's first-moment decay">,
     Option<"beta2", "beta2", "double", "0.999", "Adam's second-moment decay">,

@@ -10,6 +10,8 @@
 #include "Kernels.h"
 #include "ds/Runtime/Schedule.h"
 
+#include <algorithm>
+
 namespace ds::rt {
 
 /// Operands: param, grad, `states` state tensors, step, then the optional
@@ -97,6 +99,32 @@ bool kAdam(KernelContext &ctx) {
               *V = vin.as<float>();
   float *Po = ctx.out[0].as<float>(), *Mo = ctx.out[1].as<float>(),
         *Vo = ctx.out[2].as<float>();
+  if (ctx.attrs.getInt("lamb", 0)) {
+    // Lamb: Adam's direction plus decoupled decay, scaled per tensor by the
+    // trust ratio ||p|| / ||u|| in [0.01, 10] (DeepSpeed's FusedLamb).
+    int64_t n = pin.numel();
+    std::vector<float> u(n);
+    float bc1F = static_cast<float>(bc1);
+    double pNorm = 0, uNorm = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      float m = M[i] * b1 + G[i] * a1;
+      float v = V[i] * b2 + a2 * G[i] * G[i];
+      Mo[i] = m;
+      Vo[i] = v;
+      u[i] = (m / bc1F) / (std::sqrt(v) / bc2Sqrt + eps) + wdF * P[i];
+      pNorm += double(P[i]) * P[i];
+      uNorm += double(u[i]) * u[i];
+    }
+    pNorm = std::sqrt(pNorm);
+    uNorm = std::sqrt(uNorm);
+    double trust = pNorm > 0 && uNorm > 0
+                       ? std::clamp(pNorm / uNorm, 0.01, 10.0)
+                       : 1.0;
+    float scale = static_cast<float>(lr * trust);
+    for (int64_t i = 0; i < n; ++i)
+      Po[i] = P[i] - scale * u[i];
+    return true;
+  }
   parallelFor(pin.numel(), 16384, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       float p = P[i], gr = G[i];

@@ -610,6 +610,9 @@ def Ds_AdamOp : Ds_Op<"adam", [Pure]> {
     `p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)`.
     `weight_decay` adds `wd * p` to `g` (Adam) or, with `decoupled`, scales
     `p` by `1 - lr * wd` first (AdamW). Computed in f32 in torch's order.
+    With `lamb`, the update `u = m_hat / (sqrt(v_hat) + eps) + wd p` is
+    scaled by the trust ratio `||p|| / ||u||` clamped to [0.01, 10] (1 when
+    either norm is 0), as DeepSpeed's FusedLamb.
     `lr` is scaled by the `schedule` at run time (docs/training.md). With
     `accum_steps` K > 1 and a `grad_accum` buffer, micro-steps add their
     gradient to it and every K-th applies the mean of the K gradients.
@@ -620,6 +623,7 @@ def Ds_AdamOp : Ds_Op<"adam", [Pure]> {
                        Optional<Ds_FloatTensor>:$grad_accum, F64Attr:$lr,
                        F64Attr:$beta1, F64Attr:$beta2, F64Attr:$eps,
                        F64Attr:$weight_decay, BoolAttr:$decoupled,
+                       DefaultValuedAttr<BoolAttr, "false">:$lamb,
                        DefaultValuedAttr<StrAttr, "\"constant\"">:$schedule,
                        DefaultValuedAttr<I64Attr, "0">:$warmup_steps,
                        DefaultValuedAttr<I64Attr, "0">:$total_steps,
