@@ -291,6 +291,95 @@ bool writeNpz(const std::string &path,
   return true;
 }
 
+static bool writeAtomically(const std::string &path, const std::string &bytes,
+                            std::string &err) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream os(tmp, std::ios::binary);
+    os.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!os) {
+      err = "cannot write '" + path + "'";
+      return false;
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    err = "cannot write '" + path + "'";
+    return false;
+  }
+  return true;
+}
+
+bool writeSafetensors(
+    const std::string &path,
+    const std::vector<std::pair<std::string, const HostTensor *>> &arrays,
+    std::string &err) {
+  std::string header = "{", data;
+  for (const auto &[name, t] : arrays) {
+    const char *dt = "F32";
+    switch (t->dtype) {
+    case DType::F32: dt = "F32"; break;
+    case DType::F16: dt = "F16"; break;
+    case DType::BF16: dt = "BF16"; break;
+    case DType::I64: dt = "I64"; break;
+    case DType::I32: dt = "I32"; break;
+    case DType::Bool: dt = "BOOL"; break;
+    }
+    std::string shape;
+    for (size_t i = 0; i < t->shape.size(); ++i)
+      shape += (i ? "," : "") + std::to_string(t->shape[i]);
+    if (header.size() > 1)
+      header += ",";
+    header += "\"" + name + "\":{\"dtype\":\"" + dt + "\",\"shape\":[" + shape +
+              "],\"data_offsets\":[" + std::to_string(data.size()) + "," +
+              std::to_string(data.size() + t->data.size()) + "]}";
+    data.append(reinterpret_cast<const char *>(t->data.data()), t->data.size());
+  }
+  header += "}";
+  header.append((8 - header.size() % 8) % 8, ' ');
+  std::string out;
+  put(out, header.size(), 8);
+  out += header;
+  out += data;
+  return writeAtomically(path, out, err);
+}
+
+bool writeOnnxWithWeights(
+    const std::string &source, const std::string &path,
+    const std::vector<std::pair<std::string, const HostTensor *>> &arrays,
+    std::string &err) {
+  std::string bytes;
+  if (!slurp(source, bytes, err))
+    return false;
+  onnx::ModelProto model;
+  if (!model.ParseFromString(bytes)) {
+    err = "'" + source + "' is not an ONNX model";
+    return false;
+  }
+  std::map<std::string, const HostTensor *> byName(arrays.begin(), arrays.end());
+  for (onnx::TensorProto &t : *model.mutable_graph()->mutable_initializer()) {
+    auto it = byName.find(t.name());
+    if (it == byName.end())
+      continue;
+    t.clear_float_data();
+    t.clear_int32_data();
+    t.clear_int64_data();
+    t.clear_external_data();
+    t.set_data_location(onnx::TensorProto::DEFAULT);
+    t.set_raw_data(it->second->data.data(), it->second->data.size());
+    byName.erase(it);
+  }
+  if (!byName.empty()) {
+    err = "'" + source + "' has no initializer '" + byName.begin()->first + "'";
+    return false;
+  }
+  std::string out;
+  if (!model.SerializeToString(&out)) {
+    err = "cannot serialize '" + path + "' (ONNX files are limited to 2 GiB)";
+    return false;
+  }
+  return writeAtomically(path, out, err);
+}
+
 bool readTensorProto(const std::string &path, std::string &name,
                      HostTensor &out, std::string &err) {
   std::string bytes;

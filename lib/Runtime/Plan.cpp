@@ -204,6 +204,8 @@ PlanInfo describe(const Plan &plan) {
   info.parameters = p.parameters_size();
   info.loss = p.loss();
   info.weightsPath = p.weights().path();
+  if (!info.weightsPath.empty())
+    info.weightsFile = plan.dir + "/" + info.weightsPath;
   auto spec = [&](const plan::Value &v) {
     HostTensor t;
     const plan::Buffer &b = p.buffers(v.buffer());

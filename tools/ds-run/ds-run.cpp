@@ -43,8 +43,10 @@ usage: ds-run PLAN [options]
                         targets (default: idx,targets)
   --token-dtype T       uint16 (default) or uint32, for a raw .bin
   --lr X                override the plan's learning rate
-  --save-weights F.npz  after training, write the parameters (f32, named
-                        by their ONNX initializer names) to F.npz
+  --save-weights FILE   after training, write the parameters, named by their
+                        ONNX initializer names: FILE.onnx (the source model
+                        with trained initializers), FILE.safetensors or
+                        FILE.npz
   --inputs FILE         graph inputs: a .npz whose arrays are named by graph
                         input names, a .npy or ONNX TensorProto .pb given as
                         NAME=FILE (a .pb's own name is used when NAME= is
@@ -160,6 +162,10 @@ int main(int argc, char **argv) {
     } else if (flag == "--save-weights") {
       if (!value(saveWeights))
         return fail("--save-weights needs a file");
+      if (!endsWith(saveWeights, ".onnx") && !endsWith(saveWeights, ".npz") &&
+          !endsWith(saveWeights, ".safetensors"))
+        return fail("--save-weights writes .onnx, .safetensors or .npz, got '" +
+                    saveWeights + "'");
     } else if (flag == "--tokens") {
       if (!value(tokensPath))
         return fail("--tokens needs a file");
@@ -490,7 +496,12 @@ int main(int argc, char **argv) {
           return fail(err);
         arrays.push_back({names[i], &values[i]});
       }
-      if (!writeNpz(saveWeights, arrays, err))
+      bool ok = endsWith(saveWeights, ".onnx")
+                    ? writeOnnxWithWeights(info.weightsFile, saveWeights, arrays, err)
+                : endsWith(saveWeights, ".safetensors")
+                    ? writeSafetensors(saveWeights, arrays, err)
+                    : writeNpz(saveWeights, arrays, err);
+      if (!ok)
         return fail(err);
     }
     if (accum > 1)

@@ -43,6 +43,17 @@ bool readNpy(const std::string &path, HostTensor &out, std::string &err);
 bool writeNpz(const std::string &path,
               const std::vector<std::pair<std::string, const HostTensor *>> &arrays,
               std::string &err);
+/// Writes `arrays` as safetensors (8-byte header size, JSON header, data).
+bool writeSafetensors(const std::string &path,
+                      const std::vector<std::pair<std::string, const HostTensor *>> &arrays,
+                      std::string &err);
+/// Copies the ONNX model `source` to `path` with the initializers named in
+/// `arrays` replaced (stored inline): the trained model, for PyTorch or ONNX
+/// tools.
+bool writeOnnxWithWeights(const std::string &source, const std::string &path,
+                          const std::vector<std::pair<std::string, const HostTensor *>> &arrays,
+                          std::string &err);
+
 /// An ONNX TensorProto file; `name` is the tensor's name field. UINT16
 /// data is read as bfloat16 bits (how ONNX's test data stores bfloat16).
 bool readTensorProto(const std::string &path, std::string &name,
@@ -55,6 +66,8 @@ struct PlanInfo {
   size_t instructions = 0, buffers = 0, parameters = 0;
   std::vector<std::pair<std::string, HostTensor>> inputs, outputs; // specs
   std::string loss, weightsPath;
+  /// The weights source as a path usable from the current directory.
+  std::string weightsFile;
   /// For a training plan: the optimizer kernel id and its learning rate.
   std::string optimizer;
   double lr = NAN;
