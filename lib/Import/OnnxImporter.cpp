@@ -1830,6 +1830,42 @@ FailureOr<OwningOpRef<ModuleOp>> Importer::run() {
     if (failed(importNode(node, i)))
       return failure();
 
+  // training_info's algorithm, built after the graph.
+  SmallVector<std::pair<std::string, Value>> updates;
+  if (options.runTrainingInfo) {
+    if (model.training_info_size() == 0)
+      return error() << "--training-info: the model has no training_info";
+    const onnx::TrainingInfoProto &info = model.training_info(0);
+    const onnx::GraphProto &algo = info.algorithm();
+    for (const auto &init : algo.initializer()) {
+      FailureOr<DenseElementsAttr> attr =
+          tensorToAttr(init, "algorithm initializer '" + init.name() + "'");
+      if (failed(attr))
+        return failure();
+      values[init.name()] = ConstantOp::create(
+          builder, fileLoc, attr->getType(), cast<ElementsAttr>(*attr));
+    }
+    for (auto [i, node] : llvm::enumerate(algo.node()))
+      if (failed(importNode(node, g.node_size() + i)))
+        return failure();
+    for (const auto &kv : info.update_binding()) {
+      auto arg = llvm::find(argNames, kv.key());
+      unsigned index = arg - argNames.begin();
+      if (arg == argNames.end() || !llvm::is_contained(paramArgs, index))
+        return error() << "training_info updates '" << kv.key()
+                       << "', which is not a float initializer (ds updates "
+                          "float parameters only)";
+      auto v = values.find(kv.value());
+      if (v == values.end())
+        return error() << "training_info binds '" << kv.key()
+                       << "' to '" << kv.value() << "', which is not computed";
+      if (v->second.getType() != argTypes[index])
+        return error() << "training_info binds '" << kv.key()
+                       << "' to a value of another type";
+      updates.push_back({kv.key(), v->second});
+    }
+  }
+
   // Results: the graph outputs, the loss marked.
   SmallVector<Value> results;
   SmallVector<std::string> outNames;
@@ -1862,12 +1898,20 @@ FailureOr<OwningOpRef<ModuleOp>> Importer::run() {
   }
   // Several candidates and no --loss: no loss is marked; training asks for
   // one (the autodiff pass names the candidates), forward runs need none.
+  for (auto &[name, v] : updates)
+    results.push_back(v);
   func::ReturnOp::create(builder, fileLoc, results);
   func.setType(builder.getFunctionType(argTypes, ValueRange(results).getTypes()));
   for (auto [i, name] : llvm::enumerate(outNames)) {
     func.setResultAttr(i, attrs::kOutput, builder.getStringAttr(name));
     if (loss && *loss == i)
       func.setResultAttr(i, attrs::kLoss, builder.getUnitAttr());
+  }
+  for (auto [i, update] : llvm::enumerate(updates)) {
+    unsigned r = outNames.size() + i;
+    func.setResultAttr(r, "ds.update", builder.getStringAttr(update.first));
+    func.setResultAttr(r, attrs::kOutput,
+                       builder.getStringAttr("update:" + update.first));
   }
   markTrainable(func, paramArgs, loss);
   if (!loss && scalarOutputs.size() > 1) {

@@ -128,7 +128,7 @@ static bool checkPlan(const plan::Plan &p, std::string &err) {
         return fail(id + ": output buffer " + std::to_string(b) + " of " +
                     std::to_string(p.buffers_size()));
       plan::Space s = p.buffers(b).space();
-      if (s != plan::ARENA && !(k->writesState && s == plan::PARAM))
+      if (s != plan::ARENA && !(s == plan::PARAM && p.updates_parameters()))
         return fail(id + " writes a buffer outside the arena");
     }
   }
@@ -203,6 +203,7 @@ PlanInfo describe(const Plan &plan) {
   info.buffers = p.buffers_size();
   info.parameters = p.parameters_size();
   info.loss = p.loss();
+  info.updatesParameters = p.updates_parameters();
   info.weightsPath = p.weights().path();
   if (!info.weightsPath.empty())
     info.weightsFile = plan.dir + "/" + info.weightsPath;

@@ -129,6 +129,12 @@ llvm::cl::opt<int64_t> gradAccum(
     llvm::cl::desc("Micro-batches per update: ds-run runs K micro-steps per "
                    "--steps step and applies the mean gradient"),
     llvm::cl::init(1), llvm::cl::cat(trainCategory));
+llvm::cl::opt<bool> trainingInfo(
+    "training-info",
+    llvm::cl::desc("Train with the model's own training_info algorithm (ONNX "
+                   "semantics): its Gradient and optimizer nodes run after "
+                   "the graph, its update_binding updates the initializers"),
+    llvm::cl::init(false), llvm::cl::cat(trainCategory));
 llvm::cl::opt<bool> nesterov("nesterov", llvm::cl::desc("SGD Nesterov momentum"),
                              llvm::cl::init(false), llvm::cl::cat(trainCategory));
 
@@ -187,6 +193,7 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
 
   ds::ImportOptions options;
   options.lossName = lossName;
+  options.runTrainingInfo = trainingInfo;
   for (const std::string &spec : inputShapes) {
     std::string err = ds::parseInputShape(spec, options);
     if (!err.empty()) {
@@ -344,6 +351,11 @@ int main(int argc, char **argv) {
   if (gradClip < 0 || warmupSteps < 0 || totalSteps < 0) {
     llvm::errs() << "error: --grad-clip, --warmup-steps and --total-steps "
                     "must not be negative\n";
+    return 1;
+  }
+  if (trainingInfo && (emitGrads || optimizerName != "none")) {
+    llvm::errs() << "error: --training-info trains with the model's own "
+                    "algorithm; it excludes --optimizer and --emit-grads\n";
     return 1;
   }
   if (emitGrads && optimizerName != "none") {

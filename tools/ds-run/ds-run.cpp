@@ -207,7 +207,9 @@ int main(int argc, char **argv) {
   if (!plan)
     return fail(err);
   PlanInfo info = describe(*plan);
-  bool trainingPlan = !info.optimizer.empty();
+  bool trainingPlan = info.updatesParameters;
+  if (trainingPlan && info.optimizer.empty())
+    info.optimizer = "training_info";
   if (!trainingPlan && !forwardOnly)
     return fail("'" + planPath + "' holds a forward program only; run it with "
                 "--forward-only, or compile with ds-opt --optimizer=... to train");
@@ -465,19 +467,23 @@ int main(int argc, char **argv) {
       double perSec = samples * accum / (stats.milliseconds / 1e3);
       double stepLr = ds::scheduledLr(info.schedule, lr, s, info.warmupSteps,
                                       info.totalSteps, info.minLr);
-      std::printf("step %lld/%lld | loss %.6f | lr %.3g | %.1f samples/s | %.3f ms | "
+      char lrText[32] = "-"; // unknown for a model's own training_info
+      if (!std::isnan(stepLr))
+        std::snprintf(lrText, sizeof lrText, "%.3g", stepLr);
+      std::printf("step %lld/%lld | loss %.6f | lr %s | %.1f samples/s | %.3f ms | "
                   "arena %s of %s planned\n",
-                  s, steps, loss, stepLr, perSec, stats.milliseconds,
+                  s, steps, loss, lrText, perSec, stats.milliseconds,
                   human(stats.arenaHighWater).c_str(),
                   human(stats.arenaPlanned).c_str());
       std::fflush(stdout);
       if (log)
         std::fprintf(log,
-                     "{\"step\": %lld, \"loss\": %s, \"lr\": %.9g, "
+                     "{\"step\": %lld, \"loss\": %s, \"lr\": %s, "
                      "\"samples_per_s\": %.3f, \"time_ms\": %.3f, "
                      "\"peak_bytes\": %llu, \"planned_bytes\": %llu}\n",
                      s, std::isnan(loss) ? "null" : std::to_string(loss).c_str(),
-                     stepLr, perSec, stats.milliseconds,
+                     std::isnan(stepLr) ? "null" : std::to_string(stepLr).c_str(),
+                     perSec, stats.milliseconds,
                      static_cast<unsigned long long>(stats.arenaHighWater),
                      static_cast<unsigned long long>(stats.arenaPlanned));
       if (stats.arenaHighWater > stats.arenaPlanned)

@@ -25,6 +25,10 @@ struct ImportOptions {
   /// Called after each import phase (read, parse, check, infer, build) with
   /// its duration in milliseconds; for progress and timing output.
   std::function<void(llvm::StringRef phase, double ms)> onPhase;
+  /// Build the model's first training_info algorithm into the step: its
+  /// nodes after the graph's (Gradient through the same reverse mode), its
+  /// update_binding as in-place updates of the initializers.
+  bool runTrainingInfo = false;
 };
 
 /// Parses `spec` of the form `NAME:4x64` (a scalar is `NAME:scalar`) into

@@ -68,6 +68,8 @@ struct PlanInfo {
   std::string loss, weightsPath;
   /// The weights source as a path usable from the current directory.
   std::string weightsFile;
+  /// True for a training step (its kernels update parameters).
+  bool updatesParameters = false;
   /// For a training plan: the optimizer kernel id and its learning rate.
   std::string optimizer;
   double lr = NAN;

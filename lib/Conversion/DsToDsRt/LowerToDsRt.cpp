@@ -126,6 +126,20 @@ struct LowerToDsRtPass : impl::LowerToDsRtPassBase<LowerToDsRtPass> {
               return func.emitError("update of '")
                      << target.getValue()
                      << "' is not an optimizer result for a parameter";
+            // The update writes the storage in place: nothing after the
+            // writing kernel may read the old value.
+            Operation *writer = nullptr;
+            for (Operation *user : alloc->getUsers())
+              if (auto k = dyn_cast<dsrt::KernelOp>(user);
+                  k && llvm::is_contained(k.getOuts(), alloc.getResult()))
+                writer = user;
+            if (writer)
+              for (Operation *user : into.getUsers())
+                if (user->getBlock() == writer->getBlock() &&
+                    writer->isBeforeInBlock(user))
+                  return user->emitOpError("reads '")
+                         << target.getValue()
+                         << "' after its update; ds cannot update it in place";
             alloc.getResult().replaceAllUsesWith(into);
             alloc.erase();
             continue;

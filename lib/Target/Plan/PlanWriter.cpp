@@ -182,8 +182,11 @@ LogicalResult mlir::ds::writePlan(ModuleOp module, StringRef planPath,
       ins->set_location(where);
       for (Value v : k.getIns())
         ins->add_inputs(ids.lookup(v));
-      for (Value v : k.getOuts())
+      for (Value v : k.getOuts()) {
         ins->add_outputs(ids.lookup(v));
+        if (isa_and_nonnull<dsrt::ParamOp>(dsrt::rootOf(v)))
+          p.set_updates_parameters(true);
+      }
       for (NamedAttribute attr : k.getParams())
         if (failed(addAttribute(*ins, attr, k)))
           return failure();
