@@ -77,11 +77,7 @@ def main():
         model, idx, targets = export_gpt.build(size)
         if not os.path.exists(path):
             export_gpt.export(model, idx, targets, path)
-        weights = {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
-        state = model.state_dict()
-        for name in state:
-            state[name] = torch.from_numpy(weights["wte.weight" if name == "lm_head.weight" else name].copy())
-        model.load_state_dict(state)
+        weights = export_gpt.load_onnx_weights(model, path)
         model.eval()
         np.savez(os.path.join(work, f"in-{size}.npz"), idx=idx.numpy(), targets=targets.numpy())
 

@@ -44,11 +44,7 @@ def main():
     model, idx, targets = export_gpt.build("train")
     if not os.path.exists(path):
         export_gpt.export(model, idx, targets, path)
-    weights = {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
-    state = model.state_dict()
-    for name in state:
-        state[name] = torch.from_numpy(weights["wte.weight" if name == "lm_head.weight" else name].copy())
-    model.load_state_dict(state)
+    weights = export_gpt.load_onnx_weights(model, path)
     nparams = sum(p.numel() for p in model.parameters())
     tokens = batch * seq
     flops = 6 * nparams * tokens + 12 * layers * d * seq * seq * batch

@@ -112,6 +112,20 @@ def build(size, seed=0):
     return model, idx, targets
 
 
+def load_onnx_weights(model, path):
+    """Loads the initializers of the ONNX file at `path` into `model` (the
+    tied lm_head takes wte's), so torch and ds start from the same weights."""
+    import onnx
+    from onnx import numpy_helper
+    weights = {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
+    state = model.state_dict()
+    for name in state:
+        state[name] = torch.from_numpy(
+            weights["wte.weight" if name == "lm_head.weight" else name].copy())
+    model.load_state_dict(state)
+    return weights
+
+
 def export(model, idx, targets, path, dynamic=False):
     kwargs = {}
     if dynamic:

@@ -14,9 +14,7 @@ import subprocess
 import sys
 
 import numpy as np
-import onnx
 import torch
-from onnx import numpy_helper
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "examples", "gpt"))
@@ -35,14 +33,8 @@ def main():
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
 
-    model_proto = onnx.load(args.onnx)
-    weights = {t.name: numpy_helper.to_array(t) for t in model_proto.graph.initializer}
     model, idx, targets = export_gpt.build(args.size)
-    state = model.state_dict()
-    for name in state:
-        key = "wte.weight" if name == "lm_head.weight" else name
-        state[name] = torch.from_numpy(weights[key].copy())
-    model.load_state_dict(state)
+    weights = export_gpt.load_onnx_weights(model, args.onnx)
     model.eval()
 
     rng = np.random.RandomState(1234)

@@ -70,12 +70,8 @@ def setup(which, work):
     rng = np.random.RandomState(5)
     if which == "gpt":
         path = os.path.join(ROOT, "examples", "gpt", "gpt.onnx")
-        weights = {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
         model, idx, targets = export_gpt.build("tiny")
-        state = model.state_dict()
-        for name in state:
-            state[name] = torch.from_numpy(weights["wte.weight" if name == "lm_head.weight" else name].copy())
-        model.load_state_dict(state)
+        weights = export_gpt.load_onnx_weights(model, path)
         vocab = weights["wte.weight"].shape[0]
         x = rng.randint(0, vocab, size=tuple(idx.shape)).astype(np.int64)
         y = rng.randint(0, vocab, size=tuple(targets.shape)).astype(np.int64)

@@ -10,14 +10,6 @@
 #include <limits>
 
 namespace ds::rt {
-namespace {
-int64_t prod(const std::vector<int64_t> &s, size_t from, size_t to) {
-  int64_t n = 1;
-  for (size_t i = from; i < to && i < s.size(); ++i)
-    n *= s[i];
-  return n;
-}
-} // namespace
 
 bool kGatherGrad(KernelContext &ctx) {
   const TensorView &g = ctx.in[0], &indices = ctx.in[1];

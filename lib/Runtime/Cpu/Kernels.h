@@ -186,6 +186,15 @@ void parallelFor(int64_t n, int64_t grain,
 void setThreadCount(int threads);
 int threadCount();
 
+/// Product of shape[from, to) (1 when empty): outer, dim and inner sizes
+/// of axis-based kernels.
+inline int64_t prod(const std::vector<int64_t> &shape, size_t from, size_t to) {
+  int64_t n = 1;
+  for (size_t i = from; i < to && i < shape.size(); ++i)
+    n *= shape[i];
+  return n;
+}
+
 /// Strides of a row-major shape.
 std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape);
 /// Strides of `in` aligned to an output of rank `outRank` with broadcast

@@ -19,12 +19,6 @@
 namespace ds::rt {
 namespace {
 
-int64_t prod(const std::vector<int64_t> &s, size_t from, size_t to) {
-  int64_t n = 1;
-  for (size_t i = from; i < to && i < s.size(); ++i)
-    n *= s[i];
-  return n;
-}
 
 /// A tensor as f32: the data itself, or a converted copy in `scratch`.
 const float *asF32(const TensorView &t, float *scratch) {

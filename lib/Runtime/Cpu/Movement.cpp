@@ -12,12 +12,6 @@
 namespace ds::rt {
 namespace {
 
-int64_t prod(const std::vector<int64_t> &s, size_t from, size_t to) {
-  int64_t n = 1;
-  for (size_t i = from; i < to && i < s.size(); ++i)
-    n *= s[i];
-  return n;
-}
 
 inline void copyElem(char *dst, const char *src, size_t es) {
   switch (es) {
