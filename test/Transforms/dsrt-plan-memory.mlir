@@ -1,7 +1,7 @@
 // The memory plan: first-fit offsets from liveness, 64-byte alignment,
 // in-place reuse by elementwise kernels, views extending lifetimes, outputs
 // live to the end.
-// RUN: ds-opt %s --pass-pipeline='builtin.module(func.func(dsrt-plan-memory))' -split-input-file | FileCheck %s
+// RUN: ds-opt %s --dsrt-plan-memory -split-input-file | FileCheck %s
 
 // A chain a -> b -> c -> d of 256-byte buffers: b cannot take a's place
 // (softmax is not in place), c takes a's place once a is dead, and d takes
