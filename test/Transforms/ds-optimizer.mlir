@@ -1,17 +1,17 @@
 // The optimizer pass: after autodiff, each gradient result becomes an
 // update of its parameter; state and the step counter become arguments.
-// RUN: ds-opt %s --ds-autodiff '--ds-optimizer=optimizer=adamw lr=0.01 weight-decay=0.1' -split-input-file -verify-diagnostics | FileCheck %s --check-prefix=ADAMW
+// RUN: ds-opt %s --ds-autodiff '--ds-optimizer=optimizer=adamw lr=0.01 weight-decay=0.1' -split-input-file -verify-diagnostics | FileCheck %s --check-prefix=CHECK
 // RUN: ds-opt %s --ds-autodiff '--ds-optimizer=optimizer=sgd momentum=0.9 nesterov=true grad-clip=1.0' -split-input-file -verify-diagnostics | FileCheck %s --check-prefix=SGD
 
-// ADAMW-LABEL: func.func @forward
-// ADAMW-SAME: %{{.*}}: tensor<4x3xf32> {ds.param = "w", ds.trainable}
-// ADAMW-SAME: %[[STEP:[a-z0-9_]+]]: tensor<i64> {ds.step}
-// ADAMW-SAME: %[[M:[a-z0-9_]+]]: tensor<4x3xf32> {ds.state = "w.exp_avg"}
-// ADAMW-SAME: %[[V:[a-z0-9_]+]]: tensor<4x3xf32> {ds.state = "w.exp_avg_sq"}
-// ADAMW-SAME: -> (tensor<f32> {ds.loss, ds.output = "loss"}, tensor<4x3xf32> {ds.output = "update:w", ds.update = "w"}, tensor<4x3xf32> {ds.output = "update:w.exp_avg", ds.update = "w.exp_avg"}, tensor<4x3xf32> {ds.output = "update:w.exp_avg_sq", ds.update = "w.exp_avg_sq"})
-// ADAMW-SAME: attributes {ds.optimizer = "adamw"}
-// ADAMW: %[[P:[a-z0-9_]+]], %[[NM:[a-z0-9_]+]], %[[NV:[a-z0-9_]+]] = ds.adam %arg1, %{{.*}}, %[[M]], %[[V]], %[[STEP]] {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, decoupled = true, eps = 1.000000e-08 : f64, lr = 1.000000e-02 : f64, weight_decay = 1.000000e-01 : f64}
-// ADAMW: return %{{.*}}, %[[P]], %[[NM]], %[[NV]]
+// CHECK-LABEL: func.func @forward
+// CHECK-SAME: %{{.*}}: tensor<4x3xf32> {ds.param = "w", ds.trainable}
+// CHECK-SAME: %[[STEP:[a-z0-9_]+]]: tensor<i64> {ds.step}
+// CHECK-SAME: %[[M:[a-z0-9_]+]]: tensor<4x3xf32> {ds.state = "w.exp_avg"}
+// CHECK-SAME: %[[V:[a-z0-9_]+]]: tensor<4x3xf32> {ds.state = "w.exp_avg_sq"}
+// CHECK-SAME: -> (tensor<f32> {ds.loss, ds.output = "loss"}, tensor<4x3xf32> {ds.output = "update:w", ds.update = "w"}, tensor<4x3xf32> {ds.output = "update:w.exp_avg", ds.update = "w.exp_avg"}, tensor<4x3xf32> {ds.output = "update:w.exp_avg_sq", ds.update = "w.exp_avg_sq"})
+// CHECK-SAME: attributes {ds.optimizer = "adamw"}
+// CHECK: %[[P:[a-z0-9_]+]], %[[NM:[a-z0-9_]+]], %[[NV:[a-z0-9_]+]] = ds.adam %arg1, %{{.*}}, %[[M]], %[[V]], %[[STEP]] {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, decoupled = true, eps = 1.000000e-08 : f64, lr = 1.000000e-02 : f64, weight_decay = 1.000000e-01 : f64}
+// CHECK: return %{{.*}}, %[[P]], %[[NM]], %[[NV]]
 
 // SGD-LABEL: func.func @forward
 // SGD-SAME: %[[STEP:[a-z0-9_]+]]: tensor<i64> {ds.step}
