@@ -28,5 +28,10 @@ config.substitutions.append(
     ("%bad-input", "bash " +
      os.path.join(config.ds_src_root, "test", "Utils", "bad-input.sh")))
 
+# MPI ranks, oversubscribed on small machines; root is allowed (CI runs as
+# root).
+config.substitutions.append(
+    ("%mpirun", "mpirun --allow-run-as-root --oversubscribe"))
+
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.add_tool_substitutions(["ds-opt", "ds-run"], [config.ds_tools_dir])

@@ -47,7 +47,7 @@ bool runKernel(const char *name, std::vector<TensorView> in,
                std::string *error = nullptr) {
   const KernelInfo *k = findKernel(name);
   EXPECT_NE(k, nullptr) << name;
-  KernelContext ctx{std::move(in), std::move(out), Attrs(&attrs), 0, {}, NAN};
+  KernelContext ctx{std::move(in), std::move(out), Attrs(&attrs), 0, {}, NAN, nullptr};
   bool ok = k->fn(ctx);
   if (error)
     *error = ctx.error;

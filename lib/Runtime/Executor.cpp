@@ -367,7 +367,7 @@ bool Executor::run(RunStats &stats, std::string &err) {
   for (int i = 0; i < prog.instructions_size(); ++i) {
     const plan::Instruction &ins = prog.instructions(i);
     const KernelInfo *k = findKernel(ins.kernel());
-    KernelContext ctx{{}, {}, Attrs(&ins), 0, {}, NAN};
+    KernelContext ctx{{}, {}, Attrs(&ins), 0, {}, NAN, nullptr};
     auto view = [&](uint32_t id) {
       const plan::Buffer &b = p.buffers(id);
       TensorView v;
@@ -386,6 +386,7 @@ bool Executor::run(RunStats &stats, std::string &err) {
     }
     ctx.seed = runSeed ^ (static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ULL);
     ctx.lr = impl->options.lr;
+    ctx.comm = impl->options.comm;
     auto k0 = std::chrono::steady_clock::now();
     if (!k->fn(ctx)) {
       err = "instruction " + std::to_string(i) + " (" + ins.kernel() +

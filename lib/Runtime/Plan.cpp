@@ -204,6 +204,7 @@ PlanInfo describe(const Plan &plan) {
   info.parameters = p.parameters_size();
   info.loss = p.loss();
   info.updatesParameters = p.updates_parameters();
+  info.worldSize = p.world_size() == 0 ? 1 : static_cast<int>(p.world_size());
   info.weightsPath = p.weights().path();
   if (!info.weightsPath.empty())
     info.weightsFile = plan.dir + "/" + info.weightsPath;

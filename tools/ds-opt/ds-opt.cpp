@@ -129,6 +129,18 @@ llvm::cl::opt<int64_t> gradAccum(
     llvm::cl::desc("Micro-batches per update: ds-run runs K micro-steps per "
                    "--steps step and applies the mean gradient"),
     llvm::cl::init(1), llvm::cl::cat(trainCategory));
+llvm::cl::OptionCategory parallelCategory("ds-opt parallelism options");
+llvm::cl::opt<int64_t> worldSize(
+    "world-size",
+    llvm::cl::desc("Data-parallel ranks (mpirun -np N ds-run plan.bin); each "
+                   "rank runs the step on its slice of the global batch"),
+    llvm::cl::init(1), llvm::cl::cat(parallelCategory));
+llvm::cl::opt<int64_t> zeroStage(
+    "zero",
+    llvm::cl::desc("ZeRO stage: 0 (data parallel: every rank holds the whole "
+                   "model and optimizer state, gradients are averaged); "
+                   "stages 1-3 are not implemented yet"),
+    llvm::cl::init(0), llvm::cl::cat(parallelCategory));
 llvm::cl::opt<bool> trainingInfo(
     "training-info",
     llvm::cl::desc("Train with the model's own training_info algorithm (ONNX "
@@ -221,6 +233,11 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
     bool training = optimizerName != "none";
     if (emitGrads || training) {
       pm.addNestedPass<func::FuncOp>(ds::createAutodiffPass());
+      if (training && worldSize > 1) {
+        ds::DataParallelPassOptions dp;
+        dp.worldSize = worldSize;
+        pm.addNestedPass<func::FuncOp>(ds::createDataParallelPass(dp));
+      }
       if (training) {
         ds::OptimizerPassOptions opt;
         opt.optimizer = optimizerName;
@@ -268,6 +285,7 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
     planOptions.compileOptions["command"] = commandLine;
     planOptions.compileOptions["loss"] = lossName;
     planOptions.compileOptions["optimizer"] = optimizerName;
+    planOptions.worldSize = worldSize;
     for (const std::string &spec : inputShapes)
       planOptions.compileOptions["input-shape:" + spec] = spec;
     if (failed(ds::writePlan(**module, outputFilename, planOptions)) || errors)
@@ -341,6 +359,21 @@ int main(int argc, char **argv) {
     llvm::errs() << "error: --lr-schedule='" << lrSchedule
                  << "' is not one of constant, warmup, warmup-cosine, "
                     "warmup-linear\n";
+    return 1;
+  }
+  if (worldSize < 1) {
+    llvm::errs() << "error: --world-size must be at least 1, got "
+                 << static_cast<int64_t>(worldSize) << "\n";
+    return 1;
+  }
+  if (zeroStage != 0) {
+    llvm::errs() << "error: --zero=" << static_cast<int64_t>(zeroStage)
+                 << " is not implemented yet (stage 0, data parallel, is)\n";
+    return 1;
+  }
+  if (worldSize > 1 && optimizerName == "none") {
+    llvm::errs() << "error: --world-size needs a training step "
+                    "(--optimizer=...)\n";
     return 1;
   }
   if (gradAccum < 1) {

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ds/Runtime/Comm.h"
 #include "ds/Runtime/Runtime.h"
 #include "ds/Runtime/Schedule.h"
 
@@ -65,7 +66,16 @@ usage: ds-run PLAN [options]
 Errors are one line 'error: ...' and exit code 1.
 )";
 
+std::unique_ptr<Communicator> comm; // MPI world or one rank
+
 int fail(const std::string &message) {
+  if (comm && comm->size() > 1) {
+    // One line per rank, then end every rank: no rank may wait forever in
+    // a collective the failed one will never join.
+    std::fprintf(stderr, "error: rank %d: %s\n", comm->rank(), message.c_str());
+    std::fflush(stderr);
+    comm->abort(1);
+  }
   std::fprintf(stderr, "error: %s\n", message.c_str());
   return 1;
 }
@@ -113,7 +123,15 @@ void printProfile(const RunStats &stats) {
 
 } // namespace
 
+int run(int argc, char **argv);
+
 int main(int argc, char **argv) {
+  int rc = run(argc, argv);
+  comm.reset(); // MPI_Finalize
+  return rc;
+}
+
+int run(int argc, char **argv) {
   std::string planPath, outputsPath, logPath;
   std::vector<std::string> inputSpecs;
   bool forwardOnly = false, profile = false;
@@ -203,10 +221,22 @@ int main(int argc, char **argv) {
     return fail("no plan given (usage: ds-run PLAN --forward-only ...; see --help)");
 
   std::string err;
+  comm = createCommunicator(err);
+  if (!comm)
+    return fail(err);
+  bool lead = comm->rank() == 0; // rank 0 prints progress and writes files
   std::shared_ptr<const Plan> plan = loadPlan(planPath, err);
   if (!plan)
     return fail(err);
   PlanInfo info = describe(*plan);
+  if (info.worldSize != comm->size())
+    return fail("'" + planPath + "' is compiled for " +
+                std::to_string(info.worldSize) + " rank(s), this run has " +
+                std::to_string(comm->size()) +
+                (info.worldSize > 1 ? " (start it with mpirun -np " +
+                                          std::to_string(info.worldSize) + ")"
+                                    : " (compile it with --world-size=" +
+                                          std::to_string(comm->size()) + ")"));
   bool trainingPlan = info.updatesParameters;
   if (trainingPlan && info.optimizer.empty())
     info.optimizer = "training_info";
@@ -227,6 +257,7 @@ int main(int argc, char **argv) {
   options.seed = static_cast<uint64_t>(seed);
   options.profile = profile;
   options.lr = lrOverride;
+  options.comm = comm.get();
   std::unique_ptr<Executor> exec = Executor::create(plan, options, err);
   if (!exec)
     return fail(err);
@@ -273,7 +304,7 @@ int main(int argc, char **argv) {
   }
 
   std::FILE *log = nullptr;
-  if (!logPath.empty() && !(log = std::fopen(logPath.c_str(), "w")))
+  if (!logPath.empty() && lead && !(log = std::fopen(logPath.c_str(), "w")))
     return fail("cannot write '" + logPath + "'");
 
   RunStats stats;
@@ -304,21 +335,26 @@ int main(int argc, char **argv) {
         continue; // given with --inputs or --tokens
       }
       const HostTensor &t = it->second;
+      // A global batch is world x the plan's (per-rank) batch.
+      int64_t unit = spec.shape.empty() ? 0 : spec.shape[0] * comm->size();
       bool whole = t.shape == spec.shape;
       bool stacked = !spec.shape.empty() && t.shape.size() == spec.shape.size() &&
-                     spec.shape[0] > 0 && t.shape[0] % spec.shape[0] == 0 &&
+                     unit > 0 && t.shape[0] % unit == 0 &&
                      std::equal(t.shape.begin() + 1, t.shape.end(),
                                 spec.shape.begin() + 1);
       if (!whole && !stacked)
         return fail("data array '" + name + "' has shape " + t.shapeString() +
                     ", the plan's input is " + spec.shapeString() +
+                    (comm->size() > 1 ? " per rank: give " +
+                                            std::to_string(comm->size()) +
+                                            " x that many rows" : "") +
                     " (or k of them stacked along the first dimension)");
-      int64_t k = whole ? 1 : t.shape[0] / spec.shape[0];
+      int64_t k = stacked ? t.shape[0] / unit : 1;
       if (k > 1 && batches > 1 && k != batches)
         return fail("data arrays hold different numbers of batches (" +
                     std::to_string(batches) + " and " + std::to_string(k) + ")");
       batches = std::max(batches, k);
-      samples = spec.shape.empty() ? 1 : spec.shape[0];
+      samples = (spec.shape.empty() ? 1 : spec.shape[0]) * comm->size();
     }
     // Token streams: windows sampled each step.
     std::vector<int64_t> tokens;
@@ -386,7 +422,7 @@ int main(int argc, char **argv) {
                         "' is outside the vocabulary of " +
                         std::to_string(lim->second) + " (input '" + name + "')");
       }
-      samples = window[0];
+      samples = window[0] * comm->size();
     }
     double lr = std::isnan(lrOverride) ? info.lr : lrOverride;
     double firstLoss = NAN, lastLoss = NAN, totalMs = 0;
@@ -402,12 +438,17 @@ int main(int argc, char **argv) {
           continue;
         const HostTensor &t = it->second;
         HostTensor batch = t;
-        if (t.shape != spec.shape) {
-          int64_t k = t.shape[0] / spec.shape[0];
-          size_t bytes = t.data.size() / k;
-          size_t at = ((m - 1) % k) * bytes;
+        if (t.shape != spec.shape || comm->size() > 1) {
+          // Global batch (m-1) mod k, this rank's rows of it.
+          int64_t unit = spec.shape[0] * comm->size();
+          int64_t k = t.shape[0] % unit == 0 ? t.shape[0] / unit : 1;
+          size_t rowBytes = t.data.size() / t.shape[0];
+          size_t first = t.shape[0] % unit == 0
+                             ? (((m - 1) % k) * unit + comm->rank() * spec.shape[0])
+                             : 0;
           batch.shape = spec.shape;
-          batch.data.assign(t.data.begin() + at, t.data.begin() + at + bytes);
+          batch.data.assign(t.data.begin() + first * rowBytes,
+                            t.data.begin() + (first + spec.shape[0]) * rowBytes);
         }
         if (!exec->setInput(name, std::move(batch), err))
           return fail(err);
@@ -425,7 +466,8 @@ int main(int argc, char **argv) {
         for (int64_t r = 0; r < window[0]; ++r) {
           uint64_t z = static_cast<uint64_t>(seed) * 0x9e3779b97f4a7c15ULL +
                        static_cast<uint64_t>(m) * 0xbf58476d1ce4e5b9ULL +
-                       static_cast<uint64_t>(r) * 0x94d049bb133111ebULL;
+                       static_cast<uint64_t>(r + comm->rank() * window[0]) *
+                           0x94d049bb133111ebULL;
           z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
           z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
           uint64_t o = (z ^ (z >> 31)) % range;
@@ -470,13 +512,14 @@ int main(int argc, char **argv) {
       char lrText[32] = "-"; // unknown for a model's own training_info
       if (!std::isnan(stepLr))
         std::snprintf(lrText, sizeof lrText, "%.3g", stepLr);
+      if (lead)
       std::printf("step %lld/%lld | loss %.6f | lr %s | %.1f samples/s | %.3f ms | "
                   "arena %s of %s planned\n",
                   s, steps, loss, lrText, perSec, stats.milliseconds,
                   human(stats.arenaHighWater).c_str(),
                   human(stats.arenaPlanned).c_str());
       std::fflush(stdout);
-      if (log)
+      if (log && lead)
         std::fprintf(log,
                      "{\"step\": %lld, \"loss\": %s, \"lr\": %s, "
                      "\"samples_per_s\": %.3f, \"time_ms\": %.3f, "
@@ -493,7 +536,7 @@ int main(int argc, char **argv) {
       std::fclose(log);
     if (profile)
       printProfile(stats);
-    if (!saveWeights.empty()) {
+    if (!saveWeights.empty() && lead) {
       std::vector<std::string> names = exec->parameterNames();
       std::vector<HostTensor> values(names.size());
       std::vector<std::pair<std::string, const HostTensor *>> arrays;
@@ -510,9 +553,14 @@ int main(int argc, char **argv) {
       if (!ok)
         return fail(err);
     }
+    if (!lead)
+      return 0;
     if (accum > 1)
       std::printf("each step accumulated %lld micro-batches\n",
                   static_cast<long long>(accum));
+    if (comm->size() > 1)
+      std::printf("data parallel over %d ranks (losses and gradients are "
+                  "the means over ranks)\n", comm->size());
     std::printf("trained %lld steps (%s, %lld batch%s): loss %.6f -> %.6f, "
                 "mean %.3f ms/step\n",
                 steps, info.optimizer.c_str(), static_cast<long long>(batches),

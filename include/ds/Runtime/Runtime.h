@@ -68,6 +68,8 @@ struct PlanInfo {
   std::string loss, weightsPath;
   /// The weights source as a path usable from the current directory.
   std::string weightsFile;
+  /// Ranks the plan is compiled for.
+  int worldSize = 1;
   /// True for a training step (its kernels update parameters).
   bool updatesParameters = false;
   /// For a training plan: the optimizer kernel id and its learning rate.
@@ -85,7 +87,11 @@ struct PlanInfo {
 std::shared_ptr<const Plan> loadPlan(const std::string &path, std::string &err);
 PlanInfo describe(const Plan &plan);
 
+class Communicator;
+
 struct ExecutorOptions {
+  /// The communicator of collective kernels (null: one rank).
+  Communicator *comm = nullptr;
   int threads = 1;
   uint64_t seed = 0;
   bool profile = false;

@@ -38,6 +38,19 @@ def AutodiffPass : Pass<"ds-autodiff", "func::FuncOp"> {
   }];
 }
 
+def DataParallelPass : Pass<"ds-data-parallel", "func::FuncOp"> {
+  let summary = "Average gradients and the loss over the data-parallel ranks";
+  let description = [{
+    ZeRO stage 0 (plain data parallelism), after `--ds-autodiff`: every
+    gradient result (`ds.grad`) and the loss become the `ds.all_reduce` mean
+    over `world-size` ranks, each of which runs the same step on its own
+    slice of the global batch. Marks the function `ds.world_size`.
+  }];
+  let options = [
+    Option<"worldSize", "world-size", "int64_t", "1", "data-parallel ranks">,
+  ];
+}
+
 def OptimizerPass : Pass<"ds-optimizer", "func::FuncOp"> {
   let summary = "Update every parameter from its gradient (Adam, AdamW, SGD)";
   let description = [{

@@ -26,7 +26,7 @@ SmallVector<int64_t> inplaceOperands(Operation *op) {
       op->hasTrait<OpTrait::SameOperandsAndResultType>() ||
       isa<AddOp, SubOp, MulOp, DivOp, PowOp, MaxOp, MinOp, EqualOp, LessOp,
           LessOrEqualOp, GreaterOp, GreaterOrEqualOp, AndOp, OrOp, XorOp,
-          WhereOp, CastOp>(op);
+          WhereOp, CastOp, AllReduceOp>(op);
   // Ops whose result type equals their operand's but that mix elements.
   if (isa<SoftmaxOp, LogSoftmaxOp, TriluOp>(op))
     elementwise = false;

@@ -21,6 +21,8 @@ class Instruction;
 
 namespace ds::rt {
 
+class Communicator;
+
 /// A kernel operand: storage owned by the executor.
 struct TensorView {
   void *data = nullptr;
@@ -56,6 +58,7 @@ struct KernelContext {
   uint64_t seed = 0; // for random kernels: differs per instruction and run
   std::string error; // set by a kernel that fails
   double lr = NAN;   // learning-rate override (ds-run --lr); NaN: the plan's
+  Communicator *comm = nullptr; // for collective kernels
   bool fail(const std::string &message) {
     error = message;
     return false;
@@ -228,6 +231,8 @@ DS_KERNEL(kGatherGrad); DS_KERNEL(kLayerNormGrad); DS_KERNEL(kSoftmaxGrad);
 DS_KERNEL(kLossGrad); DS_KERNEL(kSliceGrad);
 // Optimizers.cpp
 DS_KERNEL(kAdam); DS_KERNEL(kSgd); DS_KERNEL(kOnnxUpdate);
+// Collectives.cpp
+DS_KERNEL(kAllReduce);
 #undef DS_KERNEL
 
 } // namespace ds::rt

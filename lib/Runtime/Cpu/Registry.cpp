@@ -75,6 +75,7 @@ static const KernelInfo kKernels[] = {
     {"adam", 5, 6, 3, 4, kAdam, true},
     {"sgd", 4, 5, 2, 3, kSgd, true},
     {"onnx_update", 5, 6, 2, 3, kOnnxUpdate},
+    {"all_reduce", 1, 1, 1, 1, kAllReduce},
 };
 
 const KernelInfo *findKernel(const std::string &name) {

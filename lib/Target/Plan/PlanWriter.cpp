@@ -114,6 +114,7 @@ LogicalResult mlir::ds::writePlan(ModuleOp module, StringRef planPath,
   pb::Plan p;
   p.set_format_version(::ds::kPlanFormatVersion);
   p.set_producer("ds-opt");
+  p.set_world_size(static_cast<uint32_t>(options.worldSize));
   if (auto loss = func->getAttrOfType<StringAttr>("dsrt.loss"))
     p.set_loss(loss.str());
   pb::Program *prog = p.add_programs();

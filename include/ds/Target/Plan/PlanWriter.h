@@ -19,6 +19,8 @@ struct PlanWriteOptions {
   std::string weightsPath;
   /// Options the plan was compiled with (echoed in the plan).
   std::map<std::string, std::string> compileOptions;
+  /// Ranks the plan is compiled for (mpirun -np must match).
+  int64_t worldSize = 1;
 };
 
 /// Serializes the planned dsrt `@forward` of `module` to `planPath`

@@ -487,6 +487,13 @@ LogicalResult OnnxUpdateOp::verify() {
   return success();
 }
 
+LogicalResult AllReduceOp::verify() {
+  if (getReduction() != "sum" && getReduction() != "mean")
+    return emitOpError("reduction '") << getReduction()
+                                      << "' is not one of 'sum', 'mean'";
+  return success();
+}
+
 LogicalResult AdamOp::verify() {
   return verifyOptimizer(*this, getLr().convertToDouble());
 }
@@ -601,6 +608,7 @@ int64_t SliceGradOp::getFlops() { return 0; }
 // Moments, bias corrections, the update: about 12 per element.
 int64_t AdamOp::getFlops() { return 12 * numElements(getParam().getType()); }
 int64_t SgdOp::getFlops() { return 6 * numElements(getParam().getType()); }
+int64_t AllReduceOp::getFlops() { return numElements(getType()); }
 int64_t OnnxUpdateOp::getFlops() {
   return 10 * numElements(getOperands()[2].getType());
 }

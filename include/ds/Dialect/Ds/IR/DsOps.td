@@ -686,4 +686,22 @@ def Ds_OnnxUpdateOp : Ds_Op<"onnx_update", [Pure]> {
   let hasVerifier = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// Collectives (data parallel)
+//===----------------------------------------------------------------------===//
+
+def Ds_AllReduceOp : Ds_Op<"all_reduce", [Pure, SameOperandsAndResultType]> {
+  let summary = "reduce a tensor over the ranks of a group";
+  let description = [{
+    Every rank of communicator group `group` contributes its tensor; every
+    rank receives the `sum` or `mean` (`reduction`). All ranks run the same
+    plan, so collectives happen in the same order everywhere.
+  }];
+  let arguments = (ins Ds_FloatTensor:$input, StrAttr:$reduction,
+                       I64Attr:$group);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
 #endif // DS_DIALECT_DS_IR_DSOPS_TD

@@ -1,0 +1,40 @@
+//===- Comm.h - communicators for collectives ------------------*- C++ -*-===//
+//
+// Part of the ds project (runtime: no MLIR or LLVM). The interface the MPI
+// (CPU) implementation fills today and NCCL (GPU) later.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DS_RUNTIME_COMM_H
+#define DS_RUNTIME_COMM_H
+
+#include "ds/Runtime/Runtime.h"
+
+#include <memory>
+#include <string>
+
+namespace ds::rt {
+
+class Communicator {
+public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// In-place all-reduce of `count` elements; `mean` divides the sum by
+  /// the number of ranks.
+  virtual bool allReduce(void *data, int64_t count, DType dtype, bool mean,
+                         std::string &err) = 0;
+  /// Logical AND of `ok` over all ranks (for errors every rank must see).
+  virtual bool allOk(bool ok) = 0;
+  /// Ends every rank with `code` (after an error on one rank, so that the
+  /// others do not wait in a collective forever).
+  [[noreturn]] virtual void abort(int code) = 0;
+};
+
+/// MPI's world when the process was started by mpirun (or another MPI
+/// launcher), else a communicator of one rank. Finalizes MPI on destruction.
+std::unique_ptr<Communicator> createCommunicator(std::string &err);
+
+} // namespace ds::rt
+
+#endif // DS_RUNTIME_COMM_H

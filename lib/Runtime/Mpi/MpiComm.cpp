@@ -1,0 +1,95 @@
+//===- MpiComm.cpp - the MPI communicator ---------------------------------===//
+//
+// Part of the ds project (runtime: no MLIR or LLVM).
+//
+//===----------------------------------------------------------------------===//
+
+#include "ds/Runtime/Comm.h"
+
+#include <mpi.h>
+
+#include <cstdlib>
+#include <cstring>
+
+namespace ds::rt {
+namespace {
+
+class SingleComm : public Communicator {
+public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  bool allReduce(void *, int64_t, DType, bool, std::string &) override {
+    return true;
+  }
+  bool allOk(bool ok) override { return ok; }
+  [[noreturn]] void abort(int code) override { std::exit(code); }
+};
+
+class MpiComm : public Communicator {
+public:
+  MpiComm() {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  }
+  ~MpiComm() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized)
+      MPI_Finalize();
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  bool allReduce(void *data, int64_t count, DType dtype, bool mean,
+                 std::string &err) override {
+    if (dtype != DType::F32) {
+      err = std::string("all_reduce of ") + dtypeName(dtype) +
+            " is not supported yet (f32)";
+      return false;
+    }
+    if (MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_FLOAT,
+                      MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS) {
+      err = "MPI_Allreduce failed";
+      return false;
+    }
+    if (mean) {
+      float *f = static_cast<float *>(data);
+      float inv = 1.0f / static_cast<float>(size_);
+      for (int64_t i = 0; i < count; ++i)
+        f[i] *= inv;
+    }
+    return true;
+  }
+  [[noreturn]] void abort(int code) override {
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::exit(code);
+  }
+  bool allOk(bool ok) override {
+    int local = ok ? 1 : 0, all = 0;
+    MPI_Allreduce(&local, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return all == 1;
+  }
+
+private:
+  int rank_ = 0, size_ = 1;
+};
+
+bool launchedByMpi() {
+  for (const char *var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
+    if (std::getenv(var))
+      return true;
+  return false;
+}
+
+} // namespace
+
+std::unique_ptr<Communicator> createCommunicator(std::string &err) {
+  if (!launchedByMpi())
+    return std::make_unique<SingleComm>();
+  if (MPI_Init(nullptr, nullptr) != MPI_SUCCESS) {
+    err = "MPI_Init failed";
+    return nullptr;
+  }
+  return std::make_unique<MpiComm>();
+}
+
+} // namespace ds::rt

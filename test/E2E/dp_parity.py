@@ -1,0 +1,68 @@
+#!/usr/bin/python3
+"""Data parallelism (ZeRO stage 0): N MPI ranks against one rank on the same
+global batch. The GPT example, exported with dynamic batch and sequence, is
+compiled for one rank at batch 8 and for N ranks at batch 8/N.
+
+Tolerances: losses 1e-5 relative each step; final weights 1e-5 absolute
+with SGD, 1e-4 with Adam (Adam divides every element's step by its own
+gradient scale, so elements whose gradient nearly cancels amplify the
+different float summation order of a mean of rank means).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ds-opt", required=True)
+    ap.add_argument("--ds-run", required=True)
+    ap.add_argument("--mpirun", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
+    args = ap.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    w = lambda f: os.path.join(args.work, f)
+    onnx_path = w("gpt_dyn.onnx")
+    if not os.path.exists(onnx_path):
+        subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "examples", "gpt", "export_gpt.py"),
+                        "--dynamic", "-o", onnx_path], check=True, capture_output=True)
+    rng = np.random.RandomState(0)
+    np.savez(w("data.npz"), idx=rng.randint(0, 128, size=(8, 32)),
+             targets=rng.randint(0, 128, size=(8, 32)))
+    opt = (["--optimizer=adam", "--lr=3e-3"] if args.optimizer == "adam"
+           else ["--optimizer=sgd", "--momentum=0.9", "--lr=0.1"])
+    per_rank = 8 // args.ranks
+    shapes = lambda b: [f"--input-shape=idx:{b}x32", f"--input-shape=targets:{b}x32"]
+    subprocess.run([args.ds_opt, onnx_path, *shapes(8), *opt, "-o", w("one.plan")], check=True)
+    subprocess.run([args.ds_opt, onnx_path, *shapes(per_rank), *opt,
+                    f"--world-size={args.ranks}", "--zero=0", "-o", w("n.plan")], check=True)
+    run = lambda prefix, plan, tag: subprocess.run(
+        prefix + [args.ds_run, plan, "--steps", "5", "--data", w("data.npz"),
+                  "--log-json", w(tag + ".json"), "--save-weights", w(tag + ".npz"),
+                  "--threads", "1"], check=True, capture_output=True, text=True, timeout=300)
+    run([], w("one.plan"), "one")
+    out = run(args.mpirun.split() + ["-np", str(args.ranks)], w("n.plan"), "n")
+    print(out.stdout.strip().splitlines()[-2])
+    a = [json.loads(l)["loss"] for l in open(w("one.json"))]
+    b = [json.loads(l)["loss"] for l in open(w("n.json"))]
+    loss_err = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+    w1, wn = np.load(w("one.npz")), np.load(w("n.npz"))
+    weight_err = max(float(np.max(np.abs(w1[k] - wn[k]))) for k in w1.files)
+    tol = 1e-4 if args.optimizer == "adam" else 1e-5
+    print(f"{args.ranks} ranks, {args.optimizer}: losses {' '.join('%.5f' % x for x in b)}; "
+          f"worst loss rel error {loss_err:.1e} (tol 1e-5), final weights {weight_err:.1e} (tol {tol:g})")
+    ok = len(a) == len(b) == 5 and loss_err <= 1e-5 and weight_err <= tol
+    print("PASS" if ok else "FAIL")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
