@@ -140,6 +140,26 @@ TEST(Kernels, MatMulBatchBroadcastAndTransB) {
   EXPECT_LT(maxRelError(o2.v, ref2), 1e-5);
 }
 
+TEST(Kernels, MatMulTransA) {
+  // a stored [2, 4, 3] = A^T per batch (A is [2, 3, 4]); b [4, 5].
+  Buf a{randomVec(2 * 4 * 3, 21)}, b{randomVec(4 * 5, 22)},
+      o{std::vector<float>(2 * 3 * 5)};
+  ds::plan::Instruction transA;
+  addInt(transA, "trans_a", 1);
+  ASSERT_TRUE(runKernel("matmul", {a.view({2, 4, 3}), b.view({4, 5})},
+                        {o.view({2, 3, 5})}, transA));
+  std::vector<float> ref(o.v.size());
+  for (int bi = 0; bi < 2; ++bi)
+    for (int m = 0; m < 3; ++m)
+      for (int n = 0; n < 5; ++n) {
+        double s = 0;
+        for (int k = 0; k < 4; ++k)
+          s += double(a.v[(bi * 4 + k) * 3 + m]) * b.v[k * 5 + n];
+        ref[(bi * 3 + m) * 5 + n] = float(s);
+      }
+  EXPECT_LT(maxRelError(o.v, ref), 1e-5);
+}
+
 TEST(Kernels, MatMulRejectsMismatch) {
   Buf a{randomVec(12, 1)}, b{randomVec(12, 2)}, o{std::vector<float>(9)};
   ds::plan::Instruction plain;

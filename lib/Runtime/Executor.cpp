@@ -404,8 +404,8 @@ bool Executor::run(RunStats &stats, std::string &err) {
       if (ins.kernel() == "matmul" || ins.kernel() == "gemm") {
         // 2*M*N*K: every result element is a K-long dot product.
         const TensorView &a = ctx.in[0];
-        bool transA = ins.kernel() == "gemm" && ctx.attrs.getInt("trans_a", 0);
-        int64_t k = transA ? a.shape[0] : a.shape.back();
+        bool transA = ctx.attrs.getInt("trans_a", 0) && a.rank() >= 2;
+        int64_t k = transA ? a.shape[a.rank() - 2] : a.shape.back();
         entry.flops += 2.0 * static_cast<double>(ctx.out[0].numel()) * k;
       }
     }

@@ -56,8 +56,10 @@ bool foldsIntoMatMul(TransposeOp t) {
   for (int64_t i = 0; i + 2 < rank; ++i)
     if (perm[i] != i)
       return false;
+  // Either operand of a matmul (trans_a / trans_b); the backward pass's
+  // weight gradients are A^T @ G.
   return llvm::all_of(t->getUses(), [](OpOperand &use) {
-    return isa<MatMulOp>(use.getOwner()) && use.getOperandNumber() == 1;
+    return isa<MatMulOp>(use.getOwner());
   });
 }
 
@@ -191,10 +193,10 @@ struct LowerToDsRtPass : impl::LowerToDsRtPassBase<LowerToDsRtPass> {
 
       SmallVector<Value> ins, outs;
       NamedAttrList params(op.getAttrDictionary());
-      for (Value v : op.getOperands()) {
+      for (auto [index, v] : llvm::enumerate(op.getOperands())) {
         if (Value source = transposedFrom.lookup(v)) {
           ins.push_back(source);
-          params.set("trans_b", b.getBoolAttr(true));
+          params.set(index == 0 ? "trans_a" : "trans_b", b.getBoolAttr(true));
           continue;
         }
         Value m = map.lookupOrNull(v);

@@ -45,10 +45,12 @@ bool kMatMul(KernelContext &ctx) {
   TensorView &o = ctx.out[0];
   if (a.rank() < 1 || b.rank() < 1)
     return ctx.fail("matmul operands need rank >= 1");
-  // trans_b: B is stored [..., N, K] (the compiler folded a transpose).
+  // trans_a / trans_b: A is stored [..., K, M], B [..., N, K] (the
+  // compiler folded a transpose of the last two dimensions).
+  bool transA = ctx.attrs.getInt("trans_a", 0) != 0 && a.rank() >= 2;
   bool transB = ctx.attrs.getInt("trans_b", 0) != 0 && b.rank() >= 2;
-  int64_t M = a.rank() == 1 ? 1 : a.shape[a.rank() - 2];
-  int64_t K = a.shape.back();
+  int64_t M = a.rank() == 1 ? 1 : a.shape[a.rank() - (transA ? 1 : 2)];
+  int64_t K = a.rank() == 1 ? a.shape[0] : a.shape[a.rank() - (transA ? 2 : 1)];
   int64_t Kb = b.rank() == 1 ? b.shape[0]
                              : b.shape[b.rank() - (transB ? 1 : 2)];
   int64_t N = b.rank() == 1 ? 1 : b.shape[b.rank() - (transB ? 2 : 1)];
@@ -87,7 +89,7 @@ bool kMatMul(KernelContext &ctx) {
   }
   if (M * N * K == 0) {
     std::fill(C, C + batches * M * N, 0.0f);
-  } else if (bBatch.empty()) {
+  } else if (bBatch.empty() && !transA) {
     // Shared right operand: one GEMM over all rows of A.
     int64_t rows = (aBatch.empty() ? 1 : prod(aBatch, 0, aBatch.size())) * M;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
@@ -103,10 +105,10 @@ bool kMatMul(KernelContext &ctx) {
         oa += idx * sa[d];
         ob += idx * sb[d];
       }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans,
+      cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
                   transB ? CblasTrans : CblasNoTrans, M, N, K, 1.0f,
-                  A + oa * M * K, K, B + ob * K * N, transB ? K : N, 0.0f,
-                  C + bi * M * N, N);
+                  A + oa * M * K, transA ? M : K, B + ob * K * N,
+                  transB ? K : N, 0.0f, C + bi * M * N, N);
     }
   }
   storeFromF32(C, o);
