@@ -243,6 +243,24 @@ bool readNpz(const std::string &path, std::map<std::string, HostTensor> &out,
   return true;
 }
 
+static bool writeAtomically(const std::string &path, const std::string &bytes,
+                            std::string &err) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream os(tmp, std::ios::binary);
+    os.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!os) {
+      err = "cannot write '" + path + "'";
+      return false;
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    err = "cannot write '" + path + "'";
+    return false;
+  }
+  return true;
+}
+
 bool writeNpz(const std::string &path,
               const std::vector<std::pair<std::string, const HostTensor *>> &arrays,
               std::string &err) {
@@ -275,39 +293,9 @@ bool writeNpz(const std::string &path,
   put(zip, 0x06054b50, 4); put(zip, 0, 2); put(zip, 0, 2);
   put(zip, arrays.size(), 2); put(zip, arrays.size(), 2);
   put(zip, dir.size(), 4); put(zip, cd, 4); put(zip, 0, 2);
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream os(tmp, std::ios::binary);
-    os.write(zip.data(), static_cast<std::streamsize>(zip.size()));
-    if (!os) {
-      err = "cannot write '" + path + "'";
-      return false;
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    err = "cannot write '" + path + "'";
-    return false;
-  }
-  return true;
+  return writeAtomically(path, zip, err);
 }
 
-static bool writeAtomically(const std::string &path, const std::string &bytes,
-                            std::string &err) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream os(tmp, std::ios::binary);
-    os.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!os) {
-      err = "cannot write '" + path + "'";
-      return false;
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    err = "cannot write '" + path + "'";
-    return false;
-  }
-  return true;
-}
 
 bool writeSafetensors(
     const std::string &path,

@@ -466,13 +466,6 @@ bool Executor::parameter(const std::string &name, HostTensor &out,
   return false;
 }
 
-bool Executor::trains() const {
-  for (const plan::Value &v : impl->p().inputs())
-    if (v.name() == "ds.step")
-      return true;
-  return false;
-}
-
 std::vector<std::string> Executor::outputNames() const {
   std::vector<std::string> names;
   for (const plan::Value &v : impl->p().outputs())

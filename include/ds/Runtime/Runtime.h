@@ -128,8 +128,6 @@ public:
   /// A copy of graph output `name` after run().
   bool output(const std::string &name, HostTensor &out, std::string &err) const;
   std::vector<std::string> inputNames() const;
-  /// True if the plan updates parameters (it has the ds.step input).
-  bool trains() const;
   /// Names of the model parameters (not optimizer state), in plan order.
   std::vector<std::string> parameterNames() const;
   /// A copy of parameter `name`'s current value.

@@ -14,25 +14,14 @@ namespace ds::rt {
 bool kGatherGrad(KernelContext &ctx) {
   const TensorView &g = ctx.in[0], &indices = ctx.in[1];
   TensorView &out = ctx.out[0];
-  int64_t axis = ctx.attrs.getInt("axis", 0);
-  if (axis < 0 || axis >= out.rank())
-    return ctx.fail("gather_grad axis out of range");
-  int64_t outer = prod(out.shape, 0, axis), dim = out.shape[axis];
-  int64_t inner = prod(out.shape, axis + 1, out.shape.size());
-  int64_t k = indices.numel();
-  if (g.numel() != outer * k * inner)
-    return ctx.fail("gather_grad sizes do not match");
+  GatherGeometry geo;
+  if (!gatherGeometry(ctx, "gather_grad", out.shape, indices, g.numel(), geo))
+    return false;
+  int64_t inner = geo.inner, dim = geo.dim, k = geo.count;
   std::vector<double> acc(out.numel(), 0.0);
-  for (int64_t o = 0; o < outer; ++o)
+  for (int64_t o = 0; o < geo.outer; ++o)
     for (int64_t j = 0; j < k; ++j) {
-      int64_t idx = loadI(indices.data, indices.dtype, j);
-      if (idx < -dim || idx >= dim)
-        return ctx.fail("gather_grad index " + std::to_string(idx) +
-                        " is outside [" + std::to_string(-dim) + ", " +
-                        std::to_string(dim) + ")");
-      if (idx < 0)
-        idx += dim;
-      double *dst = acc.data() + (o * dim + idx) * inner;
+      double *dst = acc.data() + (o * dim + geo.index(indices, j)) * inner;
       int64_t src = (o * k + j) * inner;
       if (g.dtype == DType::F32) {
         const float *gs = g.as<float>() + src;

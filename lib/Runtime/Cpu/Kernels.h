@@ -71,9 +71,6 @@ struct KernelInfo {
   const char *name;
   int minIn, maxIn, minOut, maxOut;
   KernelFn fn;
-  /// Optimizer kernels write parameter and state storage in place; all
-  /// other kernels write arena buffers only (the plan checker enforces it).
-  bool writesState = false;
 };
 
 const KernelInfo *findKernel(const std::string &name);
@@ -197,6 +194,23 @@ inline int64_t prod(const std::vector<int64_t> &shape, size_t from, size_t to) {
     n *= shape[i];
   return n;
 }
+
+/// Gather along `axis` of a table of shape `table`, by `indices`: the
+/// outer/dim/inner sizes, checked against the other side's element count
+/// (`gathered`) and every index (in [-dim, dim)). Shared by gather and its
+/// gradient so that both read indices the same way.
+struct GatherGeometry {
+  int64_t outer = 0, dim = 0, inner = 0, count = 0;
+  /// Index j of `indices`, made non-negative.
+  int64_t index(const TensorView &indices, int64_t j) const {
+    int64_t i = loadI(indices.data, indices.dtype, j);
+    return i < 0 ? i + dim : i;
+  }
+};
+bool gatherGeometry(KernelContext &ctx, const char *kernel,
+                    const std::vector<int64_t> &table,
+                    const TensorView &indices, int64_t gathered,
+                    GatherGeometry &geo);
 
 /// Strides of a row-major shape.
 std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape);

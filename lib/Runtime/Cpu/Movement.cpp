@@ -101,31 +101,17 @@ bool kReshape(KernelContext &ctx) { return kCopy(ctx); }
 bool kGather(KernelContext &ctx) {
   const TensorView &data = ctx.in[0], &indices = ctx.in[1];
   TensorView &out = ctx.out[0];
-  int64_t axis = ctx.attrs.getInt("axis", 0);
-  if (axis < 0 || axis >= data.rank())
-    return ctx.fail("gather axis out of range");
-  int64_t outer = prod(data.shape, 0, axis), dim = data.shape[axis];
-  int64_t inner = prod(data.shape, axis + 1, data.shape.size());
-  int64_t k = indices.numel();
-  if (out.numel() != outer * k * inner)
-    return ctx.fail("gather result size does not match");
+  GatherGeometry geo;
+  if (!gatherGeometry(ctx, "gather", data.shape, indices, out.numel(), geo))
+    return false;
   size_t es = dtypeSize(data.dtype);
-  for (int64_t j = 0; j < k; ++j) {
-    int64_t idx = loadI(indices.data, indices.dtype, j);
-    if (idx < -dim || idx >= dim)
-      return ctx.fail("gather index " + std::to_string(idx) +
-                      " is outside [" + std::to_string(-dim) + ", " +
-                      std::to_string(dim) + ")");
-  }
+  int64_t inner = geo.inner, dim = geo.dim, k = geo.count;
   const char *src = data.as<char>();
   char *dst = out.as<char>();
-  parallelFor(outer * k, std::max<int64_t>(1, 4096 / std::max<int64_t>(inner, 1)),
+  parallelFor(geo.outer * k, std::max<int64_t>(1, 4096 / std::max<int64_t>(inner, 1)),
               [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
-      int64_t o = r / k, j = r % k;
-      int64_t idx = loadI(indices.data, indices.dtype, j);
-      if (idx < 0)
-        idx += dim;
+      int64_t o = r / k, idx = geo.index(indices, r % k);
       std::memcpy(dst + r * inner * es, src + (o * dim + idx) * inner * es,
                   inner * es);
     }

@@ -72,8 +72,8 @@ static const KernelInfo kKernels[] = {
     {"softmax_grad", 2, 2, 1, 1, kSoftmaxGrad},
     {"loss_grad", 3, 4, 1, 1, kLossGrad},
     {"slice_grad", 1, 1, 1, 1, kSliceGrad},
-    {"adam", 5, 6, 3, 4, kAdam, true},
-    {"sgd", 4, 5, 2, 3, kSgd, true},
+    {"adam", 5, 6, 3, 4, kAdam},
+    {"sgd", 4, 5, 2, 3, kSgd},
     {"onnx_update", 5, 6, 2, 3, kOnnxUpdate},
     {"all_reduce", 1, 1, 1, 1, kAllReduce},
 };
@@ -143,6 +143,29 @@ std::vector<int64_t> Attrs::getInts(const char *name) const {
 //===----------------------------------------------------------------------===//
 // Shapes and dtypes
 //===----------------------------------------------------------------------===//
+
+bool gatherGeometry(KernelContext &ctx, const char *kernel,
+                    const std::vector<int64_t> &table,
+                    const TensorView &indices, int64_t gathered,
+                    GatherGeometry &geo) {
+  int64_t axis = ctx.attrs.getInt("axis", 0);
+  if (axis < 0 || axis >= static_cast<int64_t>(table.size()))
+    return ctx.fail(std::string(kernel) + " axis out of range");
+  geo.outer = prod(table, 0, axis);
+  geo.dim = table[axis];
+  geo.inner = prod(table, axis + 1, table.size());
+  geo.count = indices.numel();
+  if (gathered != geo.outer * geo.count * geo.inner)
+    return ctx.fail(std::string(kernel) + " sizes do not match");
+  for (int64_t j = 0; j < geo.count; ++j) {
+    int64_t i = loadI(indices.data, indices.dtype, j);
+    if (i < -geo.dim || i >= geo.dim)
+      return ctx.fail(std::string(kernel) + " index " + std::to_string(i) +
+                      " is outside [" + std::to_string(-geo.dim) + ", " +
+                      std::to_string(geo.dim) + ")");
+  }
+  return true;
+}
 
 std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape) {
   std::vector<int64_t> s(shape.size(), 1);
