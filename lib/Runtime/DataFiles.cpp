@@ -274,18 +274,23 @@ bool writeNpz(const std::string &path,
       err = "'" + path + "': arrays over 4 GiB are not supported";
       return false;
     }
+    // The fields the local header and the central directory entry share:
+    // version needed 2.0, no flags, stored, 1980-01-01, crc, sizes, name.
+    auto putEntry = [&](std::string &buf) {
+      put(buf, 20, 2); put(buf, 0, 2); put(buf, 0, 2); put(buf, 0, 2);
+      put(buf, 0x21, 2); put(buf, crc, 4); put(buf, data.size(), 4);
+      put(buf, data.size(), 4); put(buf, file.size(), 2); put(buf, 0, 2);
+    };
     uint64_t offset = zip.size();
-    put(zip, 0x04034b50, 4); put(zip, 20, 2); put(zip, 0, 2); put(zip, 0, 2);
-    put(zip, 0, 2); put(zip, 0x21, 2); put(zip, crc, 4);
-    put(zip, data.size(), 4); put(zip, data.size(), 4);
-    put(zip, file.size(), 2); put(zip, 0, 2);
+    put(zip, 0x04034b50, 4);
+    putEntry(zip);
     zip += file;
     zip += data;
-    put(dir, 0x02014b50, 4); put(dir, 20, 2); put(dir, 20, 2); put(dir, 0, 2);
-    put(dir, 0, 2); put(dir, 0, 2); put(dir, 0x21, 2); put(dir, crc, 4);
-    put(dir, data.size(), 4); put(dir, data.size(), 4);
-    put(dir, file.size(), 2); put(dir, 0, 2); put(dir, 0, 2); put(dir, 0, 2);
-    put(dir, 0, 2); put(dir, 0, 4); put(dir, offset, 4);
+    put(dir, 0x02014b50, 4); put(dir, 20, 2); // made by: version 2.0
+    putEntry(dir);
+    // comment, disk, internal and external attributes, header offset.
+    put(dir, 0, 2); put(dir, 0, 2); put(dir, 0, 2); put(dir, 0, 4);
+    put(dir, offset, 4);
     dir += file;
   }
   uint64_t cd = zip.size();

@@ -38,6 +38,28 @@ void storeFromF32(const float *src, TensorView &t) {
     storeD(t.data, t.dtype, i, src[i]);
 }
 
+/// f32 views of a GEMM's A, B and C: the buffers themselves when the result
+/// is f32, else converted copies in the planned workspace (ctx.out[1], laid
+/// out A, B, C as the lowering sizes it).
+bool f32Operands(KernelContext &ctx, const char *op, const TensorView &a,
+                 const TensorView &b, TensorView &o, const float *&A,
+                 const float *&B, float *&C) {
+  if (o.dtype == DType::F32) {
+    A = a.as<float>();
+    B = b.as<float>();
+    C = o.as<float>();
+    return true;
+  }
+  if (ctx.out.size() < 2 ||
+      ctx.out[1].numel() < a.numel() + b.numel() + o.numel())
+    return ctx.fail(std::string("16-bit ") + op + " needs its f32 workspace");
+  float *ws = ctx.out[1].as<float>();
+  A = asF32(a, ws);
+  B = asF32(b, ws + a.numel());
+  C = ws + a.numel() + b.numel();
+  return true;
+}
+
 } // namespace
 
 bool kMatMul(KernelContext &ctx) {
@@ -71,22 +93,10 @@ bool kMatMul(KernelContext &ctx) {
   if (batches * M * N != o.numel())
     return ctx.fail("matmul result size does not match its operands");
 
-  // f32 views (16-bit operands: converted into the planned workspace).
   const float *A, *B;
   float *C;
-  if (o.dtype == DType::F32) {
-    A = a.as<float>();
-    B = b.as<float>();
-    C = o.as<float>();
-  } else {
-    if (ctx.out.size() < 2 ||
-        ctx.out[1].numel() < a.numel() + b.numel() + o.numel())
-      return ctx.fail("16-bit matmul needs its f32 workspace");
-    float *ws = ctx.out[1].as<float>();
-    A = asF32(a, ws);
-    B = asF32(b, ws + a.numel());
-    C = ws + a.numel() + b.numel();
-  }
+  if (!f32Operands(ctx, "matmul", a, b, o, A, B, C))
+    return false;
   if (M * N * K == 0) {
     std::fill(C, C + batches * M * N, 0.0f);
   } else if (bBatch.empty() && !transA) {
@@ -130,19 +140,8 @@ bool kGemm(KernelContext &ctx) {
     return ctx.fail("gemm shapes do not match");
   const float *A, *B;
   float *C;
-  if (o.dtype == DType::F32) {
-    A = a.as<float>();
-    B = b.as<float>();
-    C = o.as<float>();
-  } else {
-    int64_t need = a.numel() + b.numel() + o.numel() + (c ? c->numel() : 0);
-    if (ctx.out.size() < 2 || ctx.out[1].numel() < need - (c ? c->numel() : 0))
-      return ctx.fail("16-bit gemm needs its f32 workspace");
-    float *ws = ctx.out[1].as<float>();
-    A = asF32(a, ws);
-    B = asF32(b, ws + a.numel());
-    C = ws + a.numel() + b.numel();
-  }
+  if (!f32Operands(ctx, "gemm", a, b, o, A, B, C))
+    return false;
   // C starts as beta * broadcast(c), or zero.
   if (c && beta != 0.0f) {
     std::vector<int64_t> sc = broadcastStrides(c->shape, 2);
