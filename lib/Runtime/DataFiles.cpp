@@ -10,7 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Cpu/Kernels.h"
-#include "ds/Runtime/Runtime.h"
+#include "PlanImpl.h"
 
 #include <onnx/onnx_pb.h>
 #include <zlib.h>
@@ -19,18 +19,24 @@
 #include <sstream>
 
 namespace ds::rt {
-namespace {
 
-bool slurp(const std::string &path, std::string &out, std::string &err) {
+bool readFile(const std::string &path, std::string &out) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    err = "cannot open '" + path + "'";
+  if (!in)
     return false;
-  }
   std::stringstream ss;
   ss << in.rdbuf();
   out = ss.str();
-  return true;
+  return static_cast<bool>(in);
+}
+
+namespace {
+
+bool slurp(const std::string &path, std::string &out, std::string &err) {
+  if (readFile(path, out))
+    return true;
+  err = "cannot open '" + path + "'";
+  return false;
 }
 
 uint64_t le(const std::string &s, size_t at, int bytes) {

@@ -20,7 +20,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
 
 extern "C" void openblas_set_num_threads(int);
 
@@ -73,16 +72,6 @@ using AlignedBlock = std::unique_ptr<unsigned char, AlignedFree>;
 AlignedBlock alignedAlloc(uint64_t bytes) {
   uint64_t size = (std::max<uint64_t>(bytes, 1) + 63) / 64 * 64;
   return AlignedBlock(static_cast<unsigned char *>(std::aligned_alloc(64, size)));
-}
-
-bool readFile(const std::string &path, std::string &out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return false;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  out = ss.str();
-  return true;
 }
 
 /// The bytes of an ONNX initializer, row-major little-endian (bool: one

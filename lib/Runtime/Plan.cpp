@@ -12,8 +12,6 @@
 #include "Cpu/Kernels.h"
 #include "ds/Support/PlanFormat.h"
 
-#include <fstream>
-#include <sstream>
 
 namespace ds::rt {
 
@@ -136,14 +134,11 @@ static bool checkPlan(const plan::Plan &p, std::string &err) {
 }
 
 std::shared_ptr<const Plan> loadPlan(const std::string &path, std::string &err) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  std::string bytes;
+  if (!readFile(path, bytes)) {
     err = "cannot open plan '" + path + "'";
     return nullptr;
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string bytes = ss.str();
   if (bytes.size() < kPlanHeaderBytes) {
     err = "'" + path + "' is not a ds plan (" + std::to_string(bytes.size()) +
           " bytes, shorter than the header)";

@@ -22,6 +22,9 @@ public:
 
 DType toDType(plan::DType t);
 
+/// The whole of a file, binary; false when it cannot be opened or read.
+bool readFile(const std::string &path, std::string &out);
+
 } // namespace ds::rt
 
 #endif // DS_RUNTIME_PLANIMPL_H
