@@ -176,6 +176,11 @@ struct Executor::Impl {
   std::vector<HostTensor> inputs;
   std::vector<bool> inputSet;
   std::vector<void *> bufferPtr;
+  // Resolved once at creation: each instruction's kernel (the plan was
+  // validated against the registry when loaded) and the arena high-water
+  // mark the program's results reach.
+  std::vector<const KernelInfo *> kernels;
+  uint64_t arenaHighWater = 0;
   uint64_t runs = 0;
 
   const plan::Plan &p() const { return plan->proto; }
@@ -285,6 +290,15 @@ std::unique_ptr<Executor> Executor::create(std::shared_ptr<const Plan> plan,
   }
   impl->inputs.resize(p.inputs_size());
   impl->inputSet.assign(p.inputs_size(), false);
+  for (const plan::Instruction &ins : p.programs(0).instructions()) {
+    impl->kernels.push_back(findKernel(ins.kernel()));
+    for (uint32_t id : ins.outputs()) {
+      const plan::Buffer &b = p.buffers(id);
+      if (b.space() == plan::ARENA)
+        impl->arenaHighWater =
+            std::max<uint64_t>(impl->arenaHighWater, b.offset() + b.bytes());
+    }
+  }
   if (!impl->loadWeights(err))
     return nullptr;
   return std::unique_ptr<Executor>(new Executor(std::move(impl)));
@@ -347,7 +361,7 @@ bool Executor::run(RunStats &stats, std::string &err) {
   for (int i = 0; i < p.buffers_size(); ++i)
     impl->bufferPtr[i] = impl->pointer(p.buffers(i));
   stats.arenaPlanned = p.programs(0).arena_bytes();
-  stats.arenaHighWater = 0;
+  stats.arenaHighWater = impl->arenaHighWater;
   auto t0 = std::chrono::steady_clock::now();
   const plan::Program &prog = p.programs(0);
   uint64_t runSeed = fnv1a64(&impl->runs, sizeof(impl->runs),
@@ -355,7 +369,7 @@ bool Executor::run(RunStats &stats, std::string &err) {
   ++impl->runs;
   for (int i = 0; i < prog.instructions_size(); ++i) {
     const plan::Instruction &ins = prog.instructions(i);
-    const KernelInfo *k = findKernel(ins.kernel());
+    const KernelInfo *k = impl->kernels[i];
     KernelContext ctx{{}, {}, Attrs(&ins), 0, {}, NAN, nullptr};
     auto view = [&](uint32_t id) {
       const plan::Buffer &b = p.buffers(id);
@@ -367,12 +381,8 @@ bool Executor::run(RunStats &stats, std::string &err) {
     };
     for (uint32_t id : ins.inputs())
       ctx.in.push_back(view(id));
-    for (uint32_t id : ins.outputs()) {
+    for (uint32_t id : ins.outputs())
       ctx.out.push_back(view(id));
-      const plan::Buffer &b = p.buffers(id);
-      stats.arenaHighWater =
-          std::max<uint64_t>(stats.arenaHighWater, b.offset() + b.bytes());
-    }
     ctx.seed = runSeed ^ (static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ULL);
     ctx.lr = impl->options.lr;
     ctx.comm = impl->options.comm;
