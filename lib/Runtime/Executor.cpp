@@ -11,6 +11,7 @@
 
 #include "Cpu/Kernels.h"
 #include "PlanImpl.h"
+#include "ds/Runtime/Comm.h"
 #include "ds/Support/PlanFormat.h"
 
 #include <onnx/onnx_pb.h>
@@ -74,12 +75,18 @@ AlignedBlock alignedAlloc(uint64_t bytes) {
   return AlignedBlock(static_cast<unsigned char *>(std::aligned_alloc(64, size)));
 }
 
-/// The bytes of an ONNX initializer, row-major little-endian (bool: one
-/// byte per element).
+/// Elements [first, first + count) of an ONNX initializer of `total`
+/// elements, row-major little-endian (bool: one byte per element), into
+/// `dst`. A ZeRO-3 rank reads its shard only: for external data just
+/// those bytes of the file.
 bool initializerBytes(const onnx::TensorProto &t, const std::string &onnxDir,
-                      DType dtype, uint64_t bytes, unsigned char *dst,
-                      std::string &err) {
+                      DType dtype, int64_t total, int64_t first, int64_t count,
+                      unsigned char *dst, std::string &err) {
   std::string what = "initializer '" + t.name() + "'";
+  size_t esize = dtypeSize(dtype);
+  uint64_t bytes = static_cast<uint64_t>(total) * esize;
+  uint64_t skip = static_cast<uint64_t>(first) * esize;
+  uint64_t take = static_cast<uint64_t>(count) * esize;
   if (t.data_location() == onnx::TensorProto::EXTERNAL) {
     std::string location;
     uint64_t offset = 0, length = bytes;
@@ -102,47 +109,46 @@ bool initializerBytes(const onnx::TensorProto &t, const std::string &onnxDir,
             location + "'";
       return false;
     }
-    in.seekg(static_cast<std::streamoff>(offset));
-    in.read(reinterpret_cast<char *>(dst), static_cast<std::streamsize>(bytes));
+    in.seekg(static_cast<std::streamoff>(offset + skip));
+    in.read(reinterpret_cast<char *>(dst), static_cast<std::streamsize>(take));
     if (!in) {
       err = what + ": external data file '" + location + "' is too short";
       return false;
     }
     return true;
   }
-  int64_t n = static_cast<int64_t>(bytes / dtypeSize(dtype));
   if (t.has_raw_data()) {
     if (t.raw_data().size() != bytes) {
       err = what + " holds " + std::to_string(t.raw_data().size()) +
             " bytes, the plan expects " + std::to_string(bytes);
       return false;
     }
-    std::memcpy(dst, t.raw_data().data(), bytes);
+    std::memcpy(dst, t.raw_data().data() + skip, take);
     return true;
   }
-  auto count = [&](int have) {
-    if (have == n)
+  auto checkCount = [&](int have) {
+    if (have == total)
       return true;
     err = what + " holds " + std::to_string(have) + " values, the plan expects " +
-          std::to_string(n);
+          std::to_string(total);
     return false;
   };
   switch (dtype) {
   case DType::F32:
-    if (!count(t.float_data_size()))
+    if (!checkCount(t.float_data_size()))
       return false;
-    std::memcpy(dst, t.float_data().data(), bytes);
+    std::memcpy(dst, t.float_data().data() + first, take);
     return true;
   case DType::I64:
-    if (!count(t.int64_data_size()))
+    if (!checkCount(t.int64_data_size()))
       return false;
-    std::memcpy(dst, t.int64_data().data(), bytes);
+    std::memcpy(dst, t.int64_data().data() + first, take);
     return true;
   default:
-    if (!count(t.int32_data_size()))
+    if (!checkCount(t.int32_data_size()))
       return false;
-    for (int64_t i = 0; i < n; ++i) {
-      int32_t v = t.int32_data(static_cast<int>(i));
+    for (int64_t i = 0; i < count; ++i) {
+      int32_t v = t.int32_data(static_cast<int>(first + i));
       if (dtype == DType::F16 || dtype == DType::BF16) {
         uint16_t h = static_cast<uint16_t>(v);
         std::memcpy(dst + 2 * i, &h, 2);
@@ -187,6 +193,7 @@ struct Executor::Impl {
 
   bool loadWeights(std::string &err) {
     const plan::Plan &pp = p();
+    int rank = options.comm ? options.comm->rank() : 0;
     uint64_t total = 0;
     std::vector<uint64_t> offsets, sizes;
     for (const plan::Parameter &param : pp.parameters()) {
@@ -244,15 +251,29 @@ struct Executor::Impl {
       }
       const onnx::TensorProto &t = *it->second;
       DType dt = toDType(param.dtype());
-      bool dimsMatch = t.dims_size() == param.shape_size();
-      for (int d = 0; dimsMatch && d < t.dims_size(); ++d)
-        dimsMatch = t.dims(d) == param.shape(d);
+      const auto &shape = param.sharded() ? param.full_shape() : param.shape();
+      bool dimsMatch = t.dims_size() == shape.size();
+      int64_t total = 1;
+      for (int d = 0; d < shape.size(); ++d) {
+        dimsMatch = dimsMatch && t.dims(d) == shape[d];
+        total *= shape[d];
+      }
       if (t.data_type() != onnxType(dt) || !dimsMatch) {
         err = "parameter '" + param.name() + "' in '" + path +
               "' differs in type or shape from the plan";
         return false;
       }
-      if (!initializerBytes(t, onnxDir, dt, sizes[i], paramPtr[i], err))
+      // A shard: elements [r*S, (r+1)*S) of the flattened tensor, zeros
+      // past its end (padding).
+      int64_t first = 0, count = total;
+      if (param.sharded()) {
+        int64_t s = param.shape(0);
+        first = std::min<int64_t>(total, s * rank);
+        count = std::min<int64_t>(s, total - first);
+        std::memset(paramPtr[i], 0, sizes[i]);
+      }
+      if (!initializerBytes(t, onnxDir, dt, total, first, count, paramPtr[i],
+                            err))
         return false;
     }
     return true;
@@ -456,14 +477,55 @@ bool Executor::parameter(const std::string &name, HostTensor &out,
     if (param.name() != name)
       continue;
     out.dtype = toDType(param.dtype());
-    out.shape.assign(param.shape().begin(), param.shape().end());
-    out.data.resize(out.numel() * dtypeSize(out.dtype));
-    std::memcpy(out.data.data(), impl->paramPtr[i], out.data.size());
+    if (!param.sharded()) {
+      out.shape.assign(param.shape().begin(), param.shape().end());
+      out.data.resize(out.numel() * dtypeSize(out.dtype));
+      std::memcpy(out.data.data(), impl->paramPtr[i], out.data.size());
+      return true;
+    }
+    // A shard: gather every rank's, drop the padding.
+    Communicator *comm = impl->options.comm;
+    int world = comm ? comm->size() : 1;
+    size_t shardBytes = param.shape(0) * dtypeSize(out.dtype);
+    std::vector<unsigned char> all(shardBytes * world);
+    if (world == 1)
+      std::memcpy(all.data(), impl->paramPtr[i], shardBytes);
+    else if (!comm->allGather(impl->paramPtr[i], all.data(), param.shape(0),
+                              out.dtype, err))
+      return false;
+    out.shape.assign(param.full_shape().begin(), param.full_shape().end());
+    all.resize(out.numel() * dtypeSize(out.dtype));
+    out.data = std::move(all);
     return true;
   }
   err = "'" + name + "' is not a parameter of the plan";
   return false;
 }
+
+std::vector<Executor::Storage> Executor::storage() {
+  const plan::Plan &p = impl->p();
+  std::vector<Storage> out;
+  for (int i = 0; i < p.parameters_size(); ++i) {
+    const plan::Parameter &param = p.parameters(i);
+    Storage s;
+    s.name = param.name();
+    s.dtype = toDType(param.dtype());
+    s.shape.assign(param.shape().begin(), param.shape().end());
+    s.fullShape.assign(param.full_shape().begin(), param.full_shape().end());
+    s.sharded = param.sharded();
+    s.state = param.state();
+    s.trainable = param.trainable();
+    s.data = impl->paramPtr[i];
+    s.bytes = dtypeSize(s.dtype);
+    for (int64_t d : s.shape)
+      s.bytes *= d;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+uint64_t Executor::completedRuns() const { return impl->runs; }
+void Executor::setCompletedRuns(uint64_t runs) { impl->runs = runs; }
 
 std::vector<std::string> Executor::outputNames() const {
   std::vector<std::string> names;

@@ -38,6 +38,20 @@ static bool checkPlan(const plan::Plan &p, std::string &err) {
         return fail("parameter '" + param.name() + "' has a negative dimension");
       n *= static_cast<uint64_t>(d);
     }
+    if (param.sharded()) {
+      // Shard size S = ceil(numel / world) of the whole tensor.
+      int64_t whole = 1, world = std::max<int64_t>(1, p.world_size());
+      for (int64_t d : param.full_shape()) {
+        if (d < 0 || d > (int64_t(1) << 40))
+          return fail("parameter '" + param.name() +
+                      "' has an invalid whole shape");
+        whole *= d;
+      }
+      if (param.shape_size() != 1 || param.shape(0) != (whole + world - 1) / world)
+        return fail("parameter '" + param.name() + "' is not a shard of " +
+                    std::to_string(whole) + " elements over " +
+                    std::to_string(world) + " ranks");
+    }
     paramBytes.push_back(n);
   }
   for (int i = 0; i < p.constants_size(); ++i)

@@ -6,6 +6,7 @@
 
 #include "ds/Transforms/Passes.h"
 #include "ds/Runtime/Schedule.h"
+#include "ds/Transforms/Sharding.h"
 
 namespace mlir::ds {
 #define GEN_PASS_DEF_OPTIMIZERPASS
@@ -73,9 +74,26 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
     SmallVector<DictionaryAttr> argAttrs;
     for (unsigned i = 0; i < func.getNumArguments(); ++i)
       argAttrs.push_back(func.getArgAttrDict(i));
+    // ZeRO stages 1-3 hand the optimizer this rank's gradient shard: the
+    // update and its state are for that shard only.
+    auto stageAttr = func->getAttrOfType<IntegerAttr>(kZeroStageAttr);
+    auto worldAttr = func->getAttrOfType<IntegerAttr>(kWorldSizeAttr);
+    int64_t world = worldAttr ? worldAttr.getInt() : 1;
+    bool sharded = stageAttr && stageAttr.getInt() >= 1;
+    if (sharded && optimizer == "lamb") {
+      func.emitError("lamb's trust ratio needs whole-tensor norms; it is "
+                     "not supported with ZeRO stages 1-3 yet (use --zero=0)");
+      return signalPassFailure();
+    }
+    // The attribute of a state argument (with its parameter's whole shape
+    // when it holds a shard).
+    DenseI64ArrayAttr fullShape;
     auto addArg = [&](Type type, NamedAttribute attr) {
       argTypes.push_back(type);
-      argAttrs.push_back(b.getDictionaryAttr(attr));
+      SmallVector<NamedAttribute> attrList{attr};
+      if (fullShape)
+        attrList.push_back(b.getNamedAttr(kFullShapeAttr, fullShape));
+      argAttrs.push_back(b.getDictionaryAttr(attrList));
       return body.addArgument(type, func.getLoc());
     };
     auto stepType = RankedTensorType::get({}, b.getI64Type());
@@ -112,6 +130,12 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
         total = total ? Value(AddOp::create(b, g.getLoc(), scalarType, total, sum))
                       : sum;
       }
+      // Shards hold disjoint parts (padding is zero): the squares add up
+      // over the ranks.
+      if (total && sharded && world > 1)
+        total = AllReduceOp::create(b, func.getLoc(), total,
+                                    b.getStringAttr("sum"),
+                                    b.getI64IntegerAttr(0));
       if (total) {
         Location loc = func.getLoc();
         auto st = cast<RankedTensorType>(total.getType());
@@ -144,7 +168,42 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
       }
       Value grad = results[i];
       Location loc = grad.getLoc();
-      Type t = param.getType();
+      Type t = grad.getType();
+      Value paramIn = param;
+      fullShape = {};
+      if (sharded) {
+        auto full = cast<RankedTensorType>(param.getType());
+        auto shard = cast<RankedTensorType>(t);
+        fullShape = func.getArgAttrOfType<DenseI64ArrayAttr>(
+            param.getArgNumber(), kFullShapeAttr);
+        if (!fullShape)
+          fullShape = b.getDenseI64ArrayAttr(full.getShape());
+        if (param.getType() != t) {
+          // A whole parameter: this rank's part of it.
+          if (shardType(full, world) != shard) {
+            func.emitError("gradient of '")
+                << name << "' is " << shard << ", not the shard of " << full;
+            return signalPassFailure();
+          }
+          paramIn = ShardOp::create(b, loc, shard,
+                                    flattenPadded(b, loc, param, world),
+                                    b.getI64IntegerAttr(0));
+        }
+      }
+      // The new parameter: the updated shard, or the whole tensor gathered
+      // from every rank's updated shard.
+      auto wholeParam = [&](Value updated) -> Value {
+        if (updated.getType() == param.getType())
+          return updated;
+        auto full = cast<RankedTensorType>(param.getType());
+        auto shard = cast<RankedTensorType>(updated.getType());
+        Value gathered = AllGatherOp::create(
+            b, loc,
+            RankedTensorType::get({shard.getDimSize(0) * world},
+                                  shard.getElementType()),
+            updated, b.getI64IntegerAttr(0));
+        return unpadReshape(b, loc, gathered, full);
+      };
       Value acc;
       std::string accName = name.str() + ".grad_accum";
       if (gradAccum > 1)
@@ -159,7 +218,7 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
         std::string bufName = name.str() + ".momentum_buffer";
         if (momentum != 0.0)
           buf = addArg(t, b.getNamedAttr("ds.state", b.getStringAttr(bufName)));
-        auto op = SgdOp::create(b, loc, sgdTypes, param, grad, buf, step, acc,
+        auto op = SgdOp::create(b, loc, sgdTypes, paramIn, grad, buf, step, acc,
                                 b.getF64FloatAttr(lr),
                                 b.getF64FloatAttr(momentum),
                                 b.getF64FloatAttr(dampening),
@@ -170,7 +229,7 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
                                 b.getI64IntegerAttr(totalSteps),
                                 b.getF64FloatAttr(minLr),
                                 b.getI64IntegerAttr(gradAccum));
-        results[i] = op.getNewParam();
+        results[i] = wholeParam(op.getNewParam());
         resultAttrs[i] = update(name);
         if (momentum != 0.0) {
           results.push_back(op.getNewMomentumBuffer());
@@ -186,7 +245,7 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
         Value m = addArg(t, b.getNamedAttr("ds.state", b.getStringAttr(mName)));
         Value v = addArg(t, b.getNamedAttr("ds.state", b.getStringAttr(vName)));
         auto op = AdamOp::create(
-            b, loc, adamTypes, param, grad, m, v, step, acc,
+            b, loc, adamTypes, paramIn, grad, m, v, step, acc,
             b.getF64FloatAttr(lr), b.getF64FloatAttr(beta1),
             b.getF64FloatAttr(beta2), b.getF64FloatAttr(eps),
             b.getF64FloatAttr(weightDecay),
@@ -194,7 +253,7 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
             b.getBoolAttr(optimizer == "lamb"), b.getStringAttr(schedule),
             b.getI64IntegerAttr(warmupSteps), b.getI64IntegerAttr(totalSteps),
             b.getF64FloatAttr(minLr), b.getI64IntegerAttr(gradAccum));
-        results[i] = op.getNewParam();
+        results[i] = wholeParam(op.getNewParam());
         resultAttrs[i] = update(name);
         results.push_back(op.getNewExpAvg());
         resultAttrs.push_back(update(mName));

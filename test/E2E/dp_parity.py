@@ -4,9 +4,12 @@ global batch. The GPT example, exported with dynamic batch and sequence, is
 compiled for one rank at batch 8 and for N ranks at batch 8/N.
 
 Tolerances: losses 1e-5 relative each step; final weights 1e-5 absolute
-with SGD, 1e-4 with Adam (Adam divides every element's step by its own
-gradient scale, so elements whose gradient nearly cancels amplify the
-different float summation order of a mean of rank means).
+per element with SGD, 1e-5 relative (L2 norm of the difference over the L2
+norm of all weights) with Adam: Adam divides every element's step by its
+own gradient scale, so single elements whose gradient nearly cancels
+amplify the different float summation order of a mean of rank means (up
+to ~3e-5 absolute after 5 steps at lr 3e-3) while the weights as a whole
+agree to ~2e-6.
 """
 import argparse
 import json
@@ -27,6 +30,7 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
+    ap.add_argument("--zero", type=int, default=0)
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     w = lambda f: os.path.join(args.work, f)
@@ -40,25 +44,40 @@ def main():
     opt = (["--optimizer=adam", "--lr=3e-3"] if args.optimizer == "adam"
            else ["--optimizer=sgd", "--momentum=0.9", "--lr=0.1"])
     per_rank = 8 // args.ranks
+    tag_n = f"n{args.ranks}z{args.zero}{args.optimizer}"
     shapes = lambda b: [f"--input-shape=idx:{b}x32", f"--input-shape=targets:{b}x32"]
-    subprocess.run([args.ds_opt, onnx_path, *shapes(8), *opt, "-o", w("one.plan")], check=True)
+    one = "one_" + args.optimizer
     subprocess.run([args.ds_opt, onnx_path, *shapes(per_rank), *opt,
-                    f"--world-size={args.ranks}", "--zero=0", "-o", w("n.plan")], check=True)
+                    f"--world-size={args.ranks}", f"--zero={args.zero}", "-o", w(tag_n + ".plan")], check=True)
     run = lambda prefix, plan, tag: subprocess.run(
         prefix + [args.ds_run, plan, "--steps", "5", "--data", w("data.npz"),
                   "--log-json", w(tag + ".json"), "--save-weights", w(tag + ".npz"),
                   "--threads", "1"], check=True, capture_output=True, text=True, timeout=300)
-    run([], w("one.plan"), "one")
-    out = run(args.mpirun.split() + ["-np", str(args.ranks)], w("n.plan"), "n")
+    if not os.path.exists(w(one + ".npz")):  # shared by the runs of one lit test
+        subprocess.run([args.ds_opt, onnx_path, *shapes(8), *opt, "-o", w(one + ".plan")],
+                       check=True)
+        run([], w(one + ".plan"), one)
+    out = run(args.mpirun.split() + ["-np", str(args.ranks)], w(tag_n + ".plan"), tag_n)
     print(out.stdout.strip().splitlines()[-2])
-    a = [json.loads(l)["loss"] for l in open(w("one.json"))]
-    b = [json.loads(l)["loss"] for l in open(w("n.json"))]
+    a = [json.loads(l)["loss"] for l in open(w(one + ".json"))]
+    b = [json.loads(l)["loss"] for l in open(w(tag_n + ".json"))]
     loss_err = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-    w1, wn = np.load(w("one.npz")), np.load(w("n.npz"))
-    weight_err = max(float(np.max(np.abs(w1[k] - wn[k]))) for k in w1.files)
-    tol = 1e-4 if args.optimizer == "adam" else 1e-5
-    print(f"{args.ranks} ranks, {args.optimizer}: losses {' '.join('%.5f' % x for x in b)}; "
-          f"worst loss rel error {loss_err:.1e} (tol 1e-5), final weights {weight_err:.1e} (tol {tol:g})")
+    w1, wn = np.load(w(one + ".npz")), np.load(w(tag_n + ".npz"))
+    if sorted(w1.files) != sorted(wn.files) or any(w1[k].shape != wn[k].shape for k in w1.files):
+        print("FAIL: the weights differ in names or shapes")
+        sys.exit(1)
+    weight_abs = max(float(np.max(np.abs(w1[k] - wn[k]))) for k in w1.files)
+    diff = sum(float(np.sum((w1[k].astype(np.float64) - wn[k]) ** 2)) for k in w1.files)
+    norm = sum(float(np.sum(w1[k].astype(np.float64) ** 2)) for k in w1.files)
+    weight_rel = (diff / norm) ** 0.5
+    # SGD: 1e-5 absolute per element. Adam: 1e-5 relative (L2 over all
+    # weights), see the module docstring.
+    weight_err = weight_rel if args.optimizer == "adam" else weight_abs
+    tol = 1e-5
+    print(f"{args.ranks} ranks, ZeRO-{args.zero}, {args.optimizer}: losses {' '.join('%.5f' % x for x in b)}; "
+          f"worst loss rel error {loss_err:.1e} (tol 1e-5); final weights: max abs "
+          f"difference {weight_abs:.1e}, relative L2 {weight_rel:.1e} (tol 1e-5 on the "
+          f"{'relative' if args.optimizer == 'adam' else 'max abs'})")
     ok = len(a) == len(b) == 5 and loss_err <= 1e-5 and weight_err <= tol
     print("PASS" if ok else "FAIL")
     sys.exit(0 if ok else 1)

@@ -137,9 +137,19 @@ llvm::cl::opt<int64_t> worldSize(
     llvm::cl::init(1), llvm::cl::cat(parallelCategory));
 llvm::cl::opt<int64_t> zeroStage(
     "zero",
-    llvm::cl::desc("ZeRO stage: 0 (data parallel: every rank holds the whole "
-                   "model and optimizer state, gradients are averaged); "
-                   "stages 1-3 are not implemented yet"),
+    llvm::cl::desc("ZeRO stage (DeepSpeed's semantics): 0 data parallel, "
+                   "every rank holds everything; 1 partitions the optimizer "
+                   "state (and the fp32 update) over the ranks; 2 also "
+                   "reduce-scatters gradients as they are computed; 3 also "
+                   "partitions parameters, gathered before each use in "
+                   "forward and again in backward"),
+    llvm::cl::init(0), llvm::cl::cat(parallelCategory));
+llvm::cl::opt<int64_t> persistenceThreshold(
+    "param-persistence-threshold",
+    llvm::cl::desc("ZeRO-3: parameters with fewer elements stay whole on "
+                   "every rank (DeepSpeed's stage3_param_persistence_"
+                   "threshold; its default is 100000, ds-opt's 0 partitions "
+                   "every parameter)"),
     llvm::cl::init(0), llvm::cl::cat(parallelCategory));
 llvm::cl::opt<bool> trainingInfo(
     "training-info",
@@ -233,10 +243,12 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
     bool training = optimizerName != "none";
     if (emitGrads || training) {
       pm.addNestedPass<func::FuncOp>(ds::createAutodiffPass());
-      if (training && worldSize > 1) {
-        ds::DataParallelPassOptions dp;
+      if (training && (worldSize > 1 || zeroStage > 0)) {
+        ds::ZeroPassOptions dp;
         dp.worldSize = worldSize;
-        pm.addNestedPass<func::FuncOp>(ds::createDataParallelPass(dp));
+        dp.stage = zeroStage;
+        dp.persistenceThreshold = persistenceThreshold;
+        pm.addNestedPass<func::FuncOp>(ds::createZeroPass(dp));
       }
       if (training) {
         ds::OptimizerPassOptions opt;
@@ -366,9 +378,19 @@ int main(int argc, char **argv) {
                  << static_cast<int64_t>(worldSize) << "\n";
     return 1;
   }
-  if (zeroStage != 0) {
+  if (zeroStage < 0 || zeroStage > 3) {
     llvm::errs() << "error: --zero=" << static_cast<int64_t>(zeroStage)
-                 << " is not implemented yet (stage 0, data parallel, is)\n";
+                 << " is not a ZeRO stage (0, 1, 2 or 3)\n";
+    return 1;
+  }
+  if (persistenceThreshold < 0) {
+    llvm::errs() << "error: --param-persistence-threshold must not be "
+                    "negative\n";
+    return 1;
+  }
+  if (zeroStage > 0 && optimizerName == "none") {
+    llvm::errs() << "error: --zero=" << static_cast<int64_t>(zeroStage)
+                 << " partitions a training step; give --optimizer=...\n";
     return 1;
   }
   if (worldSize > 1 && optimizerName == "none") {

@@ -536,7 +536,8 @@ int run(int argc, char **argv) {
       std::fclose(log);
     if (profile)
       printProfile(stats);
-    if (!saveWeights.empty() && lead) {
+    if (!saveWeights.empty()) {
+      // Every rank takes part (ZeRO-3 shards are gathered); rank 0 writes.
       std::vector<std::string> names = exec->parameterNames();
       std::vector<HostTensor> values(names.size());
       std::vector<std::pair<std::string, const HostTensor *>> arrays;
@@ -545,11 +546,12 @@ int run(int argc, char **argv) {
           return fail(err);
         arrays.push_back({names[i], &values[i]});
       }
-      bool ok = endsWith(saveWeights, ".onnx")
-                    ? writeOnnxWithWeights(info.weightsFile, saveWeights, arrays, err)
-                : endsWith(saveWeights, ".safetensors")
-                    ? writeSafetensors(saveWeights, arrays, err)
-                    : writeNpz(saveWeights, arrays, err);
+      bool ok = !lead ||
+                (endsWith(saveWeights, ".onnx")
+                     ? writeOnnxWithWeights(info.weightsFile, saveWeights, arrays, err)
+                 : endsWith(saveWeights, ".safetensors")
+                     ? writeSafetensors(saveWeights, arrays, err)
+                     : writeNpz(saveWeights, arrays, err));
       if (!ok)
         return fail(err);
     }

@@ -24,11 +24,25 @@ public:
   /// the number of ranks.
   virtual bool allReduce(void *data, int64_t count, DType dtype, bool mean,
                          std::string &err) = 0;
+  /// Every rank's `count` elements of `input`, in rank order, into
+  /// `output` (size() * count elements).
+  virtual bool allGather(const void *input, void *output, int64_t count,
+                         DType dtype, std::string &err) = 0;
+  /// The sum (or mean) over ranks of `input` (size() * count elements);
+  /// rank r keeps elements [r*count, (r+1)*count) in `output`.
+  virtual bool reduceScatter(const void *input, void *output, int64_t count,
+                             DType dtype, bool mean, std::string &err) = 0;
   /// Logical AND of `ok` over all ranks (for errors every rank must see).
   virtual bool allOk(bool ok) = 0;
   /// Ends every rank with `code` (after an error on one rank, so that the
   /// others do not wait in a collective forever).
   [[noreturn]] virtual void abort(int code) = 0;
+
+  /// Bytes handed to collectives since creation: each call adds the bytes
+  /// of the buffer it reduces or fills (all-reduce: the tensor; all-gather:
+  /// the gathered output; reduce-scatter: the input). ds-run compares it
+  /// with the plan's figure.
+  uint64_t collectiveBytes = 0;
 };
 
 /// MPI's world when the process was started by mpirun (or another MPI

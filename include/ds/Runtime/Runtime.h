@@ -130,8 +130,24 @@ public:
   std::vector<std::string> inputNames() const;
   /// Names of the model parameters (not optimizer state), in plan order.
   std::vector<std::string> parameterNames() const;
-  /// A copy of parameter `name`'s current value.
+  /// A copy of parameter `name`'s whole current value. For a ZeRO shard
+  /// this gathers every rank's part: a collective, every rank must call it.
   bool parameter(const std::string &name, HostTensor &out, std::string &err) const;
+  /// The storage of every parameter and optimizer state, as this rank holds
+  /// it (shards under ZeRO), for checkpoints.
+  struct Storage {
+    std::string name;
+    DType dtype = DType::F32;
+    std::vector<int64_t> shape, fullShape;
+    bool sharded = false, state = false, trainable = false;
+    void *data = nullptr;
+    uint64_t bytes = 0;
+  };
+  std::vector<Storage> storage();
+  /// Runs completed so far (the step counter and the random streams derive
+  /// from it); a resumed run sets it to the checkpoint's.
+  uint64_t completedRuns() const;
+  void setCompletedRuns(uint64_t runs);
   std::vector<std::string> outputNames() const;
 
 private:

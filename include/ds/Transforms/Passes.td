@@ -38,16 +38,36 @@ def AutodiffPass : Pass<"ds-autodiff", "func::FuncOp"> {
   }];
 }
 
-def DataParallelPass : Pass<"ds-data-parallel", "func::FuncOp"> {
-  let summary = "Average gradients and the loss over the data-parallel ranks";
+def ZeroPass : Pass<"ds-zero", "func::FuncOp"> {
+  let summary = "Data parallelism with ZeRO stages 0-3 (gradient and parameter partitioning)";
   let description = [{
-    ZeRO stage 0 (plain data parallelism), after `--ds-autodiff`: every
-    gradient result (`ds.grad`) and the loss become the `ds.all_reduce` mean
-    over `world-size` ranks, each of which runs the same step on its own
-    slice of the global batch. Marks the function `ds.world_size`.
+    Runs after `--ds-autodiff` and before `--ds-optimizer`; every rank runs
+    the step on its slice of the global batch, and the loss becomes the
+    `ds.all_reduce` mean over ranks.
+
+    - Stage 0: every gradient becomes its `ds.all_reduce` mean.
+    - Stages 1-3: every gradient is flattened, padded with zeros to a
+      multiple of `world-size` and `ds.reduce_scatter`ed (mean): each rank
+      keeps the 1-D shard the optimizer updates (the optimizer pass then
+      keeps state for that shard only and, for a whole parameter, gathers
+      the updated shards). Stage 1 reduces after the whole backward pass,
+      so full gradients live until then; stages 2 and 3 right after each
+      gradient is computed.
+    - Stage 3: every trainable parameter with at least
+      `param-persistence-threshold` elements becomes its shard (argument
+      attribute `ds.full_shape` keeps the whole shape) and is
+      `ds.all_gather`ed before its first use in the forward pass and again
+      before its first use in the backward pass. Values computed from the
+      parameter alone that the backward pass reads (a transposed weight)
+      are recomputed from the second gather.
+
+    Marks the function `ds.world_size` and `ds.zero_stage`.
   }];
   let options = [
     Option<"worldSize", "world-size", "int64_t", "1", "data-parallel ranks">,
+    Option<"stage", "stage", "int64_t", "0", "ZeRO stage, 0 to 3">,
+    Option<"persistenceThreshold", "param-persistence-threshold", "int64_t",
+           "0", "stage 3: parameters with fewer elements stay whole">,
   ];
 }
 

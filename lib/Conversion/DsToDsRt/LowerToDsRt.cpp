@@ -95,7 +95,8 @@ struct LowerToDsRtPass : impl::LowerToDsRtPassBase<LowerToDsRtPass> {
             b, loc, type, b.getI64IntegerAttr(paramIndex++),
             name ? name : state,
             func.getArgAttr(i, attrs::kTrainable) ? b.getUnitAttr() : nullptr,
-            state ? b.getUnitAttr() : nullptr);
+            state ? b.getUnitAttr() : nullptr,
+            func.getArgAttrOfType<DenseI64ArrayAttr>(i, "ds.full_shape"));
         buffer = op;
         storage[(name ? name : state).getValue()] = buffer;
       } else if (func.getArgAttr(i, "ds.step")) {
@@ -123,7 +124,18 @@ struct LowerToDsRtPass : impl::LowerToDsRtPassBase<LowerToDsRtPass> {
           if (auto target =
                   func.getResultAttrOfType<StringAttr>(i, "ds.update")) {
             Value into = storage.lookup(target.getValue());
-            auto alloc = map.lookup(v).getDefiningOp<dsrt::AllocOp>();
+            // The update may be a view (a whole parameter rebuilt from
+            // ZeRO shards is reshaped): the kernel writes the storage
+            // through a view of it with the written buffer's shape.
+            Value written = map.lookup(v);
+            while (auto view = written.getDefiningOp<dsrt::ViewOp>())
+              written = view.getSource();
+            auto alloc = written.getDefiningOp<dsrt::AllocOp>();
+            if (into && alloc && alloc.getType() != into.getType()) {
+              OpBuilder vb(into.getContext());
+              vb.setInsertionPointAfterValue(into);
+              into = dsrt::ViewOp::create(vb, loc, alloc.getType(), into);
+            }
             if (!into || !alloc)
               return func.emitError("update of '")
                      << target.getValue()
@@ -135,8 +147,12 @@ struct LowerToDsRtPass : impl::LowerToDsRtPassBase<LowerToDsRtPass> {
               if (auto k = dyn_cast<dsrt::KernelOp>(user);
                   k && llvm::is_contained(k.getOuts(), alloc.getResult()))
                 writer = user;
+            Value stored = storage.lookup(target.getValue());
+            SmallVector<Operation *> readers(stored.getUsers());
+            if (into != stored)
+              llvm::append_range(readers, into.getUsers());
             if (writer)
-              for (Operation *user : into.getUsers())
+              for (Operation *user : readers)
                 if (user->getBlock() == writer->getBlock() &&
                     writer->isBeforeInBlock(user))
                   return user->emitOpError("reads '")

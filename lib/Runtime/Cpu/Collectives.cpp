@@ -7,6 +7,8 @@
 #include "Kernels.h"
 #include "ds/Runtime/Comm.h"
 
+#include <cstring>
+
 namespace ds::rt {
 
 bool kAllReduce(KernelContext &ctx) {
@@ -15,11 +17,76 @@ bool kAllReduce(KernelContext &ctx) {
   TensorView &out = ctx.out[0];
   if (!ctx.comm || ctx.comm->size() == 1)
     return true;
+  ctx.comm->collectiveBytes += out.numel() * dtypeSize(out.dtype);
   std::string err;
   if (!ctx.comm->allReduce(out.data, out.numel(), out.dtype,
                            ctx.attrs.getString("reduction", "sum") == "mean",
                            err))
     return ctx.fail(err);
+  return true;
+}
+
+namespace {
+/// The world size a shard kernel's buffers imply, checked against the
+/// communicator's.
+bool shardCount(KernelContext &ctx, const TensorView &whole,
+                const TensorView &shard, int64_t &count) {
+  int world = ctx.comm ? ctx.comm->size() : 1;
+  count = shard.numel();
+  if (whole.numel() != count * world)
+    return ctx.fail("a " + std::to_string(whole.numel()) +
+                    "-element tensor is not " + std::to_string(world) +
+                    " shards of " + std::to_string(count));
+  return true;
+}
+} // namespace
+
+bool kAllGather(KernelContext &ctx) {
+  const TensorView &in = ctx.in[0];
+  TensorView &out = ctx.out[0];
+  int64_t count;
+  if (!shardCount(ctx, out, in, count))
+    return false;
+  if (!ctx.comm || ctx.comm->size() == 1) {
+    std::memcpy(out.data, in.data, count * dtypeSize(in.dtype));
+    return true;
+  }
+  ctx.comm->collectiveBytes += out.numel() * dtypeSize(out.dtype);
+  std::string err;
+  if (!ctx.comm->allGather(in.data, out.data, count, in.dtype, err))
+    return ctx.fail(err);
+  return true;
+}
+
+bool kReduceScatter(KernelContext &ctx) {
+  const TensorView &in = ctx.in[0];
+  TensorView &out = ctx.out[0];
+  int64_t count;
+  if (!shardCount(ctx, in, out, count))
+    return false;
+  if (!ctx.comm || ctx.comm->size() == 1) {
+    std::memcpy(out.data, in.data, count * dtypeSize(in.dtype));
+    return true;
+  }
+  ctx.comm->collectiveBytes += in.numel() * dtypeSize(in.dtype);
+  std::string err;
+  if (!ctx.comm->reduceScatter(
+          in.data, out.data, count, in.dtype,
+          ctx.attrs.getString("reduction", "sum") == "mean", err))
+    return ctx.fail(err);
+  return true;
+}
+
+bool kShard(KernelContext &ctx) {
+  const TensorView &in = ctx.in[0];
+  TensorView &out = ctx.out[0];
+  int64_t count;
+  if (!shardCount(ctx, in, out, count))
+    return false;
+  int rank = ctx.comm ? ctx.comm->rank() : 0;
+  size_t bytes = count * dtypeSize(in.dtype);
+  std::memcpy(out.data, static_cast<const char *>(in.data) + rank * bytes,
+              bytes);
   return true;
 }
 

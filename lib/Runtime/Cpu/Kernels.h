@@ -247,6 +247,9 @@ DS_KERNEL(kLossGrad); DS_KERNEL(kSliceGrad);
 DS_KERNEL(kAdam); DS_KERNEL(kSgd); DS_KERNEL(kOnnxUpdate);
 // Collectives.cpp
 DS_KERNEL(kAllReduce);
+DS_KERNEL(kAllGather);
+DS_KERNEL(kReduceScatter);
+DS_KERNEL(kShard);
 #undef DS_KERNEL
 
 } // namespace ds::rt

@@ -76,6 +76,9 @@ static const KernelInfo kKernels[] = {
     {"sgd", 4, 5, 2, 3, kSgd},
     {"onnx_update", 5, 6, 2, 3, kOnnxUpdate},
     {"all_reduce", 1, 1, 1, 1, kAllReduce},
+    {"all_gather", 1, 1, 1, 1, kAllGather},
+    {"reduce_scatter", 1, 1, 1, 1, kReduceScatter},
+    {"shard", 1, 1, 1, 1, kShard},
 };
 
 const KernelInfo *findKernel(const std::string &name) {

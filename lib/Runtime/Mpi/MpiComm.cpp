@@ -21,6 +21,16 @@ public:
   bool allReduce(void *, int64_t, DType, bool, std::string &) override {
     return true;
   }
+  bool allGather(const void *input, void *output, int64_t count, DType dtype,
+                 std::string &) override {
+    std::memcpy(output, input, count * dtypeSize(dtype));
+    return true;
+  }
+  bool reduceScatter(const void *input, void *output, int64_t count,
+                     DType dtype, bool, std::string &) override {
+    std::memcpy(output, input, count * dtypeSize(dtype));
+    return true;
+  }
   bool allOk(bool ok) override { return ok; }
   [[noreturn]] void abort(int code) override { std::exit(code); }
 };
@@ -59,6 +69,41 @@ public:
     }
     return true;
   }
+  bool allGather(const void *input, void *output, int64_t count, DType dtype,
+                 std::string &err) override {
+    if (!checkCount(count, err))
+      return false;
+    int bytes = static_cast<int>(count * dtypeSize(dtype));
+    if (MPI_Allgather(input, bytes, MPI_BYTE, output, bytes, MPI_BYTE,
+                      MPI_COMM_WORLD) != MPI_SUCCESS) {
+      err = "MPI_Allgather failed";
+      return false;
+    }
+    return true;
+  }
+  bool reduceScatter(const void *input, void *output, int64_t count,
+                     DType dtype, bool mean, std::string &err) override {
+    if (dtype != DType::F32) {
+      err = std::string("reduce_scatter of ") + dtypeName(dtype) +
+            " is not supported yet (f32)";
+      return false;
+    }
+    if (!checkCount(count, err))
+      return false;
+    if (MPI_Reduce_scatter_block(input, output, static_cast<int>(count),
+                                 MPI_FLOAT, MPI_SUM,
+                                 MPI_COMM_WORLD) != MPI_SUCCESS) {
+      err = "MPI_Reduce_scatter_block failed";
+      return false;
+    }
+    if (mean) {
+      float *f = static_cast<float *>(output);
+      float inv = 1.0f / static_cast<float>(size_);
+      for (int64_t i = 0; i < count; ++i)
+        f[i] *= inv;
+    }
+    return true;
+  }
   [[noreturn]] void abort(int code) override {
     MPI_Abort(MPI_COMM_WORLD, code);
     std::exit(code);
@@ -70,6 +115,14 @@ public:
   }
 
 private:
+  // MPI counts are ints: larger collectives are refused, not truncated.
+  static bool checkCount(int64_t count, std::string &err) {
+    if (count * 8 <= INT32_MAX)
+      return true;
+    err = "a collective of " + std::to_string(count) +
+          " elements exceeds MPI's int count";
+    return false;
+  }
   int rank_ = 0, size_ = 1;
 };
 

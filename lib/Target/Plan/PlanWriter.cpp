@@ -115,6 +115,8 @@ LogicalResult mlir::ds::writePlan(ModuleOp module, StringRef planPath,
   p.set_format_version(::ds::kPlanFormatVersion);
   p.set_producer("ds-opt");
   p.set_world_size(static_cast<uint32_t>(options.worldSize));
+  if (auto stage = func->getAttrOfType<IntegerAttr>("ds.zero_stage"))
+    p.set_zero_stage(static_cast<uint32_t>(stage.getInt()));
   if (auto loss = func->getAttrOfType<StringAttr>("dsrt.loss"))
     p.set_loss(loss.str());
   pb::Program *prog = p.add_programs();
@@ -162,6 +164,11 @@ LogicalResult mlir::ds::writePlan(ModuleOp module, StringRef planPath,
         param.add_shape(d);
       param.set_trainable(pr.getTrainable());
       param.set_state(pr.getState());
+      if (auto full = pr.getFullShapeAttr()) {
+        param.set_sharded(true);
+        for (int64_t d : full.asArrayRef())
+          param.add_full_shape(d);
+      }
       params[pr.getIndex()] = param;
     } else if (auto in = dyn_cast<dsrt::InputOp>(op)) {
       if (failed(addBuffer(in, pb::INPUT, 0, in.getIndex())))

@@ -24,16 +24,12 @@ func.func @forward() attributes {dsrt.arena_bytes = 192 : i64} {
   %d = dsrt.alloc {offset = 128 : i64} : memref<16xf32>
   // CHECK: dsrt.copy %{{.*}}, %{{.*}} : memref<16xf32>, memref<16xf32>
   dsrt.copy %v, %d : memref<16xf32>, memref<16xf32>
-  // CHECK: dsrt.all_reduce %{{.*}} {group = 0 : i64, reduction = "sum"} : memref<16xf32>
-  dsrt.all_reduce %d {reduction = "sum", group = 0 : i64} : memref<16xf32>
-  %e = dsrt.alloc : memref<32xf32>
-  // CHECK: dsrt.all_gather %{{.*}}, %{{.*}} {group = 0 : i64} : memref<16xf32>, memref<32xf32>
-  dsrt.all_gather %d, %e {group = 0 : i64} : memref<16xf32>, memref<32xf32>
-  %f = dsrt.alloc : memref<8xf32>
-  // CHECK: dsrt.reduce_scatter %{{.*}}, %{{.*}} {group = 0 : i64, reduction = "sum"}
-  dsrt.reduce_scatter %d, %f {reduction = "sum", group = 0 : i64} : memref<16xf32>, memref<8xf32>
-  // CHECK: dsrt.broadcast %{{.*}} {group = 0 : i64, root = 0 : i64} : memref<16xf32>
-  dsrt.broadcast %d {root = 0 : i64, group = 0 : i64} : memref<16xf32>
+  // A ZeRO shard and a collective kernel.
+  // CHECK: dsrt.param {full_shape = array<i64: 3, 5>, index = 1 : i64, name = "u", trainable} : memref<8xf32>
+  %u = dsrt.param {index = 1 : i64, name = "u", trainable, full_shape = array<i64: 3, 5>} : memref<8xf32>
+  %e = dsrt.alloc : memref<16xf32>
+  // CHECK: dsrt.kernel "all_gather"
+  dsrt.kernel "all_gather"(%u) -> (%e) {params = {group = 0 : i64}} : (memref<8xf32>) -> (memref<16xf32>)
   // CHECK: dsrt.record_event {event = 1 : i64, stream = "comm"}
   dsrt.record_event {event = 1 : i64, stream = "comm"}
   // CHECK: dsrt.wait_event {event = 1 : i64, stream = "compute"}

@@ -494,6 +494,42 @@ LogicalResult AllReduceOp::verify() {
   return success();
 }
 
+/// A shard and the whole it is cut from: 1-D, one element type, the whole
+/// a positive multiple of the shard.
+static LogicalResult verifyShardPair(Operation *op, Type shardType,
+                                     Type wholeType) {
+  auto shard = cast<RankedTensorType>(shardType);
+  auto whole = cast<RankedTensorType>(wholeType);
+  if (shard.getRank() != 1 || whole.getRank() != 1)
+    return op->emitOpError("needs 1-D tensors, got ")
+           << shard << " and " << whole;
+  if (shard.getElementType() != whole.getElementType())
+    return op->emitOpError("element types differ: ") << shard << " and "
+                                                      << whole;
+  int64_t s = shard.getDimSize(0), w = whole.getDimSize(0);
+  if (s <= 0 || w % s != 0)
+    return op->emitOpError("the whole (") << w
+                                          << " elements) is not a multiple "
+                                             "of the shard ("
+                                          << s << ")";
+  return success();
+}
+
+LogicalResult AllGatherOp::verify() {
+  return verifyShardPair(*this, getInput().getType(), getType());
+}
+
+LogicalResult ShardOp::verify() {
+  return verifyShardPair(*this, getType(), getInput().getType());
+}
+
+LogicalResult ReduceScatterOp::verify() {
+  if (getReduction() != "sum" && getReduction() != "mean")
+    return emitOpError("reduction '") << getReduction()
+                                      << "' is not one of 'sum', 'mean'";
+  return verifyShardPair(*this, getType(), getInput().getType());
+}
+
 LogicalResult AdamOp::verify() {
   return verifyOptimizer(*this, getLr().convertToDouble());
 }
@@ -609,6 +645,11 @@ int64_t SliceGradOp::getFlops() { return 0; }
 int64_t AdamOp::getFlops() { return 12 * numElements(getParam().getType()); }
 int64_t SgdOp::getFlops() { return 6 * numElements(getParam().getType()); }
 int64_t AllReduceOp::getFlops() { return numElements(getType()); }
+int64_t AllGatherOp::getFlops() { return 0; }
+int64_t ReduceScatterOp::getFlops() {
+  return numElements(getInput().getType());
+}
+int64_t ShardOp::getFlops() { return 0; }
 int64_t OnnxUpdateOp::getFlops() {
   return 10 * numElements(getOperands()[2].getType());
 }

@@ -690,7 +690,12 @@ def Ds_OnnxUpdateOp : Ds_Op<"onnx_update", [Pure]> {
 // Collectives (data parallel)
 //===----------------------------------------------------------------------===//
 
-def Ds_AllReduceOp : Ds_Op<"all_reduce", [Pure, SameOperandsAndResultType]> {
+// Collectives are not Pure: every rank must issue the same collectives in
+// the same order, so CSE may not merge two of them (ZeRO-3 gathers a
+// parameter again for the backward pass on purpose) and DCE may not drop one.
+def Ds_Collective : MemoryEffects<[MemRead, MemWrite]>;
+
+def Ds_AllReduceOp : Ds_Op<"all_reduce", [SameOperandsAndResultType, Ds_Collective]> {
   let summary = "reduce a tensor over the ranks of a group";
   let description = [{
     Every rank of communicator group `group` contributes its tensor; every
@@ -701,6 +706,51 @@ def Ds_AllReduceOp : Ds_Op<"all_reduce", [Pure, SameOperandsAndResultType]> {
                        I64Attr:$group);
   let results = (outs Ds_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def Ds_AllGatherOp : Ds_Op<"all_gather", [Ds_Collective]> {
+  let summary = "concatenate every rank's 1-D shard in rank order";
+  let description = [{
+    Every rank of group `group` contributes its 1-D shard of S elements;
+    every rank receives the N*S elements of all shards, rank 0's first.
+    ZeRO uses it to rebuild a parameter from its shards (stage 3, before each
+    use) or from the updated shards (stages 1 and 2, after the optimizer).
+
+    ```mlir
+    %full = ds.all_gather %shard {group = 0 : i64} : tensor<8xf32> -> tensor<16xf32>
+    ```
+  }];
+  let arguments = (ins Ds_FloatTensor:$input, I64Attr:$group);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Ds_ReduceScatterOp : Ds_Op<"reduce_scatter", [Ds_Collective]> {
+  let summary = "reduce a 1-D tensor over the ranks, each keeping its shard";
+  let description = [{
+    The N*S elements of every rank of group `group` are reduced (`sum` or
+    `mean`); rank r receives elements [r*S, (r+1)*S) of the result. ZeRO
+    stages 1-3 reduce gradients with it.
+  }];
+  let arguments = (ins Ds_FloatTensor:$input, StrAttr:$reduction,
+                       I64Attr:$group);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Ds_ShardOp : Ds_Op<"shard", [Pure]> {
+  let summary = "this rank's slice of a 1-D tensor every rank holds whole";
+  let description = [{
+    Rank r of group `group` (N ranks) takes elements [r*S, (r+1)*S) of its
+    own N*S-element operand; no communication. ZeRO stages 1 and 2 take the
+    rank's part of a replicated parameter with it for the optimizer.
+  }];
+  let arguments = (ins Ds_FloatTensor:$input, I64Attr:$group);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
   let hasVerifier = 1;
 }
 

@@ -52,9 +52,12 @@ def DsRt_ParamOp : DsRt_Op<"param", [Pure]> {
     Parameter storage, loaded from the weights source at start-up. `name`
     is the ONNX initializer name (the checkpoint key). With `state` it is
     optimizer state instead (`<param>.exp_avg` ...), zero at the start.
+    With `full_shape` it holds this rank's ZeRO shard (1-D, padded) of a
+    tensor of that shape.
   }];
   let arguments = (ins I64Attr:$index, StrAttr:$name, UnitAttr:$trainable,
-                       UnitAttr:$state);
+                       UnitAttr:$state,
+                       OptionalAttr<DenseI64ArrayAttr>:$full_shape);
   let results = (outs DsRt_Buffer:$result);
   let assemblyFormat = "attr-dict `:` type($result)";
 }
@@ -126,35 +129,9 @@ def DsRt_CopyOp : DsRt_Op<"copy"> {
 }
 
 //===----------------------------------------------------------------------===//
-// Collectives (executed from the ZeRO work on) and events
+// Events (streams, for the CUDA backend). Collectives are `dsrt.kernel`s
+// ("all_reduce", "all_gather", "reduce_scatter", "shard"): see design.md.
 //===----------------------------------------------------------------------===//
-
-def DsRt_AllReduceOp : DsRt_Op<"all_reduce"> {
-  let summary = "in-place all-reduce over communicator group `group`";
-  let arguments = (ins DsRt_Buffer:$buffer, StrAttr:$reduction,
-                       I64Attr:$group);
-  let assemblyFormat = "$buffer attr-dict `:` type($buffer)";
-}
-
-def DsRt_AllGatherOp : DsRt_Op<"all_gather"> {
-  let summary = "gather every rank's `input` into `output` in rank order";
-  let arguments = (ins DsRt_Buffer:$input, DsRt_Buffer:$output,
-                       I64Attr:$group);
-  let assemblyFormat = "$input `,` $output attr-dict `:` type($input) `,` type($output)";
-}
-
-def DsRt_ReduceScatterOp : DsRt_Op<"reduce_scatter"> {
-  let summary = "reduce `input` over the group, each rank keeping its shard";
-  let arguments = (ins DsRt_Buffer:$input, DsRt_Buffer:$output,
-                       StrAttr:$reduction, I64Attr:$group);
-  let assemblyFormat = "$input `,` $output attr-dict `:` type($input) `,` type($output)";
-}
-
-def DsRt_BroadcastOp : DsRt_Op<"broadcast"> {
-  let summary = "broadcast `buffer` from rank `root` of the group";
-  let arguments = (ins DsRt_Buffer:$buffer, I64Attr:$root, I64Attr:$group);
-  let assemblyFormat = "$buffer attr-dict `:` type($buffer)";
-}
 
 def DsRt_RecordEventOp : DsRt_Op<"record_event"> {
   let summary = "record event `event` on stream `stream`";

@@ -1,0 +1,42 @@
+//===- Sharding.h - ZeRO's flat, padded partition of a tensor --*- C++ -*-===//
+//
+// Part of the ds project.
+//
+// ZeRO partitions each tensor on its own: flattened row-major, padded with
+// zeros to a multiple of the world size N, rank r owning elements
+// [r*S, (r+1)*S) with S = ceil(numel / N). The runtime (weight loading,
+// checkpoints, consolidation) uses the same rule; see docs/parallel.md.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DS_TRANSFORMS_SHARDING_H
+#define DS_TRANSFORMS_SHARDING_H
+
+#include "ds/Dialect/Ds/IR/DsOps.h"
+
+namespace mlir::ds {
+
+/// Elements per rank of a tensor of `numel` elements over `world` ranks.
+inline int64_t shardSize(int64_t numel, int64_t world) {
+  return (numel + world - 1) / world;
+}
+
+/// The 1-D shard type of `type` over `world` ranks.
+RankedTensorType shardType(RankedTensorType type, int64_t world);
+
+/// `v` flattened to 1-D and padded with zeros to `world` shards.
+Value flattenPadded(OpBuilder &b, Location loc, Value v, int64_t world);
+
+/// The first numel(`type`) elements of the 1-D `flat`, reshaped to `type`.
+Value unpadReshape(OpBuilder &b, Location loc, Value flat,
+                   RankedTensorType type);
+
+/// Function attribute names the ZeRO pass sets on @forward.
+inline constexpr llvm::StringLiteral kWorldSizeAttr = "ds.world_size";
+inline constexpr llvm::StringLiteral kZeroStageAttr = "ds.zero_stage";
+/// Argument attribute of a partitioned parameter or state: its whole shape.
+inline constexpr llvm::StringLiteral kFullShapeAttr = "ds.full_shape";
+
+} // namespace mlir::ds
+
+#endif // DS_TRANSFORMS_SHARDING_H
