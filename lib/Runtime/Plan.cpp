@@ -204,6 +204,8 @@ std::shared_ptr<const Plan> loadPlan(const std::string &path, std::string &err) 
   return plan;
 }
 
+Footprint footprintOf(const Plan &plan) { return footprint(plan.proto); }
+
 PlanInfo describe(const Plan &plan) {
   const plan::Plan &p = plan.proto;
   PlanInfo info;

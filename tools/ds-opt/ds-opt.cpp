@@ -151,6 +151,13 @@ llvm::cl::opt<int64_t> persistenceThreshold(
                    "threshold; its default is 100000, ds-opt's 0 partitions "
                    "every parameter)"),
     llvm::cl::init(0), llvm::cl::cat(parallelCategory));
+llvm::cl::opt<bool> printReport(
+    "report",
+    llvm::cl::desc("With a plan: print per rank the bytes of parameters, "
+                   "gradients, optimizer state, buffers and the arena, and "
+                   "the collective bytes per step, each beside the ZeRO "
+                   "formula's value"),
+    llvm::cl::init(false), llvm::cl::cat(parallelCategory));
 llvm::cl::opt<bool> trainingInfo(
     "training-info",
     llvm::cl::desc("Train with the model's own training_info algorithm (ONNX "
@@ -300,8 +307,12 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
     planOptions.worldSize = worldSize;
     for (const std::string &spec : inputShapes)
       planOptions.compileOptions["input-shape:" + spec] = spec;
+    std::string reportText;
+    if (printReport)
+      planOptions.report = &reportText;
     if (failed(ds::writePlan(**module, outputFilename, planOptions)) || errors)
       return 1;
+    llvm::outs() << reportText;
     return 0;
   }
 

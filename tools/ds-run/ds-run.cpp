@@ -427,8 +427,22 @@ int run(int argc, char **argv) {
     double lr = std::isnan(lrOverride) ? info.lr : lrOverride;
     double firstLoss = NAN, lastLoss = NAN, totalMs = 0;
     int64_t accum = std::max<int64_t>(1, info.accumSteps);
+    // What this rank holds and hands to collectives, measured, against
+    // the plan's figures.
+    Footprint planned = footprintOf(*plan);
+    uint64_t measuredParams = 0, measuredBuffers = 0, measuredState = 0;
+    for (const Executor::Storage &st : exec->storage())
+      (st.state ? measuredState : st.trainable ? measuredParams : measuredBuffers) +=
+          st.bytes;
+    if (measuredParams > planned.params || measuredBuffers > planned.buffers ||
+        measuredState > planned.state)
+      return fail("parameter storage exceeds the plan (" +
+                  std::to_string(measuredParams + measuredBuffers + measuredState) +
+                  " bytes)");
+    uint64_t stepComm = 0, plannedComm = planned.collectiveBytes() * accum;
     for (long long s = 1; s <= steps; ++s) {
      double lossSum = 0, msSum = 0;
+     uint64_t comm0 = comm->collectiveBytes;
      uint64_t highWater = 0;
      for (int64_t micro = 0; micro < accum; ++micro) {
       long long m = (s - 1) * accum + micro + 1; // run number, 1-based
@@ -498,6 +512,12 @@ int run(int argc, char **argv) {
       msSum += stats.milliseconds;
       highWater = std::max<uint64_t>(highWater, stats.arenaHighWater);
      }
+      stepComm = comm->collectiveBytes - comm0;
+      if (stepComm > plannedComm)
+        return fail("step " + std::to_string(s) + " handed " +
+                    std::to_string(stepComm) +
+                    " bytes to collectives, the plan " +
+                    std::to_string(plannedComm));
       // The step's loss: the mean over its micro-batches.
       double loss = lossSum / static_cast<double>(accum);
       stats.milliseconds = msSum;
@@ -523,12 +543,16 @@ int run(int argc, char **argv) {
         std::fprintf(log,
                      "{\"step\": %lld, \"loss\": %s, \"lr\": %s, "
                      "\"samples_per_s\": %.3f, \"time_ms\": %.3f, "
-                     "\"peak_bytes\": %llu, \"planned_bytes\": %llu}\n",
+                     "\"peak_bytes\": %llu, \"planned_bytes\": %llu, "
+                     "\"collective_bytes\": %llu, "
+                     "\"planned_collective_bytes\": %llu}\n",
                      s, std::isnan(loss) ? "null" : std::to_string(loss).c_str(),
                      std::isnan(stepLr) ? "null" : std::to_string(stepLr).c_str(),
                      perSec, stats.milliseconds,
                      static_cast<unsigned long long>(stats.arenaHighWater),
-                     static_cast<unsigned long long>(stats.arenaPlanned));
+                     static_cast<unsigned long long>(stats.arenaPlanned),
+                     static_cast<unsigned long long>(stepComm),
+                     static_cast<unsigned long long>(plannedComm));
       if (stats.arenaHighWater > stats.arenaPlanned)
         return fail("the arena high-water mark exceeds the plan");
     }
@@ -561,8 +585,22 @@ int run(int argc, char **argv) {
       std::printf("each step accumulated %lld micro-batches\n",
                   static_cast<long long>(accum));
     if (comm->size() > 1)
-      std::printf("data parallel over %d ranks (losses and gradients are "
-                  "the means over ranks)\n", comm->size());
+      std::printf("data parallel over %d ranks, ZeRO stage %d (losses and "
+                  "gradients are the means over ranks)\n",
+                  comm->size(), planned.stage);
+    std::printf("per rank, measured (plan): parameters %llu (%llu), buffers "
+                "%llu (%llu), optimizer state %llu (%llu), arena high-water "
+                "%llu (%llu) bytes; collectives %llu (%llu) bytes per step\n",
+                static_cast<unsigned long long>(measuredParams),
+                static_cast<unsigned long long>(planned.params),
+                static_cast<unsigned long long>(measuredBuffers),
+                static_cast<unsigned long long>(planned.buffers),
+                static_cast<unsigned long long>(measuredState),
+                static_cast<unsigned long long>(planned.state),
+                static_cast<unsigned long long>(stats.arenaHighWater),
+                static_cast<unsigned long long>(planned.arena),
+                static_cast<unsigned long long>(stepComm),
+                static_cast<unsigned long long>(plannedComm));
     std::printf("trained %lld steps (%s, %lld batch%s): loss %.6f -> %.6f, "
                 "mean %.3f ms/step\n",
                 steps, info.optimizer.c_str(), static_cast<long long>(batches),

@@ -8,6 +8,8 @@
 #ifndef DS_RUNTIME_RUNTIME_H
 #define DS_RUNTIME_RUNTIME_H
 
+#include "ds/Support/PlanFootprint.h"
+
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -17,6 +19,8 @@
 #include <vector>
 
 namespace ds::rt {
+
+using ds::Footprint;
 
 enum class DType : int { F32 = 1, F16 = 2, BF16 = 3, I64 = 4, I32 = 5, Bool = 6 };
 const char *dtypeName(DType t);
@@ -86,6 +90,9 @@ struct PlanInfo {
 /// On failure returns null and sets `err` to one line.
 std::shared_ptr<const Plan> loadPlan(const std::string &path, std::string &err);
 PlanInfo describe(const Plan &plan);
+/// The plan's per-rank memory and collective bytes (what ds-opt --report
+/// prints), for checking measurements against.
+Footprint footprintOf(const Plan &plan);
 
 class Communicator;
 

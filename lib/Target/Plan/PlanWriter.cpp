@@ -6,6 +6,7 @@
 
 #include "ds/Target/Plan/PlanWriter.h"
 #include "ds/Dialect/DsRt/IR/DsRtOps.h"
+#include "ds/Support/PlanFootprint.h"
 #include "ds/Support/PlanFormat.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -238,6 +239,9 @@ LogicalResult mlir::ds::writePlan(ModuleOp module, StringRef planPath,
   }
   for (const auto &[k, v] : options.compileOptions)
     (*p.mutable_options())[k] = v;
+
+  if (options.report)
+    *options.report = ::ds::formatFootprint(::ds::footprint(p));
 
   std::string payload;
   if (!p.SerializeToString(&payload))

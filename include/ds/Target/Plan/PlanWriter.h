@@ -21,6 +21,9 @@ struct PlanWriteOptions {
   std::map<std::string, std::string> compileOptions;
   /// Ranks the plan is compiled for (mpirun -np must match).
   int64_t worldSize = 1;
+  /// When set, receives the plan's per-rank memory and communication
+  /// report (ds-opt --report).
+  std::string *report = nullptr;
 };
 
 /// Serializes the planned dsrt `@forward` of `module` to `planPath`

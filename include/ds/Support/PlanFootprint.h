@@ -1,0 +1,61 @@
+//===- PlanFootprint.h - a plan's per-rank memory and traffic ---*- C++ -*-===//
+//
+// Part of the ds project. Plain C++ on the plan.bin schema (no MLIR, no
+// runtime): ds-opt --report prints it, ds-run checks its measurements
+// against it.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DS_SUPPORT_PLANFOOTPRINT_H
+#define DS_SUPPORT_PLANFOOTPRINT_H
+
+#include <cstdint>
+#include <string>
+
+namespace ds {
+namespace plan {
+class Plan;
+}
+
+/// What one rank of a plan holds and moves per step, and the ZeRO paper's
+/// figures for the same model (Ψ trainable parameters, N ranks).
+struct Footprint {
+  int world = 1, stage = 0;
+  std::string optimizer; // adam, sgd, ... (empty: no training step)
+  /// Trainable elements Ψ, and Ψ padded to whole shards.
+  uint64_t psi = 0, psiPadded = 0;
+  /// Optimizer state tensors per trainable parameter (Adam 2, SGD with
+  /// momentum 1, plus 1 with gradient accumulation).
+  double statePerParam = 0;
+  /// Storage per rank, bytes: trainable parameters (whole or shards),
+  /// non-trainable tensors (buffers such as masks), optimizer state.
+  uint64_t params = 0, buffers = 0, state = 0;
+  /// Gradient bytes the step keeps for the optimizer: whole gradients
+  /// (stages 0 and 1, which reduce after the backward pass) or this rank's
+  /// reduced shards (stages 2 and 3). They live in the arena.
+  uint64_t grads = 0;
+  /// The arena's planned peak: activations, gradients, gathered
+  /// parameters and workspace.
+  uint64_t arena = 0;
+  /// Collectives per step: count and bytes handed to them (all-reduce: the
+  /// tensor; all-gather: the gathered output; reduce-scatter: the input).
+  int allReduces = 0, allGathers = 0, reduceScatters = 0;
+  uint64_t allReduceBytes = 0, allGatherBytes = 0, reduceScatterBytes = 0;
+  uint64_t collectiveBytes() const {
+    return allReduceBytes + allGatherBytes + reduceScatterBytes;
+  }
+  /// Bytes a rank sends per step with ring algorithms: 2(N-1)/N of an
+  /// all-reduce, (N-1)/N of an all-gather or reduce-scatter.
+  double ringBytes() const;
+};
+
+Footprint footprint(const plan::Plan &plan);
+
+/// The table `ds-opt --report` prints: each figure beside the ZeRO
+/// formula's (fp32 and, for reference, DeepSpeed's mixed precision), and
+/// the reasons they differ.
+std::string formatFootprint(const Footprint &f);
+
+} // namespace ds
+
+#endif // DS_SUPPORT_PLANFOOTPRINT_H

@@ -1,0 +1,211 @@
+//===- PlanFootprint.cpp - a plan's per-rank memory and traffic -----------===//
+//
+// Part of the ds project (no MLIR or LLVM).
+//
+//===----------------------------------------------------------------------===//
+
+#include "ds/Support/PlanFootprint.h"
+
+#include "plan.pb.h"
+
+#include <cstdio>
+#include <map>
+
+namespace ds {
+
+namespace {
+uint64_t elementBytes(plan::DType t) {
+  switch (t) {
+  case plan::F16:
+  case plan::BF16: return 2;
+  case plan::I64: return 8;
+  case plan::BOOL: return 1;
+  default: return 4;
+  }
+}
+
+uint64_t product(const google::protobuf::RepeatedField<int64_t> &dims) {
+  uint64_t n = 1;
+  for (int64_t d : dims)
+    n *= static_cast<uint64_t>(d);
+  return n;
+}
+} // namespace
+
+double Footprint::ringBytes() const {
+  if (world <= 1)
+    return 0;
+  double part = static_cast<double>(world - 1) / world;
+  return part * (2.0 * allReduceBytes + allGatherBytes + reduceScatterBytes);
+}
+
+Footprint footprint(const plan::Plan &p) {
+  Footprint f;
+  f.world = p.world_size() == 0 ? 1 : static_cast<int>(p.world_size());
+  f.stage = static_cast<int>(p.zero_stage());
+  f.arena = p.programs_size() ? p.programs(0).arena_bytes() : 0;
+  int trainable = 0, states = 0;
+  for (const plan::Parameter &param : p.parameters()) {
+    uint64_t bytes = product(param.shape()) * elementBytes(param.dtype());
+    if (param.state()) {
+      f.state += bytes;
+      ++states;
+    } else if (param.trainable()) {
+      f.params += bytes;
+      ++trainable;
+      uint64_t whole = param.sharded() ? product(param.full_shape())
+                                       : product(param.shape());
+      f.psi += whole;
+      f.psiPadded += param.sharded() ? product(param.shape()) * f.world : whole;
+    } else {
+      f.buffers += bytes;
+    }
+  }
+  f.statePerParam = trainable ? static_cast<double>(states) / trainable : 0;
+  if (p.programs_size() == 0)
+    return f;
+  const plan::Program &prog = p.programs(0);
+  std::map<uint32_t, const plan::Instruction *> producer;
+  for (const plan::Instruction &ins : prog.instructions())
+    for (uint32_t id : ins.outputs())
+      producer[id] = &ins;
+  auto bytesOf = [&](uint32_t id) -> uint64_t {
+    return id < static_cast<uint32_t>(p.buffers_size()) ? p.buffers(id).bytes()
+                                                         : 0;
+  };
+  for (const plan::Instruction &ins : prog.instructions()) {
+    const std::string &k = ins.kernel();
+    if (f.world > 1 && k == "all_reduce" && ins.outputs_size() == 1) {
+      ++f.allReduces;
+      f.allReduceBytes += bytesOf(ins.outputs(0));
+    } else if (f.world > 1 && k == "all_gather" && ins.outputs_size() == 1) {
+      ++f.allGathers;
+      f.allGatherBytes += bytesOf(ins.outputs(0));
+    } else if (f.world > 1 && k == "reduce_scatter" && ins.inputs_size() == 1) {
+      ++f.reduceScatters;
+      f.reduceScatterBytes += bytesOf(ins.inputs(0));
+    } else if ((k == "adam" || k == "sgd") && ins.inputs_size() >= 2) {
+      f.optimizer = k;
+      uint32_t grad = ins.inputs(1);
+      // Stage 1 keeps whole gradients until it reduces them.
+      auto it = producer.find(grad);
+      if (f.stage == 1 && it != producer.end() &&
+          it->second->kernel() == "reduce_scatter")
+        f.grads += bytesOf(it->second->inputs(0));
+      else
+        f.grads += bytesOf(grad);
+    }
+  }
+  return f;
+}
+
+namespace {
+std::string mib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", bytes / (1024.0 * 1024.0));
+  return buf;
+}
+} // namespace
+
+std::string formatFootprint(const Footprint &f) {
+  const double psi = static_cast<double>(f.psi), n = f.world;
+  const int s = f.stage;
+  // fp32 training: 4-byte parameters, gradients and state.
+  double fParams = s >= 3 ? 4 * psi / n : 4 * psi;
+  double fGrads = s >= 2 ? 4 * psi / n : 4 * psi;
+  double fState = 4 * f.statePerParam * psi / (s >= 1 ? n : 1);
+  // DeepSpeed's mixed-precision Adam table (REFERENCES.md): 16Ψ split.
+  double mixed = s == 0   ? 16 * psi
+                 : s == 1 ? 4 * psi + 12 * psi / n
+                 : s == 2 ? 2 * psi + 14 * psi / n
+                          : 16 * psi / n;
+  double commElems = (s >= 3 ? 3 : 2) * psi;
+  double fRing = f.world > 1 ? 4 * commElems * (n - 1) / n : 0;
+  std::string out;
+  char line[256];
+  auto row = [&](const char *what, double plan, double formula,
+                 const char *rule) {
+    std::snprintf(line, sizeof line, "  %-22s %14.0f %12s   %14.0f %12s  %6s  %s\n",
+                  what, plan, mib(plan).c_str(), formula,
+                  mib(formula).c_str(),
+                  formula > 0 ? (std::to_string(plan / formula).substr(0, 5)).c_str()
+                              : "-",
+                  rule);
+    out += line;
+  };
+  std::snprintf(line, sizeof line,
+                "ZeRO stage %d, %d rank(s), optimizer %s, fp32; Ψ = %llu "
+                "trainable parameters (%llu with shard padding)\n",
+                s, f.world, f.optimizer.empty() ? "none" : f.optimizer.c_str(),
+                static_cast<unsigned long long>(f.psi),
+                static_cast<unsigned long long>(f.psiPadded));
+  out += line;
+  std::snprintf(line, sizeof line, "  %-22s %14s %12s   %14s %12s  %6s  %s\n",
+                "per rank", "plan bytes", "MiB", "formula bytes", "MiB",
+                "ratio", "formula");
+  out += line;
+  row("parameters", f.params, fParams, s >= 3 ? "4Ψ/N" : "4Ψ");
+  row("gradients", f.grads, fGrads, s >= 2 ? "4Ψ/N" : "4Ψ");
+  char kRule[32];
+  std::snprintf(kRule, sizeof kRule, "%gx4Ψ%s", f.statePerParam,
+                s >= 1 ? "/N" : "");
+  row("optimizer state", f.state, fState, kRule);
+  row("model states", f.params + f.grads + f.state, fParams + fGrads + fState,
+      "sum of the three");
+  std::snprintf(line, sizeof line,
+                "  (for reference, DeepSpeed's mixed-precision Adam table: "
+                "%s = %.0f bytes, %s MiB)\n",
+                s == 0   ? "16Ψ"
+                : s == 1 ? "4Ψ+12Ψ/N"
+                : s == 2 ? "2Ψ+14Ψ/N"
+                         : "16Ψ/N",
+                mixed, mib(mixed).c_str());
+  out += line;
+  std::snprintf(line, sizeof line, "  %-22s %14llu %12s   (not in the formula)\n",
+                "buffers", static_cast<unsigned long long>(f.buffers),
+                mib(f.buffers).c_str());
+  out += line;
+  std::snprintf(line, sizeof line,
+                "  %-22s %14llu %12s   (not in the formula: activations, "
+                "gathered parameters, gradients, workspace)\n",
+                "arena peak", static_cast<unsigned long long>(f.arena),
+                mib(f.arena).c_str());
+  out += line;
+  std::snprintf(line, sizeof line,
+                "  collectives per step: %d all-reduce (%llu bytes), %d "
+                "all-gather (%llu bytes), %d reduce-scatter (%llu bytes); "
+                "%llu bytes handed in all\n",
+                f.allReduces, static_cast<unsigned long long>(f.allReduceBytes),
+                f.allGathers, static_cast<unsigned long long>(f.allGatherBytes),
+                f.reduceScatters,
+                static_cast<unsigned long long>(f.reduceScatterBytes),
+                static_cast<unsigned long long>(f.collectiveBytes()));
+  out += line;
+  row("ring traffic per rank", f.ringBytes(), fRing,
+      s >= 3 ? "3Ψ x 4 x (N-1)/N" : "2Ψ x 4 x (N-1)/N");
+  out += "  differences from the formulas:\n";
+  if (f.psiPadded != f.psi) {
+    std::snprintf(line, sizeof line,
+                  "    - padding: every partitioned tensor is padded to N "
+                  "equal shards (%llu elements in all)\n",
+                  static_cast<unsigned long long>(f.psiPadded - f.psi));
+    out += line;
+  }
+  if (s >= 3 && f.params > fParams * 1.01 + 64 * f.world)
+    out += "    - parameters under --param-persistence-threshold stay whole "
+           "on every rank\n";
+  if (f.world > 1)
+    out += "    - the loss (4 bytes) and, with --grad-clip, the squared norm "
+           "are all-reduced too\n";
+  if (s >= 3)
+    out += "    - stage 3 gathers each parameter once in forward and once in "
+           "backward (a parameter used only in one pass is gathered once)\n";
+  if (s == 1)
+    out += "    - stage 1 holds whole gradients until the backward pass ends, "
+           "then keeps the reduced shard\n";
+  out += "    - the formulas count no activations or buffers (the arena and "
+         "buffers rows)\n";
+  return out;
+}
+
+} // namespace ds
