@@ -197,6 +197,7 @@ std::shared_ptr<const Plan> loadPlan(const std::string &path, std::string &err) 
     return nullptr;
   }
   plan->path = path;
+  plan->checksum = h.checksum;
   size_t slash = path.find_last_of('/');
   plan->dir = slash == std::string::npos ? "." : path.substr(0, slash);
   if (plan->dir.empty())
@@ -215,6 +216,8 @@ PlanInfo describe(const Plan &plan) {
   info.parameters = p.parameters_size();
   info.loss = p.loss();
   info.updatesParameters = p.updates_parameters();
+  info.planHash = plan.checksum;
+  info.zeroStage = static_cast<int>(p.zero_stage());
   info.worldSize = p.world_size() == 0 ? 1 : static_cast<int>(p.world_size());
   info.weightsPath = p.weights().path();
   if (!info.weightsPath.empty())

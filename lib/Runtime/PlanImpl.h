@@ -18,6 +18,7 @@ public:
   plan::Plan proto;
   std::string path; // the plan file
   std::string dir;  // its folder (weights paths are relative to it)
+  uint64_t checksum = 0; // the header's FNV-1a 64 of the payload
 };
 
 DType toDType(plan::DType t);

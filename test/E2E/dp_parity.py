@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""Data parallelism (ZeRO stage 0): N MPI ranks against one rank on the same
-global batch. The GPT example, exported with dynamic batch and sequence, is
+"""Data parallelism with ZeRO stage 0-3: N MPI ranks against one rank on the
+same global batch; the N-rank run's sharded checkpoint, consolidated, is
+compared with the one-rank weights. The GPT example, exported with dynamic batch and sequence, is
 compiled for one rank at batch 8 and for N ranks at batch 8/N.
 
 Tolerances: losses 1e-5 relative each step; final weights 1e-5 absolute
@@ -14,6 +15,7 @@ agree to ~2e-6.
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -49,20 +51,33 @@ def main():
     one = "one_" + args.optimizer
     subprocess.run([args.ds_opt, onnx_path, *shapes(per_rank), *opt,
                     f"--world-size={args.ranks}", f"--zero={args.zero}", "-o", w(tag_n + ".plan")], check=True)
-    run = lambda prefix, plan, tag: subprocess.run(
+    run = lambda prefix, plan, tag, extra=[]: subprocess.run(
         prefix + [args.ds_run, plan, "--steps", "5", "--data", w("data.npz"),
                   "--log-json", w(tag + ".json"), "--save-weights", w(tag + ".npz"),
-                  "--threads", "1"], check=True, capture_output=True, text=True, timeout=300)
+                  "--threads", "1"] + extra, check=True, capture_output=True, text=True,
+        timeout=300)
     if not os.path.exists(w(one + ".npz")):  # shared by the runs of one lit test
         subprocess.run([args.ds_opt, onnx_path, *shapes(8), *opt, "-o", w(one + ".plan")],
                        check=True)
         run([], w(one + ".plan"), one)
-    out = run(args.mpirun.split() + ["-np", str(args.ranks)], w(tag_n + ".plan"), tag_n)
+    ck = w(tag_n + "_ck")
+    shutil.rmtree(ck, ignore_errors=True)
+    out = run(args.mpirun.split() + ["-np", str(args.ranks)], w(tag_n + ".plan"), tag_n,
+              ["--save", ck])
+    # The sharded checkpoint, consolidated, holds the weights --save-weights
+    # gathered, bit for bit.
+    subprocess.run([args.ds_run, "--consolidate", ck, "-o", w(tag_n + "_c.npz")],
+                   check=True, capture_output=True)
+    wc, ws = np.load(w(tag_n + "_c.npz")), np.load(w(tag_n + ".npz"))
+    if sorted(wc.files) != sorted(ws.files) or any(
+            not np.array_equal(wc[k], ws[k]) for k in ws.files):
+        print("FAIL: the consolidated checkpoint differs from --save-weights")
+        sys.exit(1)
     print(out.stdout.strip().splitlines()[-2])
     a = [json.loads(l)["loss"] for l in open(w(one + ".json"))]
     b = [json.loads(l)["loss"] for l in open(w(tag_n + ".json"))]
     loss_err = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-    w1, wn = np.load(w(one + ".npz")), np.load(w(tag_n + ".npz"))
+    w1, wn = np.load(w(one + ".npz")), np.load(w(tag_n + "_c.npz"))
     if sorted(w1.files) != sorted(wn.files) or any(w1[k].shape != wn[k].shape for k in w1.files):
         print("FAIL: the weights differ in names or shapes")
         sys.exit(1)

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ds/Runtime/Checkpoint.h"
 #include "ds/Runtime/Comm.h"
 #include "ds/Runtime/Runtime.h"
 #include "ds/Runtime/Schedule.h"
@@ -44,6 +45,18 @@ usage: ds-run PLAN [options]
                         targets (default: idx,targets)
   --token-dtype T       uint16 (default) or uint32, for a raw .bin
   --lr X                override the plan's learning rate
+  --save DIR            write a sharded checkpoint to DIR after the last
+                        step (and every K steps with --save-every K): one
+                        file per rank, a manifest with checksums, DIR/latest
+                        naming the newest complete one
+  --save-every K        checkpoint every K steps too
+  --resume DIR          continue from the checkpoint in DIR (its latest, or
+                        a step folder): --steps N is the total to reach; the
+                        plan and world size must be those that saved it
+  --consolidate DIR     merge the checkpoint's shards into whole tensors and
+                        write them with -o FILE (.safetensors or .npz); no
+                        plan or MPI needed (--with-optimizer-state adds the
+                        optimizer state)
   --save-weights FILE   after training, write the parameters, named by their
                         ONNX initializer names: FILE.onnx (the source model
                         with trained initializers), FILE.safetensors or
@@ -135,6 +148,9 @@ int run(int argc, char **argv) {
   std::string planPath, outputsPath, logPath;
   std::vector<std::string> inputSpecs;
   bool forwardOnly = false, profile = false;
+  std::string saveDir, resumeDir, consolidateDir, consolidateOut;
+  long long saveEvery = 0;
+  bool withState = false;
   std::string dataPath, saveWeights, tokensPath, tokenDtype = "uint16",
                                       tokenInputs = "idx,targets";
   long long steps = 0;
@@ -184,6 +200,23 @@ int run(int argc, char **argv) {
           !endsWith(saveWeights, ".safetensors"))
         return fail("--save-weights writes .onnx, .safetensors or .npz, got '" +
                     saveWeights + "'");
+    } else if (flag == "--save") {
+      if (!value(saveDir))
+        return fail("--save needs a folder");
+    } else if (flag == "--resume") {
+      if (!value(resumeDir))
+        return fail("--resume needs a checkpoint folder");
+    } else if (flag == "--consolidate") {
+      if (!value(consolidateDir))
+        return fail("--consolidate needs a checkpoint folder");
+    } else if (a == "-o" || flag == "--output") {
+      if (!value(consolidateOut))
+        return fail("-o needs a file");
+    } else if (a == "--with-optimizer-state") {
+      withState = true;
+    } else if (flag == "--save-every") {
+      if (!value(v) || !parseInt(v, saveEvery) || saveEvery < 1)
+        return fail("--save-every needs a positive integer, got '" + v + "'");
     } else if (flag == "--tokens") {
       if (!value(tokensPath))
         return fail("--tokens needs a file");
@@ -217,6 +250,22 @@ int run(int argc, char **argv) {
       return fail("more than one plan given: '" + planPath + "' and '" + a + "'");
     }
   }
+  if (!consolidateDir.empty()) {
+    if (consolidateOut.empty())
+      return fail("--consolidate needs -o FILE (.safetensors or .npz)");
+    if (!planPath.empty())
+      return fail("--consolidate needs no plan (got '" + planPath + "')");
+    std::string err;
+    if (!consolidateCheckpoint(consolidateDir, consolidateOut, withState, err))
+      return fail(err);
+    std::printf("consolidated '%s' into '%s'\n", consolidateDir.c_str(),
+                consolidateOut.c_str());
+    return 0;
+  }
+  if (!consolidateOut.empty())
+    return fail("-o is for --consolidate; a plan's outputs go to --outputs");
+  if (saveEvery && saveDir.empty())
+    return fail("--save-every needs --save DIR");
   if (planPath.empty())
     return fail("no plan given (usage: ds-run PLAN --forward-only ...; see --help)");
 
@@ -251,6 +300,8 @@ int run(int argc, char **argv) {
     return fail("a training plan needs --steps N");
   if (!trainingPlan && (steps || !dataPath.empty() || !tokensPath.empty()))
     return fail("--steps and --data need a training plan (ds-opt --optimizer=...)");
+  if (!trainingPlan && (!saveDir.empty() || !resumeDir.empty()))
+    return fail("--save and --resume need a training plan");
 
   ExecutorOptions options;
   options.threads = static_cast<int>(threads);
@@ -440,7 +491,29 @@ int run(int argc, char **argv) {
                   std::to_string(measuredParams + measuredBuffers + measuredState) +
                   " bytes)");
     uint64_t stepComm = 0, plannedComm = planned.collectiveBytes() * accum;
-    for (long long s = 1; s <= steps; ++s) {
+    long long firstStep = 1;
+    if (!resumeDir.empty()) {
+      // Every rank checks its own shard; all agree before going on.
+      int64_t done = 0;
+      bool ok = loadCheckpoint(resumeDir, *exec, comm->rank(), info, done, err);
+      if (!comm->allOk(ok)) {
+        std::fprintf(stderr, "error: %s%s\n",
+                     comm->size() > 1
+                         ? ("rank " + std::to_string(comm->rank()) + ": ").c_str()
+                         : "",
+                     ok ? "the checkpoint was rejected on another rank" : err.c_str());
+        return 1;
+      }
+      if (done >= steps)
+        return fail("the checkpoint in '" + resumeDir + "' is at step " +
+                    std::to_string(done) + "; --steps " + std::to_string(steps) +
+                    " asks for no more");
+      firstStep = done + 1;
+      if (lead)
+        std::printf("resumed from '%s' at step %lld\n", resumeDir.c_str(),
+                    static_cast<long long>(done));
+    }
+    for (long long s = firstStep; s <= steps; ++s) {
      double lossSum = 0, msSum = 0;
      uint64_t comm0 = comm->collectiveBytes;
      uint64_t highWater = 0;
@@ -523,7 +596,7 @@ int run(int argc, char **argv) {
       stats.milliseconds = msSum;
       stats.arenaHighWater = highWater;
       totalMs += stats.milliseconds;
-      if (s == 1)
+      if (s == firstStep)
         firstLoss = loss;
       lastLoss = loss;
       double perSec = samples * accum / (stats.milliseconds / 1e3);
@@ -555,6 +628,19 @@ int run(int argc, char **argv) {
                      static_cast<unsigned long long>(plannedComm));
       if (stats.arenaHighWater > stats.arenaPlanned)
         return fail("the arena high-water mark exceeds the plan");
+      if (!saveDir.empty() && (s == steps || (saveEvery && s % saveEvery == 0))) {
+        if (!saveCheckpoint(saveDir, *exec, *comm, info, s, err)) {
+          // Every rank knows the save failed; the previous checkpoint stays.
+          std::fprintf(stderr, "error: %scheckpoint at step %lld: %s\n",
+                       comm->size() > 1
+                           ? ("rank " + std::to_string(comm->rank()) + ": ").c_str()
+                           : "",
+                       s, err.c_str());
+          return 1;
+        }
+        if (lead)
+          std::printf("checkpoint: step %lld saved to '%s'\n", s, saveDir.c_str());
+      }
     }
     if (log)
       std::fclose(log);
@@ -603,8 +689,9 @@ int run(int argc, char **argv) {
                 static_cast<unsigned long long>(plannedComm));
     std::printf("trained %lld steps (%s, %lld batch%s): loss %.6f -> %.6f, "
                 "mean %.3f ms/step\n",
-                steps, info.optimizer.c_str(), static_cast<long long>(batches),
-                batches == 1 ? "" : "es", firstLoss, lastLoss, totalMs / steps);
+                steps - firstStep + 1, info.optimizer.c_str(), static_cast<long long>(batches),
+                batches == 1 ? "" : "es", firstLoss, lastLoss,
+                totalMs / (steps - firstStep + 1));
     return 0;
   }
 

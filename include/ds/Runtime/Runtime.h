@@ -72,8 +72,10 @@ struct PlanInfo {
   std::string loss, weightsPath;
   /// The weights source as a path usable from the current directory.
   std::string weightsFile;
-  /// Ranks the plan is compiled for.
-  int worldSize = 1;
+  /// Ranks the plan is compiled for, and its ZeRO stage.
+  int worldSize = 1, zeroStage = 0;
+  /// The plan's checksum: a checkpoint records it to refuse another plan.
+  uint64_t planHash = 0;
   /// True for a training step (its kernels update parameters).
   bool updatesParameters = false;
   /// For a training plan: the optimizer kernel id and its learning rate.

@@ -1,0 +1,431 @@
+//===- Checkpoint.cpp - sharded checkpoints -------------------------------===//
+//
+// Part of the ds project (runtime: no MLIR or LLVM).
+//
+//===----------------------------------------------------------------------===//
+
+#include "ds/Runtime/Checkpoint.h"
+#include "PlanImpl.h"
+#include "ds/Runtime/Comm.h"
+#include "ds/Support/PlanFormat.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace ds::rt {
+namespace {
+
+constexpr const char *kManifest = "manifest.txt";
+constexpr const char *kMagic = "ds-checkpoint 1";
+
+std::string hex(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016" PRIx64, v);
+  return buf;
+}
+
+/// Flushes `path` (a file or a folder) to stable storage.
+bool syncPath(const std::string &path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0)
+    return false;
+  bool ok = ::fsync(fd) == 0;
+  ::close(fd);
+  return ok;
+}
+
+/// Renames `tmp` (already written) to `path` after syncing it, then syncs
+/// the folder: the file is either absent or whole, even after a crash.
+bool commitFile(const std::string &tmp, const std::string &path,
+                std::string &err) {
+  if (!syncPath(tmp) || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    err = "cannot write '" + path + "': " + std::strerror(errno);
+    return false;
+  }
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  syncPath(dir.empty() ? "." : dir);
+  return true;
+}
+
+bool writeText(const std::string &path, const std::string &text,
+               std::string &err) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.close();
+    if (!out) {
+      std::remove(tmp.c_str());
+      err = "cannot write '" + path + "'";
+      return false;
+    }
+  }
+  return commitFile(tmp, path, err);
+}
+
+std::string shapeText(const std::vector<int64_t> &shape) {
+  if (shape.empty())
+    return "-";
+  std::string s;
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? "x" : "") + std::to_string(shape[i]);
+  return s;
+}
+
+bool parseShape(const std::string &s, std::vector<int64_t> &shape) {
+  shape.clear();
+  if (s == "-")
+    return true;
+  std::stringstream in(s);
+  std::string part;
+  while (std::getline(in, part, 'x')) {
+    char *end = nullptr;
+    long long d = std::strtoll(part.c_str(), &end, 10);
+    if (part.empty() || *end || d < 0)
+      return false;
+    shape.push_back(d);
+  }
+  return true;
+}
+
+const char *dtypeKey(DType t) {
+  switch (t) {
+  case DType::F32: return "f32";
+  case DType::F16: return "f16";
+  case DType::BF16: return "bf16";
+  case DType::I64: return "i64";
+  case DType::I32: return "i32";
+  case DType::Bool: return "bool";
+  }
+  return "?";
+}
+
+bool parseDType(const std::string &s, DType &t) {
+  for (DType d : {DType::F32, DType::F16, DType::BF16, DType::I64, DType::I32,
+                  DType::Bool})
+    if (s == dtypeKey(d)) {
+      t = d;
+      return true;
+    }
+  return false;
+}
+
+std::string shardName(int rank) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "rank-%05d.npz", rank);
+  return buf;
+}
+
+struct Manifest {
+  uint64_t plan = 0;
+  int world = 0, stage = 0;
+  int64_t step = 0;
+  uint64_t runs = 0;
+  struct File {
+    std::string name;
+    uint64_t bytes = 0, hash = 0;
+  };
+  std::vector<File> files; // by rank
+  struct Tensor {
+    std::string name, kind; // kind: param, buffer, state
+    bool sharded = false;
+    DType dtype = DType::F32;
+    std::vector<int64_t> shape; // whole shape
+  };
+  std::vector<Tensor> tensors;
+};
+
+/// The step folder `dir` names: itself when it holds a manifest, else the
+/// one its `latest` file names.
+bool resolve(const std::string &dir, std::string &stepDir, std::string &err) {
+  if (std::filesystem::exists(dir + "/" + kManifest)) {
+    stepDir = dir;
+    return true;
+  }
+  std::ifstream latest(dir + "/latest");
+  std::string name;
+  if (!latest || !std::getline(latest, name) || name.empty() ||
+      name.find('/') != std::string::npos || name.find("..") != std::string::npos) {
+    err = "no checkpoint in '" + dir + "' (neither a latest file nor " +
+          kManifest + ")";
+    return false;
+  }
+  stepDir = dir + "/" + name;
+  return true;
+}
+
+bool readManifest(const std::string &stepDir, Manifest &m, std::string &err) {
+  std::string path = stepDir + "/" + kManifest;
+  std::ifstream in(path);
+  if (!in) {
+    err = "checkpoint manifest '" + path + "' is missing";
+    return false;
+  }
+  auto bad = [&](const std::string &why) {
+    err = "checkpoint manifest '" + path + "' is corrupt: " + why;
+    return false;
+  };
+  std::string line;
+  if (!std::getline(in, line) || line != kMagic)
+    return bad("it does not start with '" + std::string(kMagic) + "'");
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string key;
+    ls >> key;
+    if (key == "plan") {
+      std::string h;
+      ls >> h;
+      m.plan = std::strtoull(h.c_str(), nullptr, 16);
+    } else if (key == "world_size") {
+      ls >> m.world;
+    } else if (key == "zero_stage") {
+      ls >> m.stage;
+    } else if (key == "step") {
+      ls >> m.step;
+    } else if (key == "runs") {
+      ls >> m.runs;
+    } else if (key == "file") {
+      int rank = -1;
+      Manifest::File f;
+      std::string h;
+      ls >> rank >> f.name >> f.bytes >> h;
+      f.hash = std::strtoull(h.c_str(), nullptr, 16);
+      if (!ls || rank != static_cast<int>(m.files.size()) ||
+          f.name.find('/') != std::string::npos)
+        return bad("bad file line '" + line + "'");
+      m.files.push_back(f);
+    } else if (key == "tensor") {
+      Manifest::Tensor t;
+      std::string sharded, dtype, shape;
+      ls >> t.kind >> sharded >> dtype >> shape;
+      std::getline(ls >> std::ws, t.name);
+      t.sharded = sharded == "sharded";
+      if (t.name.empty() ||
+          (t.kind != "param" && t.kind != "buffer" && t.kind != "state") ||
+          !parseDType(dtype, t.dtype) || !parseShape(shape, t.shape))
+        return bad("bad tensor line '" + line + "'");
+      m.tensors.push_back(t);
+    } else if (!key.empty()) {
+      return bad("unknown key '" + key + "'");
+    }
+  }
+  if (m.world < 1 || static_cast<int>(m.files.size()) != m.world ||
+      m.step < 0)
+    return bad("world size " + std::to_string(m.world) + " with " +
+               std::to_string(m.files.size()) + " shard files");
+  return true;
+}
+
+/// Reads shard `rank`'s file after checking its size and checksum.
+bool readShard(const std::string &stepDir, const Manifest &m, int rank,
+               std::map<std::string, HostTensor> &arrays, std::string &err) {
+  const Manifest::File &f = m.files[rank];
+  std::string path = stepDir + "/" + f.name;
+  std::string bytes;
+  if (!readFile(path, bytes)) {
+    err = "checkpoint shard '" + path + "' of rank " + std::to_string(rank) +
+          " is missing";
+    return false;
+  }
+  if (bytes.size() != f.bytes || fnv1a64(bytes.data(), bytes.size()) != f.hash) {
+    err = "checkpoint shard '" + path + "' of rank " + std::to_string(rank) +
+          " is corrupt (" +
+          (bytes.size() != f.bytes ? "size " + std::to_string(bytes.size()) +
+                                         ", the manifest says " +
+                                         std::to_string(f.bytes)
+                                   : std::string("checksum mismatch")) +
+          ")";
+    return false;
+  }
+  return readNpz(path, arrays, err);
+}
+
+} // namespace
+
+bool saveCheckpoint(const std::string &dir, Executor &exec, Communicator &comm,
+                    const PlanInfo &info, int64_t step, std::string &err) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
+  std::string stepDir = dir + "/" + name;
+  std::vector<Executor::Storage> storage = exec.storage();
+  // This rank's shard file.
+  bool ok = true;
+  std::error_code ec;
+  std::filesystem::create_directories(stepDir, ec);
+  if (ec) {
+    err = "cannot create '" + stepDir + "': " + ec.message();
+    ok = false;
+  }
+  std::string path = stepDir + "/" + shardName(comm.rank());
+  uint64_t record[3] = {0, 0, 0}; // ok, bytes, hash
+  if (ok) {
+    std::vector<HostTensor> tensors(storage.size());
+    std::vector<std::pair<std::string, const HostTensor *>> arrays;
+    for (size_t i = 0; i < storage.size(); ++i) {
+      tensors[i].dtype = storage[i].dtype;
+      tensors[i].shape = storage[i].shape;
+      const auto *data = static_cast<const unsigned char *>(storage[i].data);
+      tensors[i].data.assign(data, data + storage[i].bytes);
+      arrays.push_back({storage[i].name, &tensors[i]});
+    }
+    std::string bytes;
+    ok = writeNpz(path + ".tmp", arrays, err) && commitFile(path + ".tmp", path, err) &&
+         readFile(path, bytes);
+    if (ok) {
+      record[0] = 1;
+      record[1] = bytes.size();
+      record[2] = fnv1a64(bytes.data(), bytes.size());
+    } else if (err.empty()) {
+      err = "cannot read back '" + path + "'";
+    }
+  }
+  // Rank 0 writes the manifest once every shard is on disk, then `latest`.
+  std::vector<uint64_t> all(3 * comm.size());
+  std::string why;
+  if (!comm.allGather(record, all.data(), 3, DType::I64, why)) {
+    err = why;
+    return false;
+  }
+  bool everyone = true;
+  for (int r = 0; r < comm.size(); ++r)
+    everyone &= all[3 * r] == 1;
+  if (!everyone) {
+    if (ok)
+      err = "another rank could not write its checkpoint shard";
+    return false;
+  }
+  bool written = true;
+  if (comm.rank() == 0) {
+    std::string text = std::string(kMagic) + "\n";
+    text += "plan " + hex(info.planHash) + "\n";
+    text += "world_size " + std::to_string(comm.size()) + "\n";
+    text += "zero_stage " + std::to_string(info.zeroStage) + "\n";
+    text += "step " + std::to_string(step) + "\n";
+    text += "runs " + std::to_string(exec.completedRuns()) + "\n";
+    for (int r = 0; r < comm.size(); ++r)
+      text += "file " + std::to_string(r) + " " + shardName(r) + " " +
+              std::to_string(all[3 * r + 1]) + " " + hex(all[3 * r + 2]) + "\n";
+    for (const Executor::Storage &st : storage)
+      text += std::string("tensor ") +
+              (st.state ? "state" : st.trainable ? "param" : "buffer") + " " +
+              (st.sharded ? "sharded" : "whole") + " " + dtypeKey(st.dtype) +
+              " " + shapeText(st.sharded ? st.fullShape : st.shape) + " " +
+              st.name + "\n";
+    written = writeText(stepDir + "/" + kManifest, text, err) &&
+              writeText(dir + "/latest", std::string(name) + "\n", err);
+  }
+  if (!comm.allOk(written)) {
+    if (written)
+      err = "rank 0 could not write the checkpoint manifest";
+    return false;
+  }
+  return true;
+}
+
+bool loadCheckpoint(const std::string &dir, Executor &exec, int rank,
+                    const PlanInfo &info, int64_t &step, std::string &err) {
+  std::string stepDir;
+  Manifest m;
+  if (!resolve(dir, stepDir, err) || !readManifest(stepDir, m, err))
+    return false;
+  if (m.plan != info.planHash) {
+    err = "checkpoint '" + stepDir + "' was saved by another plan (plan "
+          "checksum " + hex(m.plan) + ", this plan's " + hex(info.planHash) +
+          ")";
+    return false;
+  }
+  if (m.world != info.worldSize) {
+    err = "checkpoint '" + stepDir + "' was saved by " +
+          std::to_string(m.world) + " rank(s), this plan runs " +
+          std::to_string(info.worldSize) +
+          " (consolidate it with ds-run --consolidate and train from the "
+          "weights)";
+    return false;
+  }
+  std::map<std::string, HostTensor> arrays;
+  if (!readShard(stepDir, m, rank, arrays, err))
+    return false;
+  for (const Executor::Storage &st : exec.storage()) {
+    auto it = arrays.find(st.name);
+    if (it == arrays.end()) {
+      err = "checkpoint shard of rank " + std::to_string(rank) + " has no '" +
+            st.name + "'";
+      return false;
+    }
+    const HostTensor &t = it->second;
+    if (t.dtype != st.dtype || t.shape != st.shape || t.data.size() != st.bytes) {
+      err = "checkpoint tensor '" + st.name + "' is " + dtypeName(t.dtype) +
+            " " + t.shapeString() + ", the plan's is different";
+      return false;
+    }
+    std::memcpy(st.data, t.data.data(), st.bytes);
+  }
+  exec.setCompletedRuns(m.runs);
+  step = m.step;
+  return true;
+}
+
+bool consolidateCheckpoint(const std::string &dir, const std::string &out,
+                           bool withState, std::string &err) {
+  std::string stepDir;
+  Manifest m;
+  if (!resolve(dir, stepDir, err) || !readManifest(stepDir, m, err))
+    return false;
+  std::vector<std::map<std::string, HostTensor>> shards(m.world);
+  for (int r = 0; r < m.world; ++r)
+    if (!readShard(stepDir, m, r, shards[r], err))
+      return false;
+  std::vector<HostTensor> whole;
+  std::vector<std::string> names;
+  whole.reserve(m.tensors.size());
+  for (const Manifest::Tensor &t : m.tensors) {
+    if (t.kind == "state" && !withState)
+      continue;
+    HostTensor w;
+    w.dtype = t.dtype;
+    w.shape = t.shape;
+    size_t want = w.numel() * dtypeSize(t.dtype);
+    for (int r = 0; r < (t.sharded ? m.world : 1); ++r) {
+      auto it = shards[r].find(t.name);
+      if (it == shards[r].end() || it->second.dtype != t.dtype) {
+        err = "checkpoint shard of rank " + std::to_string(r) + " has no " +
+              dtypeKey(t.dtype) + " '" + t.name + "'";
+        return false;
+      }
+      w.data.insert(w.data.end(), it->second.data.begin(), it->second.data.end());
+    }
+    if (w.data.size() < want) {
+      err = "checkpoint tensor '" + t.name + "' holds " +
+            std::to_string(w.data.size()) + " bytes, its shape " +
+            w.shapeString() + " needs " + std::to_string(want);
+      return false;
+    }
+    w.data.resize(want); // drop the shards' padding
+    whole.push_back(std::move(w));
+    names.push_back(t.name);
+  }
+  std::vector<std::pair<std::string, const HostTensor *>> arrays;
+  for (size_t i = 0; i < whole.size(); ++i)
+    arrays.push_back({names[i], &whole[i]});
+  auto endsWith = [&](const std::string &suffix) {
+    return out.size() >= suffix.size() &&
+           out.compare(out.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (endsWith(".safetensors"))
+    return writeSafetensors(out, arrays, err);
+  if (endsWith(".npz"))
+    return writeNpz(out, arrays, err);
+  err = "--consolidate writes .safetensors or .npz, got '" + out + "'";
+  return false;
+}
+
+} // namespace ds::rt
