@@ -1,22 +1,33 @@
 #!/usr/bin/env bash
-# The main job: compile the bundled GPT example and train it.
+# The main job: compile the bundled GPT example with ZeRO-3 for 2 ranks and
+# train it on 2 CPU ranks.
 #   1. ds-opt imports it and prints what it found (inputs, parameters, loss,
 #      op histogram, FLOPs);
-#   2. ds-opt compiles a training step (autodiff + AdamW, memory plan
-#      included) to build/gpt-train.plan;
-#   3. ds-run trains it for 10 steps on the bundled batch: the loss goes down.
-# It grows into ZeRO-3 + automatic recompute training on 2 ranks as those
-# stages land.
+#   2. ds-opt compiles a training step for 2 data-parallel ranks with ZeRO
+#      stage 3 (autodiff, AdamW, parameter/gradient/state partitioning,
+#      memory plan) to build/gpt-train.plan and prints the per-rank memory
+#      and communication report beside the ZeRO formulas;
+#   3. mpirun -np 2 ds-run trains it for 10 steps on examples/gpt/train.npz
+#      (4 global batches of 8 sequences, 4 per rank), saving a sharded
+#      checkpoint;
+#   4. ds-run --consolidate merges the checkpoint into whole weights.
+# Automatic recompute joins this job when the recompute pass lands.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${DS_BUILD_DIR:-$ROOT/build}"
+OUT="${DS_OUT:-$BUILD}" # where the plan, checkpoint and weights go
 EX="$ROOT/examples/gpt"
+# Root in a container needs --allow-run-as-root; 2 ranks on fewer cores
+# need --oversubscribe.
+MPIRUN="${MPIRUN:-mpirun --allow-run-as-root --oversubscribe}"
 echo "== ds-opt: what the model holds"
 "$BUILD/bin/ds-opt" "$EX/gpt.onnx" --emit=summary
-echo "== ds-opt: compile a training step (AdamW) to $BUILD/gpt-train.plan"
+echo "== ds-opt: compile a ZeRO-3 training step (AdamW) for 2 ranks to $OUT/gpt-train.plan"
 "$BUILD/bin/ds-opt" "$EX/gpt.onnx" --optimizer=adamw --lr=3e-3 --weight-decay=0.01 \
-  -o "$BUILD/gpt-train.plan"
-echo "== ds-run: train 10 steps"
-"$BUILD/bin/ds-run" "$BUILD/gpt-train.plan" --steps 10 --data "$EX/inputs.npz" \
-  --save-weights "$BUILD/gpt-trained.npz"
-echo "trained weights written to $BUILD/gpt-trained.npz"
+  --world-size=2 --zero=3 --report -o "$OUT/gpt-train.plan"
+echo "== mpirun -np 2 ds-run: train 10 steps, checkpoint to $OUT/gpt-ckpt"
+rm -rf "$OUT/gpt-ckpt"
+$MPIRUN -np 2 "$BUILD/bin/ds-run" "$OUT/gpt-train.plan" --steps 10 \
+  --data "$EX/train.npz" --save "$OUT/gpt-ckpt" --save-every 5
+echo "== ds-run --consolidate: whole weights from the shards"
+"$BUILD/bin/ds-run" --consolidate "$OUT/gpt-ckpt" -o "$OUT/gpt-trained.safetensors"

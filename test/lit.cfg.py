@@ -19,6 +19,7 @@ config.excludes = ["Inputs", "CMakeLists.txt", "lit.cfg.py", "Utils",
 llvm_config.use_default_substitutions()
 config.substitutions.append(("%python", config.ds_python))
 config.substitutions.append(("%ds_src", config.ds_src_root))
+config.substitutions.append(("%ds_obj", config.ds_obj_root))
 config.substitutions.append(
     ("%gen-model", config.ds_python + " " +
      os.path.join(config.ds_src_root, "test", "Import", "gen_models.py")))

@@ -6,8 +6,8 @@ The export follows what ds expects of a training graph (see
 opset 17, so that every parameter is one initializer named as in torch and
 the loss (SoftmaxCrossEntropyLoss) is a graph output.
 
-    /usr/bin/python3 examples/gpt/export_gpt.py --inputs examples/gpt/inputs.npz
-                                                                # gpt.onnx + inputs.npz (tiny, committed)
+    /usr/bin/python3 examples/gpt/export_gpt.py --inputs examples/gpt/inputs.npz \
+        --train-data examples/gpt/train.npz     # gpt.onnx, inputs.npz, train.npz (tiny, committed)
     /usr/bin/python3 examples/gpt/export_gpt.py --size gpt2-small -o /tmp/gpt2.onnx
 
 The tiny model is what the README's main job compiles; gpt2-small has the
@@ -158,6 +158,12 @@ def main():
     ap.add_argument("--inputs", default=None,
                     help="also write the inputs (idx, targets) to this .npz, "
                          "for ds-run --inputs")
+    ap.add_argument("--train-data", default=None,
+                    help="also write training data to this .npz: --batches "
+                         "global batches of --global-batch rows, stacked "
+                         "(ds-run --data uses them in turn, each rank its rows)")
+    ap.add_argument("--global-batch", type=int, default=8)
+    ap.add_argument("--batches", type=int, default=4)
     args = ap.parse_args()
     out = args.output or os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                       "gpt.onnx" if args.size == "tiny" else f"gpt-{args.size}.onnx")
@@ -169,6 +175,20 @@ def main():
     if args.inputs:
         import numpy as np
         np.savez(args.inputs, idx=idx.numpy(), targets=targets.numpy())
+    if args.train_data:
+        import numpy as np
+        vocab, _, _, _, _, _, seq = SIZES[args.size]
+        g = torch.Generator().manual_seed(args.seed + 1)
+        rows = args.global_batch * args.batches
+        # A learnable stream: each token follows from the one before it
+        # (t' = 3t + 7 mod vocab) from a random start; targets are the
+        # inputs shifted by one, so the loss falls well below ln(vocab).
+        start = torch.randint(0, vocab, (rows, 1), generator=g)
+        tokens = start.expand(rows, seq + 1).clone()
+        for i in range(1, seq + 1):
+            tokens[:, i] = (3 * tokens[:, i - 1] + 7) % vocab
+        np.savez(args.train_data, idx=tokens[:, :-1].numpy(),
+                 targets=tokens[:, 1:].numpy())
     if args.npz:
         import numpy as np
         with torch.no_grad():

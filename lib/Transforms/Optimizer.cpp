@@ -156,6 +156,12 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
       }
     }
 
+    struct PendingGather {
+      unsigned result;
+      Value shard;
+      RankedTensorType whole;
+    };
+    SmallVector<PendingGather> pendingGathers;
     int updated = 0;
     for (unsigned i = 0, e = results.size(); i < e; ++i) {
       auto name = func.getResultAttrOfType<StringAttr>(i, "ds.grad");
@@ -190,19 +196,13 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
                                     b.getI64IntegerAttr(0));
         }
       }
-      // The new parameter: the updated shard, or the whole tensor gathered
-      // from every rank's updated shard.
+      // The new parameter: the updated shard, or (for a whole parameter)
+      // gathered from every rank's updated shard after the loop.
       auto wholeParam = [&](Value updated) -> Value {
-        if (updated.getType() == param.getType())
-          return updated;
-        auto full = cast<RankedTensorType>(param.getType());
-        auto shard = cast<RankedTensorType>(updated.getType());
-        Value gathered = AllGatherOp::create(
-            b, loc,
-            RankedTensorType::get({shard.getDimSize(0) * world},
-                                  shard.getElementType()),
-            updated, b.getI64IntegerAttr(0));
-        return unpadReshape(b, loc, gathered, full);
+        if (updated.getType() != param.getType())
+          pendingGathers.push_back(
+              {i, updated, cast<RankedTensorType>(param.getType())});
+        return updated;
       };
       Value acc;
       std::string accName = name.str() + ".grad_accum";
@@ -269,6 +269,26 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
     if (updated == 0) {
       func.emitError("no gradients to apply: run --ds-autodiff first");
       return signalPassFailure();
+    }
+    // The updated shards of whole parameters, gathered in buckets.
+    for (size_t first = 0; first < pendingGathers.size();) {
+      size_t last = first;
+      int64_t elements = 0;
+      SmallVector<Value> shards;
+      SmallVector<RankedTensorType> types;
+      while (last < pendingGathers.size() &&
+             (last == first || elements < allgatherBucketSize)) {
+        shards.push_back(pendingGathers[last].shard);
+        types.push_back(pendingGathers[last].whole);
+        elements += cast<RankedTensorType>(shards.back().getType())
+                        .getDimSize(0) * world;
+        ++last;
+      }
+      SmallVector<Value> wholes =
+          gatherBucket(b, func.getLoc(), shards, types, world);
+      for (size_t k = first; k < last; ++k)
+        results[pendingGathers[k].result] = wholes[k - first];
+      first = last;
     }
     ret->setOperands(results);
     func.setType(FunctionType::get(ctx, argTypes,

@@ -75,31 +75,63 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
     if (stage == 3 && failed(partitionParameters(func, inForward)))
       return signalPassFailure();
 
+    // The loss: its mean over ranks, once the step is done.
+    SmallVector<unsigned> grads;
     for (unsigned i = 0; i < ret->getNumOperands(); ++i) {
-      Value v = ret->getOperand(i);
-      bool isLoss = func.getResultAttr(i, attrs::kLoss) != nullptr;
-      bool isGrad = func.getResultAttr(i, "ds.grad") != nullptr;
-      if (!isLoss && !isGrad)
-        continue;
-      if (isLoss || stage == 0) {
+      if (func.getResultAttr(i, "ds.grad")) {
+        grads.push_back(i);
+      } else if (func.getResultAttr(i, attrs::kLoss)) {
         b.setInsertionPoint(ret);
+        Value v = ret->getOperand(i);
         ret->setOperand(i, AllReduceOp::create(b, v.getLoc(), v,
                                                b.getStringAttr("mean"),
                                                b.getI64IntegerAttr(0)));
-        continue;
       }
-      // Stage 1: after the backward pass; 2 and 3: as soon as it exists.
-      Operation *def = v.getDefiningOp();
-      if (stage == 1 || !def)
+    }
+    // Gradients in the order the backward pass produces them, reduced in
+    // buckets of at least reduce-bucket-size elements: stages 0 and 1
+    // after the backward pass, 2 and 3 as soon as a bucket is complete.
+    auto producedBefore = [&](unsigned x, unsigned y) {
+      Operation *a = ret->getOperand(x).getDefiningOp();
+      Operation *c = ret->getOperand(y).getDefiningOp();
+      if (a == c)
+        return x < y;
+      if (!a || !c)
+        return !a;
+      return a->isBeforeInBlock(c);
+    };
+    llvm::sort(grads, producedBefore);
+    SmallVector<unsigned> bucket;
+    int64_t elements = 0;
+    auto flush = [&]() {
+      if (bucket.empty())
+        return;
+      Value last = ret->getOperand(bucket.back());
+      if (stage <= 1)
         b.setInsertionPoint(ret);
       else
-        b.setInsertionPointAfter(def);
-      auto type = cast<RankedTensorType>(v.getType());
-      Value flat = flattenPadded(b, v.getLoc(), v, worldSize);
-      ret->setOperand(i, ReduceScatterOp::create(
-                             b, v.getLoc(), shardType(type, worldSize), flat,
-                             b.getStringAttr("mean"), b.getI64IntegerAttr(0)));
+        b.setInsertionPointAfterValue(last);
+      SmallVector<Value> values;
+      for (unsigned i : bucket)
+        values.push_back(ret->getOperand(i));
+      SmallVector<Value> reduced =
+          stage == 0 ? allReduceBucket(b, last.getLoc(), values)
+                     : reduceScatterBucket(b, last.getLoc(), values, worldSize);
+      for (auto [i, v] : llvm::zip(bucket, reduced))
+        ret->setOperand(i, v);
+      bucket.clear();
+      elements = 0;
+    };
+    for (unsigned i : grads) {
+      auto type = cast<RankedTensorType>(ret->getOperand(i).getType());
+      bucket.push_back(i);
+      elements += stage == 0 ? type.getNumElements()
+                             : shardSize(type.getNumElements(), worldSize) *
+                                   worldSize;
+      if (elements >= reduceBucketSize)
+        flush();
     }
+    flush();
     func.setType(FunctionType::get(func.getContext(),
                                    body.getArgumentTypes(),
                                    ret->getOperandTypes()));
@@ -113,6 +145,12 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
     Block &body = func.getBody().front();
     OpBuilder b(func.getContext());
     SmallVector<Type> argTypes(body.getArgumentTypes());
+    struct Entry {
+      BlockArgument arg;
+      RankedTensorType type; // whole
+      Operation *firstFwd, *firstBwd;
+    };
+    SmallVector<Entry> entries;
     for (BlockArgument arg : body.getArguments()) {
       unsigned i = arg.getArgNumber();
       if (!func.getArgAttr(i, attrs::kParam) ||
@@ -125,10 +163,9 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
         return func.emitError("trainable parameter '")
                << func.getArgAttr(i, attrs::kParam) << "' is not a float";
       recomputeInBackward(arg, inForward);
-      // One gather per pass, before its first use there.
-      Operation *firstFwd = nullptr, *firstBwd = nullptr;
+      Entry entry{arg, type, nullptr, nullptr};
       for (Operation *user : arg.getUsers()) {
-        Operation *&first = inForward(user) ? firstFwd : firstBwd;
+        Operation *&first = inForward(user) ? entry.firstFwd : entry.firstBwd;
         if (!first || user->isBeforeInBlock(first))
           first = user;
       }
@@ -137,23 +174,57 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
       argTypes[i] = shard;
       func.setArgAttr(i, kFullShapeAttr,
                       b.getDenseI64ArrayAttr(type.getShape()));
-      for (Operation *first : {firstFwd, firstBwd}) {
-        if (!first)
-          continue;
-        bool fwd = inForward(first);
-        b.setInsertionPoint(first);
-        auto whole = RankedTensorType::get(
-            {shard.getDimSize(0) * worldSize}, type.getElementType());
-        Value gathered =
-            AllGatherOp::create(b, arg.getLoc(), whole, arg,
-                                b.getI64IntegerAttr(0));
-        Value full = unpadReshape(b, arg.getLoc(), gathered, type);
-        arg.replaceUsesWithIf(full, [&](OpOperand &use) {
-          Operation *owner = use.getOwner();
-          return owner != gathered.getDefiningOp() &&
-                 inForward(owner) == fwd;
-        });
+      entries.push_back(entry);
+    }
+    // Per pass, parameters in the order of their first use there, gathered
+    // in buckets of at least prefetch-bucket-size elements before the first
+    // use of the bucket's first parameter.
+    for (bool fwd : {true, false}) {
+      SmallVector<Entry *> order;
+      for (Entry &e : entries)
+        if (fwd ? e.firstFwd : e.firstBwd)
+          order.push_back(&e);
+      auto first = [&](Entry *e) { return fwd ? e->firstFwd : e->firstBwd; };
+      llvm::sort(order, [&](Entry *x, Entry *y) {
+        if (first(x) == first(y))
+          return x->arg.getArgNumber() < y->arg.getArgNumber();
+        return first(x)->isBeforeInBlock(first(y));
+      });
+      SmallVector<Entry *> bucket;
+      int64_t elements = 0;
+      auto flush = [&]() {
+        if (bucket.empty())
+          return;
+        b.setInsertionPoint(first(bucket.front()));
+        SmallVector<Value> shards;
+        SmallVector<RankedTensorType> types;
+        for (Entry *e : bucket) {
+          shards.push_back(e->arg);
+          types.push_back(e->type);
+        }
+        llvm::SmallPtrSet<Operation *, 16> users;
+        for (Entry *e : bucket)
+          users.insert(e->arg.user_begin(), e->arg.user_end());
+        SmallVector<Value> wholes =
+            gatherBucket(b, bucket.front()->arg.getLoc(), shards, types,
+                         worldSize);
+        for (auto [e, whole] : llvm::zip(bucket, wholes)) {
+          // The uses in this pass, not the bucket's own concat or gather.
+          e->arg.replaceUsesWithIf(whole, [&](OpOperand &use) {
+            Operation *owner = use.getOwner();
+            return users.contains(owner) && inForward(owner) == fwd;
+          });
+        }
+        bucket.clear();
+        elements = 0;
+      };
+      for (Entry *e : order) {
+        bucket.push_back(e);
+        elements += e->type.getNumElements();
+        if (elements >= prefetchBucketSize)
+          flush();
       }
+      flush();
     }
     func.setType(FunctionType::get(func.getContext(), argTypes,
                                    func.getResultTypes()));

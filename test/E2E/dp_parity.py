@@ -33,6 +33,9 @@ def main():
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
     ap.add_argument("--zero", type=int, default=0)
+    ap.add_argument("--tag", default="", help="names this run's files (with --opt-flag)")
+    ap.add_argument("--opt-flag", action="append", default=[],
+                    help="an extra ds-opt flag for the N-rank plan")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     w = lambda f: os.path.join(args.work, f)
@@ -46,11 +49,12 @@ def main():
     opt = (["--optimizer=adam", "--lr=3e-3"] if args.optimizer == "adam"
            else ["--optimizer=sgd", "--momentum=0.9", "--lr=0.1"])
     per_rank = 8 // args.ranks
-    tag_n = f"n{args.ranks}z{args.zero}{args.optimizer}"
+    tag_n = f"n{args.ranks}z{args.zero}{args.optimizer}{args.tag}"
     shapes = lambda b: [f"--input-shape=idx:{b}x32", f"--input-shape=targets:{b}x32"]
     one = "one_" + args.optimizer
     subprocess.run([args.ds_opt, onnx_path, *shapes(per_rank), *opt,
-                    f"--world-size={args.ranks}", f"--zero={args.zero}", "-o", w(tag_n + ".plan")], check=True)
+                    f"--world-size={args.ranks}", f"--zero={args.zero}", *args.opt_flag,
+                    "-o", w(tag_n + ".plan")], check=True)
     run = lambda prefix, plan, tag, extra=[]: subprocess.run(
         prefix + [args.ds_run, plan, "--steps", "5", "--data", w("data.npz"),
                   "--log-json", w(tag + ".json"), "--save-weights", w(tag + ".npz"),

@@ -91,3 +91,38 @@ func.func @forward(%x: tensor<2x4xf32> {ds.input = "x"}, %w: tensor<4x3xf32> {ds
   %l = ds.softmax_cross_entropy_loss %h, %y {reduction = "mean"} : (tensor<2x3xf32>, tensor<2xi64>) -> tensor<f32>
   return %l : tensor<f32>
 }
+
+// -----
+// Buckets: with the default sizes both gradients go through one
+// reduce-scatter and both parameters through one gather per pass; with
+// size 1 every tensor has its own collectives.
+// RUN: ds-opt %S/Inputs/two-layers.mlir --ds-autodiff '--ds-zero=world-size=2 stage=3' --ds-optimizer | FileCheck %s --check-prefix=BUCKET
+// RUN: ds-opt %S/Inputs/two-layers.mlir --ds-autodiff '--ds-zero=world-size=2 stage=3 reduce-bucket-size=1 prefetch-bucket-size=1' --ds-optimizer > %t.single
+// RUN: FileCheck %s --check-prefix=SINGLE < %t.single
+// RUN: FileCheck %s --check-prefix=SINGLERS < %t.single
+// RUN: ds-opt %S/Inputs/two-layers.mlir --ds-autodiff '--ds-zero=world-size=2 stage=2' --ds-optimizer | FileCheck %s --check-prefix=GATHER2
+// RUN: ds-opt %S/Inputs/two-layers.mlir --ds-autodiff '--ds-zero=world-size=2 stage=2' '--ds-optimizer=allgather-bucket-size=1' | FileCheck %s --check-prefix=GATHER1
+// RUN: ds-opt %S/Inputs/two-layers.mlir --ds-autodiff '--ds-zero=world-size=2 stage=0' | FileCheck %s --check-prefix=REDUCE0
+// BUCKET: %[[C:.*]] = ds.concat %arg1, %arg2 {axis = 0 : i64} : (tensor<6xf32>, tensor<5xf32>) -> tensor<11xf32>
+// BUCKET-NEXT: %[[G:.*]] = ds.all_gather %[[C]] {group = 0 : i64} : tensor<11xf32> -> tensor<22xf32>
+// BUCKET-NEXT: %[[R:.*]] = ds.reshape %[[G]] : tensor<22xf32> -> tensor<2x11xf32>
+// BUCKET-NEXT: ds.split %[[R]] {axis = 1 : i64} : tensor<2x11xf32> -> tensor<2x6xf32>, tensor<2x5xf32>
+// BUCKET: ds.concat %{{.*}}, %{{.*}} {axis = 1 : i64} : (tensor<2x5xf32>, tensor<2x6xf32>) -> tensor<2x11xf32>
+// BUCKET: %[[RS:.*]] = ds.reduce_scatter %{{.*}} : tensor<22xf32> -> tensor<11xf32>
+// BUCKET-NEXT: %[[P:.*]]:2 = ds.split %[[RS]] {axis = 0 : i64} : tensor<11xf32> -> tensor<5xf32>, tensor<6xf32>
+// BUCKET: ds.adam %arg1, %[[P]]#1
+// BUCKET: ds.adam %arg2, %[[P]]#0
+// BUCKET-NOT: ds.reduce_scatter
+// SINGLE-COUNT-4: ds.all_gather %arg
+// SINGLE-NOT: ds.all_gather
+// SINGLERS-COUNT-2: ds.reduce_scatter
+// SINGLERS-NOT: ds.reduce_scatter
+// GATHER2: ds.all_gather %{{.*}} : tensor<11xf32> -> tensor<22xf32>
+// GATHER2-NOT: ds.all_gather
+// GATHER1-COUNT-2: ds.all_gather
+// GATHER1-NOT: ds.all_gather
+// REDUCE0: ds.all_reduce %{{.*}} {group = 0 : i64, reduction = "mean"} : tensor<f32>
+// REDUCE0: ds.concat %{{.*}}, %{{.*}} {axis = 0 : i64} : (tensor<9xf32>, tensor<12xf32>) -> tensor<21xf32>
+// REDUCE0-NEXT: ds.all_reduce %{{.*}} : tensor<21xf32>
+// REDUCE0-NEXT: ds.split
+// REDUCE0-NOT: ds.all_reduce

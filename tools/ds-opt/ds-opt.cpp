@@ -151,6 +151,24 @@ llvm::cl::opt<int64_t> persistenceThreshold(
                    "threshold; its default is 100000, ds-opt's 0 partitions "
                    "every parameter)"),
     llvm::cl::init(0), llvm::cl::cat(parallelCategory));
+llvm::cl::opt<int64_t> reduceBucketSize(
+    "reduce-bucket-size",
+    llvm::cl::desc("Gradients reduced by one collective, in elements "
+                   "(DeepSpeed's reduce_bucket_size; 1: one per tensor)"),
+    llvm::cl::init(500000000), llvm::cl::cat(parallelCategory));
+llvm::cl::opt<int64_t> allgatherBucketSize(
+    "allgather-bucket-size",
+    llvm::cl::desc("ZeRO 1-2: updated parameter shards gathered by one "
+                   "collective, in elements (DeepSpeed's "
+                   "allgather_bucket_size)"),
+    llvm::cl::init(500000000), llvm::cl::cat(parallelCategory));
+llvm::cl::opt<int64_t> prefetchBucketSize(
+    "prefetch-bucket-size",
+    llvm::cl::desc("ZeRO-3: parameters gathered by one collective, in "
+                   "elements, issued before the first use of the bucket's "
+                   "first parameter (DeepSpeed's "
+                   "stage3_prefetch_bucket_size)"),
+    llvm::cl::init(50000000), llvm::cl::cat(parallelCategory));
 llvm::cl::opt<bool> printReport(
     "report",
     llvm::cl::desc("With a plan: print per rank the bytes of parameters, "
@@ -255,6 +273,8 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
         dp.worldSize = worldSize;
         dp.stage = zeroStage;
         dp.persistenceThreshold = persistenceThreshold;
+        dp.reduceBucketSize = reduceBucketSize;
+        dp.prefetchBucketSize = prefetchBucketSize;
         pm.addNestedPass<func::FuncOp>(ds::createZeroPass(dp));
       }
       if (training) {
@@ -274,6 +294,7 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
         opt.minLr = minLr;
         opt.gradClip = gradClip;
         opt.gradAccum = gradAccum;
+        opt.allgatherBucketSize = allgatherBucketSize;
         pm.addNestedPass<func::FuncOp>(ds::createOptimizerPass(opt));
       }
       pm.addPass(createCanonicalizerPass());
@@ -392,6 +413,12 @@ int main(int argc, char **argv) {
   if (zeroStage < 0 || zeroStage > 3) {
     llvm::errs() << "error: --zero=" << static_cast<int64_t>(zeroStage)
                  << " is not a ZeRO stage (0, 1, 2 or 3)\n";
+    return 1;
+  }
+  if (reduceBucketSize < 1 || allgatherBucketSize < 1 ||
+      prefetchBucketSize < 1) {
+    llvm::errs() << "error: --reduce-bucket-size, --allgather-bucket-size "
+                    "and --prefetch-bucket-size must be at least 1\n";
     return 1;
   }
   if (persistenceThreshold < 0) {

@@ -61,6 +61,15 @@ def ZeroPass : Pass<"ds-zero", "func::FuncOp"> {
       parameter alone that the backward pass reads (a transposed weight)
       are recomputed from the second gather.
 
+    Collectives are bucketed as DeepSpeed does: gradients, in the order
+    the backward pass produces them, are reduced together until a bucket
+    holds `reduce-bucket-size` elements (the tensors are concatenated so
+    that each rank's part of every tensor is contiguous, then split); stage
+    3 gathers parameters, in the order of their first use in each pass,
+    together until `prefetch-bucket-size` elements, before the first use
+    of the bucket's first parameter (later parameters of the bucket are
+    prefetched). A size of 1 gives one collective per tensor.
+
     Marks the function `ds.world_size` and `ds.zero_stage`.
   }];
   let options = [
@@ -68,6 +77,13 @@ def ZeroPass : Pass<"ds-zero", "func::FuncOp"> {
     Option<"stage", "stage", "int64_t", "0", "ZeRO stage, 0 to 3">,
     Option<"persistenceThreshold", "param-persistence-threshold", "int64_t",
            "0", "stage 3: parameters with fewer elements stay whole">,
+    Option<"reduceBucketSize", "reduce-bucket-size", "int64_t", "500000000",
+           "gradients reduced by one collective, in elements (DeepSpeed's "
+           "reduce_bucket_size)">,
+    Option<"prefetchBucketSize", "prefetch-bucket-size", "int64_t",
+           "50000000",
+           "stage 3: parameters gathered by one collective, in elements "
+           "(DeepSpeed's stage3_prefetch_bucket_size)">,
   ];
 }
 
@@ -85,6 +101,13 @@ def OptimizerPass : Pass<"ds-optimizer", "func::FuncOp"> {
     `grad-clip`, gradients are first scaled by `min(1, c / (norm + 1e-6))`
     of their global L2 norm (as torch's clip_grad_norm_). The learning-rate
     schedule is evaluated by the runtime from the step counter.
+
+    Under ZeRO stages 1-3 (`ds.zero_stage`) a gradient is this rank's shard
+    of the parameter: the update and its state cover the shard only (state
+    arguments carry `ds.full_shape`); a whole parameter contributes its
+    shard through `ds.shard`, and the updated shards are all-gathered back
+    (in buckets of `allgather-bucket-size` elements). Clipping sums the
+    shards' squares over ranks.
   }];
   let options = [
     Option<"optimizer", "optimizer", "std::string", "\"adam\"",
@@ -108,6 +131,10 @@ def OptimizerPass : Pass<"ds-optimizer", "func::FuncOp"> {
            "clip gradients to this global L2 norm (0: off)">,
     Option<"gradAccum", "grad-accum", "int64_t", "1",
            "micro-batches whose mean gradient makes one update">,
+    Option<"allgatherBucketSize", "allgather-bucket-size", "int64_t",
+           "500000000",
+           "ZeRO stages 1-2: updated shards gathered by one collective, in "
+           "elements (DeepSpeed's allgather_bucket_size)">,
   ];
 }
 

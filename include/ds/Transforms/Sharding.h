@@ -31,6 +31,24 @@ Value flattenPadded(OpBuilder &b, Location loc, Value v, int64_t world);
 Value unpadReshape(OpBuilder &b, Location loc, Value flat,
                    RankedTensorType type);
 
+/// One all-gather for several shards (a bucket): the shards are
+/// concatenated, gathered, and split back per tensor; returns each tensor
+/// whole, with the `types` given. One shard needs no concatenation.
+SmallVector<Value> gatherBucket(OpBuilder &b, Location loc, ValueRange shards,
+                                ArrayRef<RankedTensorType> types,
+                                int64_t world);
+
+/// One reduce-scatter (mean) for several tensors: each is flattened and
+/// padded, laid out so that rank r's part of every tensor is contiguous,
+/// reduced, and split into this rank's shard of each.
+SmallVector<Value> reduceScatterBucket(OpBuilder &b, Location loc,
+                                       ValueRange values, int64_t world);
+
+/// One all-reduce (mean) for several tensors, flattened and concatenated;
+/// returns each reduced with its own type.
+SmallVector<Value> allReduceBucket(OpBuilder &b, Location loc,
+                                   ValueRange values);
+
 /// Function attribute names the ZeRO pass sets on @forward.
 inline constexpr llvm::StringLiteral kWorldSizeAttr = "ds.world_size";
 inline constexpr llvm::StringLiteral kZeroStageAttr = "ds.zero_stage";
