@@ -9,7 +9,6 @@
 #include "plan.pb.h"
 
 #include <cstdio>
-#include <map>
 
 namespace ds {
 
@@ -65,10 +64,6 @@ Footprint footprint(const plan::Plan &p) {
   if (p.programs_size() == 0)
     return f;
   const plan::Program &prog = p.programs(0);
-  std::map<uint32_t, const plan::Instruction *> producer;
-  for (const plan::Instruction &ins : prog.instructions())
-    for (uint32_t id : ins.outputs())
-      producer[id] = &ins;
   auto bytesOf = [&](uint32_t id) -> uint64_t {
     return id < static_cast<uint32_t>(p.buffers_size()) ? p.buffers(id).bytes()
                                                          : 0;
@@ -86,16 +81,13 @@ Footprint footprint(const plan::Plan &p) {
       f.reduceScatterBytes += bytesOf(ins.inputs(0));
     } else if ((k == "adam" || k == "sgd") && ins.inputs_size() >= 2) {
       f.optimizer = k;
-      uint32_t grad = ins.inputs(1);
-      // Stage 1 keeps whole gradients until it reduces them.
-      auto it = producer.find(grad);
-      if (f.stage == 1 && it != producer.end() &&
-          it->second->kernel() == "reduce_scatter")
-        f.grads += bytesOf(it->second->inputs(0));
-      else
-        f.grads += bytesOf(grad);
+      f.grads += bytesOf(ins.inputs(1));
     }
   }
+  // Stage 1 keeps whole gradients until it reduces them after the backward
+  // pass: the reduce-scatters' inputs (padded, bucketed or not).
+  if (f.stage == 1 && f.world > 1)
+    f.grads = f.reduceScatterBytes;
   return f;
 }
 

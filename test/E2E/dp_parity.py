@@ -15,6 +15,7 @@ agree to ~2e-6.
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -52,9 +53,10 @@ def main():
     tag_n = f"n{args.ranks}z{args.zero}{args.optimizer}{args.tag}"
     shapes = lambda b: [f"--input-shape=idx:{b}x32", f"--input-shape=targets:{b}x32"]
     one = "one_" + args.optimizer
-    subprocess.run([args.ds_opt, onnx_path, *shapes(per_rank), *opt,
-                    f"--world-size={args.ranks}", f"--zero={args.zero}", *args.opt_flag,
-                    "-o", w(tag_n + ".plan")], check=True)
+    report = subprocess.run([args.ds_opt, onnx_path, *shapes(per_rank), *opt,
+                             f"--world-size={args.ranks}", f"--zero={args.zero}",
+                             *args.opt_flag, "--report", "-o", w(tag_n + ".plan")],
+                            check=True, capture_output=True, text=True).stdout
     run = lambda prefix, plan, tag, extra=[]: subprocess.run(
         prefix + [args.ds_run, plan, "--steps", "5", "--data", w("data.npz"),
                   "--log-json", w(tag + ".json"), "--save-weights", w(tag + ".npz"),
@@ -77,7 +79,23 @@ def main():
             not np.array_equal(wc[k], ws[k]) for k in ws.files):
         print("FAIL: the consolidated checkpoint differs from --save-weights")
         sys.exit(1)
-    print(out.stdout.strip().splitlines()[-2])
+    lines = out.stdout.strip().splitlines()
+    print(lines[-3])
+    # ds-run's measured bytes per rank equal its plan's figures and the
+    # figures ds-opt --report printed.
+    m = re.search(r"parameters (\d+) \((\d+)\), buffers (\d+) \((\d+)\), optimizer state "
+                  r"(\d+) \((\d+)\), arena high-water (\d+) \((\d+)\) bytes; collectives "
+                  r"(\d+) \((\d+)\) bytes per step", lines[-2])
+    measured = [int(x) for x in m.groups()] if m else []
+    rep = lambda pattern: int(re.search(pattern, report, re.M).group(1))
+    from_report = [rep(r"^  parameters\s+(\d+)"), rep(r"^  buffers\s+(\d+)"),
+                   rep(r"^  optimizer state\s+(\d+)"), rep(r"^  arena peak\s+(\d+)"),
+                   rep(r"(\d+) bytes handed in all")]
+    accounted = (len(measured) == 10 and measured[0::2] == measured[1::2]
+                 and measured[0::2] == from_report)
+    print(f"measured per rank (parameters, buffers, optimizer state, arena, collective "
+          f"bytes/step) {measured[0::2]}; plan {measured[1::2]}; report {from_report}: "
+          f"{'equal' if accounted else 'DIFFERENT'}")
     a = [json.loads(l)["loss"] for l in open(w(one + ".json"))]
     b = [json.loads(l)["loss"] for l in open(w(tag_n + ".json"))]
     loss_err = max(abs(x - y) / abs(x) for x, y in zip(a, b))
@@ -97,7 +115,7 @@ def main():
           f"worst loss rel error {loss_err:.1e} (tol 1e-5); final weights: max abs "
           f"difference {weight_abs:.1e}, relative L2 {weight_rel:.1e} (tol 1e-5 on the "
           f"{'relative' if args.optimizer == 'adam' else 'max abs'})")
-    ok = len(a) == len(b) == 5 and loss_err <= 1e-5 and weight_err <= tol
+    ok = len(a) == len(b) == 5 and loss_err <= 1e-5 and weight_err <= tol and accounted
     print("PASS" if ok else "FAIL")
     sys.exit(0 if ok else 1)
 
