@@ -251,6 +251,96 @@ bool readShard(const std::string &stepDir, const Manifest &m, int rank,
 
 } // namespace
 
+namespace {
+/// Every tensor of the checkpoint whole (shards concatenated in rank order,
+/// padding dropped), in manifest order; optimizer state only `withState`.
+bool wholeTensors(const std::string &stepDir, const Manifest &m, bool withState,
+                  std::vector<std::pair<std::string, HostTensor>> &whole,
+                  std::string &err) {
+  std::vector<std::map<std::string, HostTensor>> shards(m.world);
+  for (int r = 0; r < m.world; ++r)
+    if (!readShard(stepDir, m, r, shards[r], err))
+      return false;
+  for (const Manifest::Tensor &t : m.tensors) {
+    if (t.kind == "state" && !withState)
+      continue;
+    HostTensor w;
+    w.dtype = t.dtype;
+    w.shape = t.shape;
+    size_t want = w.numel() * dtypeSize(t.dtype);
+    for (int r = 0; r < (t.sharded ? m.world : 1); ++r) {
+      auto it = shards[r].find(t.name);
+      if (it == shards[r].end() || it->second.dtype != t.dtype) {
+        err = "checkpoint shard of rank " + std::to_string(r) + " has no " +
+              dtypeKey(t.dtype) + " '" + t.name + "'";
+        return false;
+      }
+      w.data.insert(w.data.end(), it->second.data.begin(), it->second.data.end());
+      it->second.data.clear();
+      it->second.data.shrink_to_fit();
+    }
+    if (w.data.size() < want) {
+      err = "checkpoint tensor '" + t.name + "' holds " +
+            std::to_string(w.data.size()) + " bytes, its shape " +
+            w.shapeString() + " needs " + std::to_string(want);
+      return false;
+    }
+    w.data.resize(want); // drop the shards' padding
+    whole.push_back({t.name, std::move(w)});
+  }
+  return true;
+}
+
+/// Loads a checkpoint saved with another world size or stage into this
+/// rank's storage: every tensor rebuilt whole, then cut by this plan's
+/// partition. The tensors must be the same (names, kinds, types, shapes).
+bool loadRepartitioned(const std::string &stepDir, const Manifest &m,
+                       Executor &exec, int rank, std::string &err) {
+  std::vector<Executor::Storage> storage = exec.storage();
+  std::map<std::string, const Manifest::Tensor *> byName;
+  for (const Manifest::Tensor &t : m.tensors)
+    byName[t.name] = &t;
+  for (const Executor::Storage &st : storage) {
+    auto it = byName.find(st.name);
+    const char *kind = st.state ? "state" : st.trainable ? "param" : "buffer";
+    if (it == byName.end() || it->second->kind != kind ||
+        it->second->dtype != st.dtype ||
+        it->second->shape != (st.sharded ? st.fullShape : st.shape)) {
+      err = "checkpoint '" + stepDir + "' was saved by another plan (its "
+            "tensors differ from this plan's at '" + st.name + "')";
+      return false;
+    }
+  }
+  if (byName.size() != storage.size()) {
+    err = "checkpoint '" + stepDir + "' was saved by another plan (it holds " +
+          std::to_string(byName.size()) + " tensors, this plan " +
+          std::to_string(storage.size()) + ")";
+    return false;
+  }
+  std::vector<std::pair<std::string, HostTensor>> whole;
+  if (!wholeTensors(stepDir, m, true, whole, err))
+    return false;
+  std::map<std::string, const HostTensor *> wholeByName;
+  for (const auto &[name, t] : whole)
+    wholeByName[name] = &t;
+  for (const Executor::Storage &st : storage) {
+    const HostTensor &t = *wholeByName.at(st.name);
+    auto *dst = static_cast<unsigned char *>(st.data);
+    if (!st.sharded) {
+      std::memcpy(dst, t.data.data(), st.bytes);
+      continue;
+    }
+    // This rank's part of the flattened tensor, zeros past its end.
+    size_t shardBytes = st.bytes, first = shardBytes * rank;
+    std::memset(dst, 0, shardBytes);
+    if (first < t.data.size())
+      std::memcpy(dst, t.data.data() + first,
+                  std::min(shardBytes, t.data.size() - first));
+  }
+  return true;
+}
+} // namespace
+
 bool saveCheckpoint(const std::string &dir, Executor &exec, Communicator &comm,
                     const PlanInfo &info, int64_t step, std::string &err) {
   char name[32];
@@ -332,24 +422,28 @@ bool saveCheckpoint(const std::string &dir, Executor &exec, Communicator &comm,
 }
 
 bool loadCheckpoint(const std::string &dir, Executor &exec, int rank,
-                    const PlanInfo &info, int64_t &step, std::string &err) {
+                    const PlanInfo &info, int64_t &step, bool &repartitioned,
+                    std::string &err) {
+  repartitioned = false;
   std::string stepDir;
   Manifest m;
   if (!resolve(dir, stepDir, err) || !readManifest(stepDir, m, err))
     return false;
   if (m.plan != info.planHash) {
-    err = "checkpoint '" + stepDir + "' was saved by another plan (plan "
-          "checksum " + hex(m.plan) + ", this plan's " + hex(info.planHash) +
-          ")";
-    return false;
-  }
-  if (m.world != info.worldSize) {
-    err = "checkpoint '" + stepDir + "' was saved by " +
-          std::to_string(m.world) + " rank(s), this plan runs " +
-          std::to_string(info.worldSize) +
-          " (consolidate it with ds-run --consolidate and train from the "
-          "weights)";
-    return false;
+    // The same model compiled for another world size or ZeRO stage is
+    // re-partitioned; any other plan is refused.
+    if (m.world == info.worldSize && m.stage == info.zeroStage) {
+      err = "checkpoint '" + stepDir + "' was saved by another plan (plan "
+            "checksum " + hex(m.plan) + ", this plan's " + hex(info.planHash) +
+            ")";
+      return false;
+    }
+    if (!loadRepartitioned(stepDir, m, exec, rank, err))
+      return false;
+    exec.setCompletedRuns(m.runs);
+    step = m.step;
+    repartitioned = true;
+    return true;
   }
   std::map<std::string, HostTensor> arrays;
   if (!readShard(stepDir, m, rank, arrays, err))
@@ -380,42 +474,12 @@ bool consolidateCheckpoint(const std::string &dir, const std::string &out,
   Manifest m;
   if (!resolve(dir, stepDir, err) || !readManifest(stepDir, m, err))
     return false;
-  std::vector<std::map<std::string, HostTensor>> shards(m.world);
-  for (int r = 0; r < m.world; ++r)
-    if (!readShard(stepDir, m, r, shards[r], err))
-      return false;
-  std::vector<HostTensor> whole;
-  std::vector<std::string> names;
-  whole.reserve(m.tensors.size());
-  for (const Manifest::Tensor &t : m.tensors) {
-    if (t.kind == "state" && !withState)
-      continue;
-    HostTensor w;
-    w.dtype = t.dtype;
-    w.shape = t.shape;
-    size_t want = w.numel() * dtypeSize(t.dtype);
-    for (int r = 0; r < (t.sharded ? m.world : 1); ++r) {
-      auto it = shards[r].find(t.name);
-      if (it == shards[r].end() || it->second.dtype != t.dtype) {
-        err = "checkpoint shard of rank " + std::to_string(r) + " has no " +
-              dtypeKey(t.dtype) + " '" + t.name + "'";
-        return false;
-      }
-      w.data.insert(w.data.end(), it->second.data.begin(), it->second.data.end());
-    }
-    if (w.data.size() < want) {
-      err = "checkpoint tensor '" + t.name + "' holds " +
-            std::to_string(w.data.size()) + " bytes, its shape " +
-            w.shapeString() + " needs " + std::to_string(want);
-      return false;
-    }
-    w.data.resize(want); // drop the shards' padding
-    whole.push_back(std::move(w));
-    names.push_back(t.name);
-  }
+  std::vector<std::pair<std::string, HostTensor>> whole;
+  if (!wholeTensors(stepDir, m, withState, whole, err))
+    return false;
   std::vector<std::pair<std::string, const HostTensor *>> arrays;
-  for (size_t i = 0; i < whole.size(); ++i)
-    arrays.push_back({names[i], &whole[i]});
+  for (const auto &[name, t] : whole)
+    arrays.push_back({name, &t});
   auto endsWith = [&](const std::string &suffix) {
     return out.size() >= suffix.size() &&
            out.compare(out.size() - suffix.size(), suffix.size(), suffix) == 0;

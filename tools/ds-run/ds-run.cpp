@@ -495,7 +495,9 @@ int run(int argc, char **argv) {
     if (!resumeDir.empty()) {
       // Every rank checks its own shard; all agree before going on.
       int64_t done = 0;
-      bool ok = loadCheckpoint(resumeDir, *exec, comm->rank(), info, done, err);
+      bool repartitioned = false;
+      bool ok = loadCheckpoint(resumeDir, *exec, comm->rank(), info, done,
+                               repartitioned, err);
       if (!comm->allOk(ok)) {
         std::fprintf(stderr, "error: %s%s\n",
                      comm->size() > 1
@@ -510,8 +512,11 @@ int run(int argc, char **argv) {
                     " asks for no more");
       firstStep = done + 1;
       if (lead)
-        std::printf("resumed from '%s' at step %lld\n", resumeDir.c_str(),
-                    static_cast<long long>(done));
+        std::printf("resumed from '%s' at step %lld%s\n", resumeDir.c_str(),
+                    static_cast<long long>(done),
+                    repartitioned ? " (saved with another world size or "
+                                    "stage: re-partitioned)"
+                                  : "");
     }
     for (long long s = firstStep; s <= steps; ++s) {
      double lossSum = 0, msSum = 0;

@@ -32,10 +32,14 @@ bool saveCheckpoint(const std::string &dir, Executor &exec, Communicator &comm,
 
 /// Loads this rank's shard of the checkpoint in `dir` (its `latest`, or a
 /// step folder given directly) after checking it belongs to this plan and
-/// world size and that the shard is intact; sets `step` to the steps it
-/// had completed. Local: the caller agrees over ranks (allOk).
+/// that the shard is intact; sets `step` to the steps it had completed. A
+/// checkpoint of the same model and optimizer compiled for another world
+/// size or ZeRO stage is re-partitioned (every shard file is read and each
+/// tensor cut by this plan's partition; `repartitioned` says so). Local:
+/// the caller agrees over ranks (allOk).
 bool loadCheckpoint(const std::string &dir, Executor &exec, int rank,
-                    const PlanInfo &info, int64_t &step, std::string &err);
+                    const PlanInfo &info, int64_t &step, bool &repartitioned,
+                    std::string &err);
 
 /// Merges the shards of the checkpoint in `dir` into whole fp32 (as
 /// stored) parameters and writes them to `out` (.safetensors or .npz),
