@@ -16,6 +16,16 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/wire_format_lite.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <climits>
+
 #include <cblas.h>
 
 #include <chrono>
@@ -160,6 +170,143 @@ bool initializerBytes(const onnx::TensorProto &t, const std::string &onnxDir,
   }
 }
 
+/// An initializer found by scanning the ONNX file: its TensorProto without
+/// raw_data, and where raw_data lies in the file. The file is never held
+/// whole: a ZeRO-3 rank then reads only its shard's bytes.
+struct InitializerRef {
+  onnx::TensorProto header;
+  bool hasRaw = false;
+  uint64_t rawOffset = 0, rawBytes = 0;
+};
+
+/// Copies one field (tag already read) from `in` to `out`.
+bool copyField(google::protobuf::io::CodedInputStream &in, uint32_t tag,
+               google::protobuf::io::CodedOutputStream &out) {
+  using WFL = google::protobuf::internal::WireFormatLite;
+  out.WriteTag(tag);
+  switch (WFL::GetTagWireType(tag)) {
+  case WFL::WIRETYPE_VARINT: {
+    uint64_t v;
+    if (!in.ReadVarint64(&v))
+      return false;
+    out.WriteVarint64(v);
+    return true;
+  }
+  case WFL::WIRETYPE_FIXED64: {
+    uint64_t v;
+    if (!in.ReadLittleEndian64(&v))
+      return false;
+    out.WriteLittleEndian64(v);
+    return true;
+  }
+  case WFL::WIRETYPE_FIXED32: {
+    uint32_t v;
+    if (!in.ReadLittleEndian32(&v))
+      return false;
+    out.WriteLittleEndian32(v);
+    return true;
+  }
+  case WFL::WIRETYPE_LENGTH_DELIMITED: {
+    uint32_t n;
+    std::string bytes;
+    if (!in.ReadVarint32(&n) || !in.ReadString(&bytes, static_cast<int>(n)))
+      return false;
+    out.WriteVarint32(n);
+    out.WriteString(bytes);
+    return true;
+  }
+  default:
+    return false;
+  }
+}
+
+/// Scans `path` (an ONNX ModelProto) for graph initializers, keeping each
+/// one's header and the file range of its raw_data; also hashes the file.
+bool scanInitializers(const std::string &path,
+                      std::map<std::string, InitializerRef> &out,
+                      uint64_t &size, uint64_t &hash, std::string &err) {
+  using WFL = google::protobuf::internal::WireFormatLite;
+  {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+      err = "cannot read the weights source '" + path + "'";
+      return false;
+    }
+    std::vector<char> chunk(1 << 22);
+    hash = 0xcbf29ce484222325ULL;
+    size = 0;
+    while (in) {
+      in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+      std::streamsize got = in.gcount();
+      hash = fnv1a64(chunk.data(), static_cast<size_t>(got), hash);
+      size += static_cast<uint64_t>(got);
+    }
+  }
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) {
+    err = "cannot read the weights source '" + path + "'";
+    return false;
+  }
+  bool ok = true;
+  {
+    google::protobuf::io::FileInputStream file(fd);
+    google::protobuf::io::CodedInputStream in(&file);
+    in.SetTotalBytesLimit(INT32_MAX);
+    auto skip = [&](uint32_t tag) { return WFL::SkipField(&in, tag); };
+    uint32_t tag;
+    while (ok && (tag = in.ReadTag()) != 0) {
+      if (WFL::GetTagFieldNumber(tag) != 7 ||
+          WFL::GetTagWireType(tag) != WFL::WIRETYPE_LENGTH_DELIMITED) {
+        ok = skip(tag);
+        continue;
+      }
+      uint32_t graphBytes;
+      ok = in.ReadVarint32(&graphBytes);
+      auto graphLimit = in.PushLimit(static_cast<int>(graphBytes));
+      while (ok && (tag = in.ReadTag()) != 0) {
+        if (WFL::GetTagFieldNumber(tag) != 5 ||
+            WFL::GetTagWireType(tag) != WFL::WIRETYPE_LENGTH_DELIMITED) {
+          ok = skip(tag);
+          continue;
+        }
+        uint32_t tensorBytes;
+        ok = in.ReadVarint32(&tensorBytes);
+        auto tensorLimit = in.PushLimit(static_cast<int>(tensorBytes));
+        InitializerRef ref;
+        std::string header;
+        {
+          google::protobuf::io::StringOutputStream hs(&header);
+          google::protobuf::io::CodedOutputStream hout(&hs);
+          while (ok && (tag = in.ReadTag()) != 0) {
+            if (WFL::GetTagFieldNumber(tag) == 9 &&
+                WFL::GetTagWireType(tag) == WFL::WIRETYPE_LENGTH_DELIMITED) {
+              uint32_t n;
+              ok = in.ReadVarint32(&n);
+              ref.hasRaw = true;
+              ref.rawOffset = static_cast<uint64_t>(in.CurrentPosition());
+              ref.rawBytes = n;
+              ok = ok && in.Skip(static_cast<int>(n));
+            } else {
+              ok = copyField(in, tag, hout);
+            }
+          }
+        }
+        ok = ok && in.ConsumedEntireMessage() &&
+             ref.header.ParseFromString(header);
+        in.PopLimit(tensorLimit);
+        if (ok)
+          out[ref.header.name()] = std::move(ref);
+      }
+      ok = ok && in.ConsumedEntireMessage();
+      in.PopLimit(graphLimit);
+    }
+  }
+  ::close(fd);
+  if (!ok)
+    err = "the weights source '" + path + "' is not an ONNX model";
+  return ok;
+}
+
 int onnxType(DType t) {
   switch (t) {
   case DType::F32: return onnx::TensorProto::FLOAT;
@@ -214,28 +361,17 @@ struct Executor::Impl {
       return false;
     }
     std::string path = plan->dir + "/" + pp.weights().path();
-    std::string bytes;
-    if (!readFile(path, bytes)) {
-      err = "cannot read the weights source '" + path + "'";
+    std::map<std::string, InitializerRef> inits;
+    uint64_t fileBytes = 0, fileHash = 0;
+    if (!scanInitializers(path, inits, fileBytes, fileHash, err))
       return false;
-    }
-    if (bytes.size() != pp.weights().size() ||
-        fnv1a64(bytes.data(), bytes.size()) != pp.weights().content_hash()) {
+    if (fileBytes != pp.weights().size() ||
+        fileHash != pp.weights().content_hash()) {
       err = "the weights source '" + path +
             "' changed since the plan was compiled (size or hash differs); "
             "recompile the plan";
       return false;
     }
-    onnx::ModelProto model;
-    if (!model.ParseFromString(bytes)) {
-      err = "the weights source '" + path + "' is not an ONNX model";
-      return false;
-    }
-    bytes.clear();
-    bytes.shrink_to_fit();
-    std::map<std::string, const onnx::TensorProto *> inits;
-    for (const onnx::TensorProto &t : model.graph().initializer())
-      inits[t.name()] = &t;
     size_t slash = path.find_last_of('/');
     std::string onnxDir = slash == std::string::npos ? "." : path.substr(0, slash);
     for (int i = 0; i < pp.parameters_size(); ++i) {
@@ -249,7 +385,8 @@ struct Executor::Impl {
         err = "parameter '" + param.name() + "' is not in '" + path + "'";
         return false;
       }
-      const onnx::TensorProto &t = *it->second;
+      const InitializerRef &ref = it->second;
+      const onnx::TensorProto &t = ref.header;
       DType dt = toDType(param.dtype());
       const auto &shape = param.sharded() ? param.full_shape() : param.shape();
       bool dimsMatch = t.dims_size() == shape.size();
@@ -272,9 +409,27 @@ struct Executor::Impl {
         count = std::min<int64_t>(s, total - first);
         std::memset(paramPtr[i], 0, sizes[i]);
       }
-      if (!initializerBytes(t, onnxDir, dt, total, first, count, paramPtr[i],
-                            err))
+      if (ref.hasRaw) {
+        // Only this rank's bytes of the file.
+        uint64_t esize = dtypeSize(dt);
+        if (ref.rawBytes != static_cast<uint64_t>(total) * esize) {
+          err = "initializer '" + t.name() + "' holds " +
+                std::to_string(ref.rawBytes) + " bytes, the plan expects " +
+                std::to_string(total * esize);
+          return false;
+        }
+        std::ifstream in(path, std::ios::binary);
+        in.seekg(static_cast<std::streamoff>(ref.rawOffset + first * esize));
+        in.read(reinterpret_cast<char *>(paramPtr[i]),
+                static_cast<std::streamsize>(count * esize));
+        if (!in) {
+          err = "cannot read initializer '" + t.name() + "' from '" + path + "'";
+          return false;
+        }
+      } else if (!initializerBytes(t, onnxDir, dt, total, first, count,
+                                   paramPtr[i], err)) {
         return false;
+      }
     }
     return true;
   }
