@@ -335,6 +335,7 @@ struct Executor::Impl {
   std::vector<const KernelInfo *> kernels;
   uint64_t arenaHighWater = 0;
   uint64_t runs = 0;
+  std::map<const void *, int> inflight; // async collectives by output
 
   const plan::Plan &p() const { return plan->proto; }
 
@@ -562,6 +563,7 @@ bool Executor::run(RunStats &stats, std::string &err) {
     ctx.seed = runSeed ^ (static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ULL);
     ctx.lr = impl->options.lr;
     ctx.comm = impl->options.comm;
+    ctx.inflight = &impl->inflight;
     auto k0 = std::chrono::steady_clock::now();
     if (!k->fn(ctx)) {
       err = "instruction " + std::to_string(i) + " (" + ins.kernel() +
@@ -569,6 +571,8 @@ bool Executor::run(RunStats &stats, std::string &err) {
             "): " + ctx.error;
       return false;
     }
+    if (!impl->inflight.empty())
+      impl->options.comm->progress();
     if (impl->options.profile) {
       double ms = std::chrono::duration<double, std::milli>(
                       std::chrono::steady_clock::now() - k0)
@@ -584,6 +588,11 @@ bool Executor::run(RunStats &stats, std::string &err) {
         entry.flops += 2.0 * static_cast<double>(ctx.out[0].numel()) * k;
       }
     }
+  }
+  if (!impl->inflight.empty()) {
+    err = "the plan started " + std::to_string(impl->inflight.size()) +
+          " collective(s) it never waited for";
+    return false;
   }
   stats.milliseconds = std::chrono::duration<double, std::milli>(
                            std::chrono::steady_clock::now() - t0)

@@ -84,6 +84,28 @@ Footprint footprint(const plan::Plan &p) {
       f.grads += bytesOf(ins.inputs(1));
     }
   }
+  // Async collectives and the kernels between each start and its wait (the
+  // wait's last input is the collective's output).
+  for (int i = 0; i < prog.instructions_size(); ++i) {
+    const plan::Instruction &ins = prog.instructions(i);
+    bool async = false;
+    for (const plan::Attribute &a : ins.attributes())
+      async |= a.name() == "async" && a.i() != 0;
+    if (!async || ins.outputs_size() != 1)
+      continue;
+    ++f.asyncCollectives;
+    f.asyncBytes += ins.kernel() == "reduce_scatter" && ins.inputs_size() == 1
+                        ? bytesOf(ins.inputs(0))
+                        : bytesOf(ins.outputs(0));
+    for (int j = i + 1; j < prog.instructions_size(); ++j) {
+      const plan::Instruction &w = prog.instructions(j);
+      if (w.kernel() == "wait" && w.inputs_size() > 0 &&
+          w.inputs(w.inputs_size() - 1) == ins.outputs(0)) {
+        f.overlappedKernels += j - i - 1;
+        break;
+      }
+    }
+  }
   // Stage 1 keeps whole gradients until it reduces them after the backward
   // pass: the reduce-scatters' inputs (padded, bucketed or not).
   if (f.stage == 1 && f.world > 1)
@@ -173,6 +195,18 @@ std::string formatFootprint(const Footprint &f) {
                 static_cast<unsigned long long>(f.reduceScatterBytes),
                 static_cast<unsigned long long>(f.collectiveBytes()));
   out += line;
+  if (f.world > 1) {
+    int all = f.allReduces + f.allGathers + f.reduceScatters;
+    std::snprintf(line, sizeof line,
+                  "  overlap: %d of %d collectives (%llu of %llu bytes) run "
+                  "while other kernels do (%lld kernels between their starts "
+                  "and waits)\n",
+                  f.asyncCollectives, all,
+                  static_cast<unsigned long long>(f.asyncBytes),
+                  static_cast<unsigned long long>(f.collectiveBytes()),
+                  static_cast<long long>(f.overlappedKernels));
+    out += line;
+  }
   row("ring traffic per rank", f.ringBytes(), fRing,
       s >= 3 ? "3Ψ x 4 x (N-1)/N" : "2Ψ x 4 x (N-1)/N");
   out += "  differences from the formulas:\n";

@@ -89,8 +89,9 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
       }
     }
     // Gradients in the order the backward pass produces them, reduced in
-    // buckets of at least reduce-bucket-size elements: stages 0 and 1
-    // after the backward pass, 2 and 3 as soon as a bucket is complete.
+    // buckets of at least reduce-bucket-size elements: stage 1 after the
+    // backward pass (whole gradients stay until then), the others as soon
+    // as a bucket is complete.
     auto producedBefore = [&](unsigned x, unsigned y) {
       Operation *a = ret->getOperand(x).getDefiningOp();
       Operation *c = ret->getOperand(y).getDefiningOp();
@@ -107,16 +108,33 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
       if (bucket.empty())
         return;
       Value last = ret->getOperand(bucket.back());
-      if (stage <= 1)
+      if (stage == 1)
         b.setInsertionPoint(ret);
       else
         b.setInsertionPointAfterValue(last);
+      Operation *next = &*b.getInsertionPoint();
       SmallVector<Value> values;
       for (unsigned i : bucket)
         values.push_back(ret->getOperand(i));
       SmallVector<Value> reduced =
           stage == 0 ? allReduceBucket(b, last.getLoc(), values)
                      : reduceScatterBucket(b, last.getLoc(), values, worldSize);
+      // What unpacks the reduced bucket moves to the end of the step, where
+      // the optimizer reads it: the collective can overlap the rest of the
+      // backward pass (dsrt-overlap-comm waits just before the first use).
+      Operation *collective = nullptr;
+      for (Operation *op = next->getPrevNode(); op && !collective;
+           op = op->getPrevNode())
+        if (isa<ReduceScatterOp, AllReduceOp>(op))
+          collective = op;
+      if (collective && next != ret) {
+        SmallVector<Operation *> unpack;
+        for (Operation *op = collective->getNextNode(); op != next;
+             op = op->getNextNode())
+          unpack.push_back(op);
+        for (Operation *op : unpack)
+          op->moveBefore(ret);
+      }
       for (auto [i, v] : llvm::zip(bucket, reduced))
         ret->setOperand(i, v);
       bucket.clear();
@@ -192,10 +210,16 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
       });
       SmallVector<Entry *> bucket;
       int64_t elements = 0;
+      Operation *prevStart = nullptr; // the previous bucket's first use
       auto flush = [&]() {
         if (bucket.empty())
           return;
-        b.setInsertionPoint(first(bucket.front()));
+        // The gather starts where the previous bucket's did (one bucket of
+        // prefetch: it overlaps the previous bucket's layers); what unpacks
+        // it goes just before the bucket's first use.
+        Operation *use = first(bucket.front());
+        Operation *start = prevStart ? prevStart : use;
+        b.setInsertionPoint(start);
         SmallVector<Value> shards;
         SmallVector<RankedTensorType> types;
         for (Entry *e : bucket) {
@@ -208,6 +232,18 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
         SmallVector<Value> wholes =
             gatherBucket(b, bucket.front()->arg.getLoc(), shards, types,
                          worldSize);
+        Operation *gather = nullptr;
+        for (Operation *op = start->getPrevNode(); op && !gather;
+             op = op->getPrevNode())
+          if (isa<AllGatherOp>(op))
+            gather = op;
+        SmallVector<Operation *> unpack;
+        for (Operation *op = gather->getNextNode(); op != start;
+             op = op->getNextNode())
+          unpack.push_back(op);
+        for (Operation *op : unpack)
+          op->moveBefore(use);
+        prevStart = use;
         for (auto [e, whole] : llvm::zip(bucket, wholes)) {
           // The uses in this pass, not the bucket's own concat or gather.
           e->arg.replaceUsesWithIf(whole, [&](OpOperand &use) {

@@ -10,11 +10,12 @@
 // RUN: not ds-opt %s --ds-autodiff '--ds-zero=world-size=2 stage=1' '--ds-optimizer=optimizer=lamb' 2>&1 | FileCheck %s --check-prefix=LAMB
 // RUN: not ds-opt %s '--ds-zero=world-size=2' 2>&1 | FileCheck %s --check-prefix=NOGRAD
 
-// Stage 0: every gradient and the loss become the mean over ranks.
+// Stage 0: every gradient (as soon as it is computed) and the loss become
+// the mean over ranks.
 // Z0-LABEL: func.func @forward
 // Z0-SAME: attributes {ds.world_size = 2 : i64, ds.zero_stage = 0 : i64}
-// Z0: %[[L:.*]] = ds.all_reduce %{{.*}} {group = 0 : i64, reduction = "mean"} : tensor<f32>
 // Z0: %[[G:.*]] = ds.all_reduce %{{.*}} {group = 0 : i64, reduction = "mean"} : tensor<4x3xf32>
+// Z0: %[[L:.*]] = ds.all_reduce %{{.*}} {group = 0 : i64, reduction = "mean"} : tensor<f32>
 // Z0: return %[[L]], %[[G]]
 // ONE-LABEL: func.func @forward
 // ONE-SAME: attributes {ds.world_size = 1 : i64, ds.zero_stage = 0 : i64}
@@ -109,7 +110,7 @@ func.func @forward(%x: tensor<2x4xf32> {ds.input = "x"}, %w: tensor<4x3xf32> {ds
 // BUCKET-NEXT: ds.split %[[R]] {axis = 1 : i64} : tensor<2x11xf32> -> tensor<2x6xf32>, tensor<2x5xf32>
 // BUCKET: ds.concat %{{.*}}, %{{.*}} {axis = 1 : i64} : (tensor<2x5xf32>, tensor<2x6xf32>) -> tensor<2x11xf32>
 // BUCKET: %[[RS:.*]] = ds.reduce_scatter %{{.*}} : tensor<22xf32> -> tensor<11xf32>
-// BUCKET-NEXT: %[[P:.*]]:2 = ds.split %[[RS]] {axis = 0 : i64} : tensor<11xf32> -> tensor<5xf32>, tensor<6xf32>
+// BUCKET: %[[P:.*]]:2 = ds.split %[[RS]] {axis = 0 : i64} : tensor<11xf32> -> tensor<5xf32>, tensor<6xf32>
 // BUCKET: ds.adam %arg1, %[[P]]#1
 // BUCKET: ds.adam %arg2, %[[P]]#0
 // BUCKET-NOT: ds.reduce_scatter
@@ -121,8 +122,8 @@ func.func @forward(%x: tensor<2x4xf32> {ds.input = "x"}, %w: tensor<4x3xf32> {ds
 // GATHER2-NOT: ds.all_gather
 // GATHER1-COUNT-2: ds.all_gather
 // GATHER1-NOT: ds.all_gather
-// REDUCE0: ds.all_reduce %{{.*}} {group = 0 : i64, reduction = "mean"} : tensor<f32>
 // REDUCE0: ds.concat %{{.*}}, %{{.*}} {axis = 0 : i64} : (tensor<9xf32>, tensor<12xf32>) -> tensor<21xf32>
-// REDUCE0-NEXT: ds.all_reduce %{{.*}} : tensor<21xf32>
-// REDUCE0-NEXT: ds.split
+// REDUCE0-NEXT: %[[B:.*]] = ds.all_reduce %{{.*}} : tensor<21xf32>
+// REDUCE0-NEXT: ds.all_reduce %{{.*}} {group = 0 : i64, reduction = "mean"} : tensor<f32>
+// REDUCE0-NEXT: ds.split %[[B]]
 // REDUCE0-NOT: ds.all_reduce

@@ -169,6 +169,14 @@ llvm::cl::opt<int64_t> prefetchBucketSize(
                    "first parameter (DeepSpeed's "
                    "stage3_prefetch_bucket_size)"),
     llvm::cl::init(50000000), llvm::cl::cat(parallelCategory));
+llvm::cl::opt<bool> overlapComm(
+    "overlap-comm",
+    llvm::cl::desc("Start collectives as soon as their inputs exist and wait "
+                   "for them just before their results are read, so that "
+                   "gradient reduction overlaps the rest of the backward "
+                   "pass (DeepSpeed's overlap_comm; "
+                   "--overlap-comm=false runs every collective in place)"),
+    llvm::cl::init(true), llvm::cl::cat(parallelCategory));
 llvm::cl::opt<bool> printReport(
     "report",
     llvm::cl::desc("With a plan: print per rank the bytes of parameters, "
@@ -304,6 +312,8 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
       return 1;
     if (emitKind == "plan" || emitKind == "dsrt") {
       pm.addPass(ds::createLowerToDsRtPass());
+      if (overlapComm)
+        pm.addNestedPass<func::FuncOp>(ds::createOverlapCommPass());
       pm.addNestedPass<func::FuncOp>(ds::createPlanMemoryPass());
     }
     if (failed(pm.run(**module)) || errors)

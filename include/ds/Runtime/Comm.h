@@ -32,6 +32,17 @@ public:
   /// rank r keeps elements [r*count, (r+1)*count) in `output`.
   virtual bool reduceScatter(const void *input, void *output, int64_t count,
                              DType dtype, bool mean, std::string &err) = 0;
+  /// Asynchronous collectives (a plan's `async` kernels): start returns a
+  /// handle, finish waits for it and applies the mean. Until finish, the
+  /// buffers belong to the communication. All-reduce works in place on
+  /// `output` (which holds the local contribution).
+  enum class Kind { AllReduce, AllGather, ReduceScatter };
+  virtual bool start(Kind kind, const void *input, void *output,
+                     int64_t count, DType dtype, bool mean, int &handle,
+                     std::string &err) = 0;
+  virtual bool finish(int handle, std::string &err) = 0;
+  /// Lets started collectives progress (called between kernels).
+  virtual void progress() {}
   /// Logical AND of `ok` over all ranks (for errors every rank must see).
   virtual bool allOk(bool ok) = 0;
   /// Ends every rank with `code` (after an error on one rank, so that the

@@ -44,6 +44,11 @@ struct Footprint {
   uint64_t collectiveBytes() const {
     return allReduceBytes + allGatherBytes + reduceScatterBytes;
   }
+  /// Collectives that run asynchronously (dsrt-overlap-comm), their bytes,
+  /// and the kernels that run between their start and their wait.
+  int asyncCollectives = 0;
+  uint64_t asyncBytes = 0;
+  int64_t overlappedKernels = 0;
   /// Bytes a rank sends per step with ring algorithms: 2(N-1)/N of an
   /// all-reduce, (N-1)/N of an all-gather or reduce-scatter.
   double ringBytes() const;

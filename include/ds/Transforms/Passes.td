@@ -160,6 +160,28 @@ def LowerToDsRtPass : Pass<"ds-lower-to-dsrt", "ModuleOp"> {
   let dependentDialects = ["::mlir::dsrt::DsRtDialect"];
 }
 
+def OverlapCommPass : Pass<"dsrt-overlap-comm", "func::FuncOp"> {
+  let summary = "Start collectives early and wait for them just before their results are read";
+  let description = [{
+    Runs on the lowered buffer program, before `--dsrt-plan-memory`. A
+    collective kernel (`all_reduce`, `all_gather`, `reduce_scatter`) whose
+    result is first read after other kernels becomes asynchronous
+    (`async = 1` in its params) and a `wait` kernel reading the
+    collective's inputs and outputs goes just before the first kernel that
+    reads the result (directly or through a view). The kernels in between
+    run while the communication progresses; the memory plan keeps every
+    buffer the collective touches alive until the wait. A collective read
+    at once stays synchronous.
+
+    ```mlir
+    dsrt.kernel "reduce_scatter"(%g) -> (%s) {params = {async = 1 : i64, ...}}
+    dsrt.kernel "matmul"(...) -> (...)        // overlaps the communication
+    dsrt.kernel "wait"(%g, %s) -> () {params = {}}
+    dsrt.kernel "adam"(%p, %s, ...) -> (...)
+    ```
+  }];
+}
+
 def PlanMemoryPass : Pass<"dsrt-plan-memory", "func::FuncOp"> {
   let summary = "Place arena buffers at static offsets from exact liveness";
   let description = [{

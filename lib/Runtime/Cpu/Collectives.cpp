@@ -11,6 +11,11 @@
 
 namespace ds::rt {
 
+namespace {
+bool startAsync(KernelContext &ctx, Communicator::Kind kind, const void *in,
+                void *out, int64_t count, DType dtype, bool mean);
+} // namespace
+
 bool kAllReduce(KernelContext &ctx) {
   if (!kCopy(ctx)) // the local contribution, unless reduced in place
     return false;
@@ -18,15 +23,30 @@ bool kAllReduce(KernelContext &ctx) {
   if (!ctx.comm || ctx.comm->size() == 1)
     return true;
   ctx.comm->collectiveBytes += out.numel() * dtypeSize(out.dtype);
+  bool mean = ctx.attrs.getString("reduction", "sum") == "mean";
   std::string err;
-  if (!ctx.comm->allReduce(out.data, out.numel(), out.dtype,
-                           ctx.attrs.getString("reduction", "sum") == "mean",
-                           err))
+  if (ctx.attrs.getInt("async", 0))
+    return startAsync(ctx, Communicator::Kind::AllReduce, out.data, out.data,
+                      out.numel(), out.dtype, mean);
+  if (!ctx.comm->allReduce(out.data, out.numel(), out.dtype, mean, err))
     return ctx.fail(err);
   return true;
 }
 
 namespace {
+/// Starts an async collective and records it under its output's address.
+bool startAsync(KernelContext &ctx, Communicator::Kind kind, const void *in,
+                void *out, int64_t count, DType dtype, bool mean) {
+  if (!ctx.inflight)
+    return ctx.fail("an async collective needs the executor's table");
+  int handle = 0;
+  std::string err;
+  if (!ctx.comm->start(kind, in, out, count, dtype, mean, handle, err))
+    return ctx.fail(err);
+  (*ctx.inflight)[out] = handle;
+  return true;
+}
+
 /// The world size a shard kernel's buffers imply, checked against the
 /// communicator's.
 bool shardCount(KernelContext &ctx, const TensorView &whole,
@@ -52,6 +72,9 @@ bool kAllGather(KernelContext &ctx) {
     return true;
   }
   ctx.comm->collectiveBytes += out.numel() * dtypeSize(out.dtype);
+  if (ctx.attrs.getInt("async", 0))
+    return startAsync(ctx, Communicator::Kind::AllGather, in.data, out.data,
+                      count, in.dtype, false);
   std::string err;
   if (!ctx.comm->allGather(in.data, out.data, count, in.dtype, err))
     return ctx.fail(err);
@@ -69,6 +92,10 @@ bool kReduceScatter(KernelContext &ctx) {
     return true;
   }
   ctx.comm->collectiveBytes += in.numel() * dtypeSize(in.dtype);
+  bool mean = ctx.attrs.getString("reduction", "sum") == "mean";
+  if (ctx.attrs.getInt("async", 0))
+    return startAsync(ctx, Communicator::Kind::ReduceScatter, in.data,
+                      out.data, count, in.dtype, mean);
   std::string err;
   if (!ctx.comm->reduceScatter(
           in.data, out.data, count, in.dtype,
@@ -87,6 +114,22 @@ bool kShard(KernelContext &ctx) {
   size_t bytes = count * dtypeSize(in.dtype);
   std::memcpy(out.data, static_cast<const char *>(in.data) + rank * bytes,
               bytes);
+  return true;
+}
+
+bool kWait(KernelContext &ctx) {
+  // The collective's inputs then outputs: its output is the last input.
+  if (!ctx.comm || ctx.comm->size() == 1)
+    return true; // one rank: the collective completed when it started
+  const void *key = ctx.in.back().data;
+  auto it = ctx.inflight ? ctx.inflight->find(key) : decltype(ctx.inflight->end()){};
+  if (!ctx.inflight || it == ctx.inflight->end())
+    return ctx.fail("wait for a collective that was not started");
+  int handle = it->second;
+  ctx.inflight->erase(it);
+  std::string err;
+  if (!ctx.comm->finish(handle, err))
+    return ctx.fail(err);
   return true;
 }
 

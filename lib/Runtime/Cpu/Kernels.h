@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,9 @@ struct KernelContext {
   std::string error; // set by a kernel that fails
   double lr = NAN;   // learning-rate override (ds-run --lr); NaN: the plan's
   Communicator *comm = nullptr; // for collective kernels
+  /// Collectives in flight (async kernels), by their output's address: the
+  /// "wait" kernel finishes the one whose output it reads last.
+  std::map<const void *, int> *inflight = nullptr;
   bool fail(const std::string &message) {
     error = message;
     return false;
@@ -250,6 +254,7 @@ DS_KERNEL(kAllReduce);
 DS_KERNEL(kAllGather);
 DS_KERNEL(kReduceScatter);
 DS_KERNEL(kShard);
+DS_KERNEL(kWait);
 #undef DS_KERNEL
 
 } // namespace ds::rt

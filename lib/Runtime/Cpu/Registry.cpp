@@ -79,6 +79,7 @@ static const KernelInfo kKernels[] = {
     {"all_gather", 1, 1, 1, 1, kAllGather},
     {"reduce_scatter", 1, 1, 1, 1, kReduceScatter},
     {"shard", 1, 1, 1, 1, kShard},
+    {"wait", 1, 1 << 20, 0, 0, kWait},
 };
 
 const KernelInfo *findKernel(const std::string &name) {

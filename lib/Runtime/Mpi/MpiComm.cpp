@@ -10,6 +10,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 namespace ds::rt {
 namespace {
@@ -31,6 +32,14 @@ public:
     std::memcpy(output, input, count * dtypeSize(dtype));
     return true;
   }
+  bool start(Kind kind, const void *input, void *output, int64_t count,
+             DType dtype, bool, int &handle, std::string &) override {
+    if (kind != Kind::AllReduce)
+      std::memcpy(output, input, count * dtypeSize(dtype));
+    handle = 0;
+    return true;
+  }
+  bool finish(int, std::string &) override { return true; }
   bool allOk(bool ok) override { return ok; }
   [[noreturn]] void abort(int code) override { std::exit(code); }
 };
@@ -104,6 +113,81 @@ public:
     }
     return true;
   }
+  bool start(Kind kind, const void *input, void *output, int64_t count,
+             DType dtype, bool mean, int &handle, std::string &err) override {
+    if (kind != Kind::AllGather && dtype != DType::F32) {
+      err = std::string("reductions of ") + dtypeName(dtype) +
+            " are not supported yet (f32)";
+      return false;
+    }
+    if (!checkCount(count, err))
+      return false;
+    Pending p;
+    int rc = MPI_SUCCESS;
+    int n = static_cast<int>(count);
+    switch (kind) {
+    case Kind::AllReduce:
+      rc = MPI_Iallreduce(MPI_IN_PLACE, output, n, MPI_FLOAT, MPI_SUM,
+                          MPI_COMM_WORLD, &p.request);
+      break;
+    case Kind::AllGather: {
+      int bytes = static_cast<int>(count * dtypeSize(dtype));
+      rc = MPI_Iallgather(input, bytes, MPI_BYTE, output, bytes, MPI_BYTE,
+                          MPI_COMM_WORLD, &p.request);
+      break;
+    }
+    case Kind::ReduceScatter:
+      rc = MPI_Ireduce_scatter_block(input, output, n, MPI_FLOAT, MPI_SUM,
+                                     MPI_COMM_WORLD, &p.request);
+      break;
+    }
+    if (rc != MPI_SUCCESS) {
+      err = "starting an MPI collective failed";
+      return false;
+    }
+    if (mean && kind != Kind::AllGather) {
+      p.scale = static_cast<float *>(output);
+      p.count = count;
+    }
+    handle = static_cast<int>(pending_.size());
+    pending_.push_back(p);
+    return true;
+  }
+  bool finish(int handle, std::string &err) override {
+    if (handle < 0 || handle >= static_cast<int>(pending_.size()) ||
+        pending_[handle].done) {
+      err = "wait for a collective that is not in flight";
+      return false;
+    }
+    Pending &p = pending_[handle];
+    if (MPI_Wait(&p.request, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+      err = "MPI_Wait failed";
+      return false;
+    }
+    p.done = true;
+    if (p.scale) {
+      float inv = 1.0f / static_cast<float>(size_);
+      for (int64_t i = 0; i < p.count; ++i)
+        p.scale[i] *= inv;
+    }
+    // Handles are reused once every started collective has finished.
+    bool all = true;
+    for (const Pending &q : pending_)
+      all &= q.done;
+    if (all)
+      pending_.clear();
+    return true;
+  }
+  void progress() override {
+    for (Pending &p : pending_) {
+      if (p.done || p.tested)
+        continue;
+      int flag = 0;
+      MPI_Test(&p.request, &flag, MPI_STATUS_IGNORE);
+      if (flag)
+        p.tested = true; // complete: MPI_Wait returns at once
+    }
+  }
   [[noreturn]] void abort(int code) override {
     MPI_Abort(MPI_COMM_WORLD, code);
     std::exit(code);
@@ -124,6 +208,13 @@ private:
     return false;
   }
   int rank_ = 0, size_ = 1;
+  struct Pending {
+    MPI_Request request = MPI_REQUEST_NULL;
+    float *scale = nullptr; // the mean's output, scaled at finish
+    int64_t count = 0;
+    bool done = false, tested = false;
+  };
+  std::vector<Pending> pending_;
 };
 
 bool launchedByMpi() {

@@ -1,0 +1,77 @@
+//===- OverlapComm.cpp - collectives that overlap computation -------------===//
+//
+// Part of the ds project.
+//
+// A collective whose result is first read several kernels later becomes
+// asynchronous: the kernel starts it (`async` in its params) and a "wait"
+// kernel, placed just before the first kernel that reads the result
+// (directly or through a view), completes it. The wait reads the
+// collective's inputs and outputs, so the memory plan keeps every buffer the
+// communication touches alive until then, and nothing in between may reuse
+// them.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ds/Transforms/Passes.h"
+
+#include "llvm/ADT/SmallPtrSet.h"
+
+namespace mlir::ds {
+#define GEN_PASS_DEF_OVERLAPCOMMPASS
+#include "ds/Transforms/Passes.h.inc"
+
+namespace {
+
+bool isCollective(dsrt::KernelOp k) {
+  StringRef id = k.getKernel();
+  return id == "all_reduce" || id == "all_gather" || id == "reduce_scatter";
+}
+
+struct OverlapCommPass : impl::OverlapCommPassBase<OverlapCommPass> {
+  void runOnOperation() override {
+    func::FuncOp func = getOperation();
+    Block &body = func.getBody().front();
+    SmallVector<dsrt::KernelOp> collectives;
+    for (Operation &op : body)
+      if (auto k = dyn_cast<dsrt::KernelOp>(op); k && isCollective(k))
+        collectives.push_back(k);
+    for (dsrt::KernelOp k : collectives) {
+      if (k.getParams().get("async"))
+        continue;
+      // The first op after k that reads k's results; views are free and
+      // only extend the set of values to watch.
+      llvm::SmallPtrSet<Value, 4> results(k.getOuts().begin(),
+                                          k.getOuts().end());
+      Operation *first = nullptr;
+      int kernelsBetween = 0;
+      for (Operation *op = k->getNextNode(); op && !first;
+           op = op->getNextNode()) {
+        bool reads = llvm::any_of(op->getOperands(), [&](Value v) {
+          return results.contains(v);
+        });
+        if (auto view = dyn_cast<dsrt::ViewOp>(op); view && reads) {
+          results.insert(view.getResult());
+          continue;
+        }
+        if (reads || op->hasTrait<OpTrait::IsTerminator>())
+          first = op;
+        else if (isa<dsrt::KernelOp, dsrt::CopyOp>(op))
+          ++kernelsBetween;
+      }
+      if (!first || kernelsBetween == 0)
+        continue; // nothing to overlap with: stays synchronous
+      OpBuilder b(k);
+      NamedAttrList params(k.getParams());
+      params.set("async", b.getI64IntegerAttr(1));
+      k.setParamsAttr(params.getDictionary(b.getContext()));
+      b.setInsertionPoint(first);
+      SmallVector<Value> touched(k.getIns());
+      llvm::append_range(touched, k.getOuts());
+      dsrt::KernelOp::create(b, k.getLoc(), b.getStringAttr("wait"), touched,
+                             ValueRange{}, b.getDictionaryAttr({}),
+                             DenseI64ArrayAttr());
+    }
+  }
+};
+} // namespace
+} // namespace mlir::ds
