@@ -93,6 +93,17 @@ int fail(const std::string &message) {
   return 1;
 }
 
+/// For an error every rank finds on its own (a plan for another world
+/// size): one line per rank, then a normal exit 1 on every rank, so each
+/// says so (an abort could end the others before they print).
+int failEveryRank(const std::string &message) {
+  if (comm && comm->size() > 1)
+    std::fprintf(stderr, "error: rank %d: %s\n", comm->rank(), message.c_str());
+  else
+    std::fprintf(stderr, "error: %s\n", message.c_str());
+  return 1;
+}
+
 bool endsWith(const std::string &s, const std::string &suffix) {
   return s.size() >= suffix.size() &&
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -279,7 +290,7 @@ int run(int argc, char **argv) {
     return fail(err);
   PlanInfo info = describe(*plan);
   if (info.worldSize != comm->size())
-    return fail("'" + planPath + "' is compiled for " +
+    return failEveryRank("'" + planPath + "' is compiled for " +
                 std::to_string(info.worldSize) + " rank(s), this run has " +
                 std::to_string(comm->size()) +
                 (info.worldSize > 1 ? " (start it with mpirun -np " +
@@ -507,7 +518,7 @@ int run(int argc, char **argv) {
         return 1;
       }
       if (done >= steps)
-        return fail("the checkpoint in '" + resumeDir + "' is at step " +
+        return failEveryRank("the checkpoint in '" + resumeDir + "' is at step " +
                     std::to_string(done) + "; --steps " + std::to_string(steps) +
                     " asks for no more");
       firstStep = done + 1;
