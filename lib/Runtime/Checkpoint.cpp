@@ -97,22 +97,10 @@ bool parseShape(const std::string &s, std::vector<int64_t> &shape) {
   return true;
 }
 
-const char *dtypeKey(DType t) {
-  switch (t) {
-  case DType::F32: return "f32";
-  case DType::F16: return "f16";
-  case DType::BF16: return "bf16";
-  case DType::I64: return "i64";
-  case DType::I32: return "i32";
-  case DType::Bool: return "bool";
-  }
-  return "?";
-}
-
 bool parseDType(const std::string &s, DType &t) {
   for (DType d : {DType::F32, DType::F16, DType::BF16, DType::I64, DType::I32,
                   DType::Bool})
-    if (s == dtypeKey(d)) {
+    if (s == dtypeName(d)) {
       t = d;
       return true;
     }
@@ -272,7 +260,7 @@ bool wholeTensors(const std::string &stepDir, const Manifest &m, bool withState,
       auto it = shards[r].find(t.name);
       if (it == shards[r].end() || it->second.dtype != t.dtype) {
         err = "checkpoint shard of rank " + std::to_string(r) + " has no " +
-              dtypeKey(t.dtype) + " '" + t.name + "'";
+              dtypeName(t.dtype) + " '" + t.name + "'";
         return false;
       }
       w.data.insert(w.data.end(), it->second.data.begin(), it->second.data.end());
@@ -407,7 +395,7 @@ bool saveCheckpoint(const std::string &dir, Executor &exec, Communicator &comm,
     for (const Executor::Storage &st : storage)
       text += std::string("tensor ") +
               (st.state ? "state" : st.trainable ? "param" : "buffer") + " " +
-              (st.sharded ? "sharded" : "whole") + " " + dtypeKey(st.dtype) +
+              (st.sharded ? "sharded" : "whole") + " " + dtypeName(st.dtype) +
               " " + shapeText(st.sharded ? st.fullShape : st.shape) + " " +
               st.name + "\n";
     written = writeText(stepDir + "/" + kManifest, text, err) &&
