@@ -85,13 +85,24 @@ AlignedBlock alignedAlloc(uint64_t bytes) {
   return AlignedBlock(static_cast<unsigned char *>(std::aligned_alloc(64, size)));
 }
 
+/// An initializer found by scanning the ONNX file: its TensorProto without
+/// raw_data, and where raw_data lies in the file. The file is never held
+/// whole: a ZeRO-3 rank then reads only its shard's bytes.
+struct InitializerRef {
+  onnx::TensorProto header;
+  bool hasRaw = false;
+  uint64_t rawOffset = 0, rawBytes = 0;
+};
+
 /// Elements [first, first + count) of an ONNX initializer of `total`
 /// elements, row-major little-endian (bool: one byte per element), into
 /// `dst`. A ZeRO-3 rank reads its shard only: for external data just
 /// those bytes of the file.
-bool initializerBytes(const onnx::TensorProto &t, const std::string &onnxDir,
-                      DType dtype, int64_t total, int64_t first, int64_t count,
-                      unsigned char *dst, std::string &err) {
+bool initializerBytes(const InitializerRef &ref, const std::string &path,
+                      const std::string &onnxDir, DType dtype, int64_t total,
+                      int64_t first, int64_t count, unsigned char *dst,
+                      std::string &err) {
+  const onnx::TensorProto &t = ref.header;
   std::string what = "initializer '" + t.name() + "'";
   size_t esize = dtypeSize(dtype);
   uint64_t bytes = static_cast<uint64_t>(total) * esize;
@@ -127,13 +138,20 @@ bool initializerBytes(const onnx::TensorProto &t, const std::string &onnxDir,
     }
     return true;
   }
-  if (t.has_raw_data()) {
-    if (t.raw_data().size() != bytes) {
-      err = what + " holds " + std::to_string(t.raw_data().size()) +
+  if (ref.hasRaw) {
+    // Only these bytes of the model file.
+    if (ref.rawBytes != bytes) {
+      err = what + " holds " + std::to_string(ref.rawBytes) +
             " bytes, the plan expects " + std::to_string(bytes);
       return false;
     }
-    std::memcpy(dst, t.raw_data().data() + skip, take);
+    std::ifstream in(path, std::ios::binary);
+    in.seekg(static_cast<std::streamoff>(ref.rawOffset + skip));
+    in.read(reinterpret_cast<char *>(dst), static_cast<std::streamsize>(take));
+    if (!in) {
+      err = "cannot read " + what + " from '" + path + "'";
+      return false;
+    }
     return true;
   }
   auto checkCount = [&](int have) {
@@ -169,15 +187,6 @@ bool initializerBytes(const onnx::TensorProto &t, const std::string &onnxDir,
     return true;
   }
 }
-
-/// An initializer found by scanning the ONNX file: its TensorProto without
-/// raw_data, and where raw_data lies in the file. The file is never held
-/// whole: a ZeRO-3 rank then reads only its shard's bytes.
-struct InitializerRef {
-  onnx::TensorProto header;
-  bool hasRaw = false;
-  uint64_t rawOffset = 0, rawBytes = 0;
-};
 
 /// Copies one field (tag already read) from `in` to `out`.
 bool copyField(google::protobuf::io::CodedInputStream &in, uint32_t tag,
@@ -410,27 +419,9 @@ struct Executor::Impl {
         count = std::min<int64_t>(s, total - first);
         std::memset(paramPtr[i], 0, sizes[i]);
       }
-      if (ref.hasRaw) {
-        // Only this rank's bytes of the file.
-        uint64_t esize = dtypeSize(dt);
-        if (ref.rawBytes != static_cast<uint64_t>(total) * esize) {
-          err = "initializer '" + t.name() + "' holds " +
-                std::to_string(ref.rawBytes) + " bytes, the plan expects " +
-                std::to_string(total * esize);
-          return false;
-        }
-        std::ifstream in(path, std::ios::binary);
-        in.seekg(static_cast<std::streamoff>(ref.rawOffset + first * esize));
-        in.read(reinterpret_cast<char *>(paramPtr[i]),
-                static_cast<std::streamsize>(count * esize));
-        if (!in) {
-          err = "cannot read initializer '" + t.name() + "' from '" + path + "'";
-          return false;
-        }
-      } else if (!initializerBytes(t, onnxDir, dt, total, first, count,
-                                   paramPtr[i], err)) {
+      if (!initializerBytes(ref, path, onnxDir, dt, total, first, count,
+                            paramPtr[i], err))
         return false;
-      }
     }
     return true;
   }
