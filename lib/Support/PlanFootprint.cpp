@@ -81,6 +81,9 @@ Footprint footprint(const plan::Plan &p) {
       f.reduceScatterBytes += bytesOf(ins.inputs(0));
     } else if ((k == "adam" || k == "sgd") && ins.inputs_size() >= 2) {
       f.optimizer = k;
+      for (const plan::Attribute &a : ins.attributes())
+        if (a.name() == "accum_steps" && a.i() > 1)
+          f.accumSteps = a.i();
       f.grads += bytesOf(ins.inputs(1));
     }
   }
@@ -185,6 +188,13 @@ std::string formatFootprint(const Footprint &f) {
                 "arena peak", static_cast<unsigned long long>(f.arena),
                 mib(f.arena).c_str());
   out += line;
+  if (f.accumSteps > 1) {
+    std::snprintf(line, sizeof line,
+                  "  gradient accumulation: %lld runs per optimizer step; the "
+                  "collective figures are per run\n",
+                  static_cast<long long>(f.accumSteps));
+    out += line;
+  }
   std::snprintf(line, sizeof line,
                 "  collectives per step: %d all-reduce (%llu bytes), %d "
                 "all-gather (%llu bytes), %d reduce-scatter (%llu bytes); "

@@ -34,6 +34,9 @@ def main():
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
     ap.add_argument("--zero", type=int, default=0)
+    ap.add_argument("--accum", type=int, default=1,
+                    help="--grad-accum for both plans (the batch shrinks to keep 8 per step)")
+    ap.add_argument("--clip", type=float, default=0.0, help="--grad-clip for both plans")
     ap.add_argument("--tag", default="", help="names this run's files (with --opt-flag)")
     ap.add_argument("--opt-flag", action="append", default=[],
                     help="an extra ds-opt flag for the N-rank plan")
@@ -49,10 +52,11 @@ def main():
              targets=rng.randint(0, 128, size=(8, 32)))
     opt = (["--optimizer=adam", "--lr=3e-3"] if args.optimizer == "adam"
            else ["--optimizer=sgd", "--momentum=0.9", "--lr=0.1"])
-    per_rank = 8 // args.ranks
+    opt = opt + [f"--grad-accum={args.accum}"] + ([f"--grad-clip={args.clip}"] if args.clip else [])
+    per_rank = 8 // args.ranks // args.accum
     tag_n = f"n{args.ranks}z{args.zero}{args.optimizer}{args.tag}"
     shapes = lambda b: [f"--input-shape=idx:{b}x32", f"--input-shape=targets:{b}x32"]
-    one = "one_" + args.optimizer
+    one = f"one_{args.optimizer}_a{args.accum}_c{args.clip:g}"
     report = subprocess.run([args.ds_opt, onnx_path, *shapes(per_rank), *opt,
                              f"--world-size={args.ranks}", f"--zero={args.zero}",
                              *args.opt_flag, "--report", "-o", w(tag_n + ".plan")],
@@ -63,7 +67,8 @@ def main():
                   "--threads", "1"] + extra, check=True, capture_output=True, text=True,
         timeout=300)
     if not os.path.exists(w(one + ".npz")):  # shared by the runs of one lit test
-        subprocess.run([args.ds_opt, onnx_path, *shapes(8), *opt, "-o", w(one + ".plan")],
+        subprocess.run([args.ds_opt, onnx_path, *shapes(8 // args.accum), *opt,
+                        "-o", w(one + ".plan")],
                        check=True)
         run([], w(one + ".plan"), one)
     ck = w(tag_n + "_ck")
@@ -90,7 +95,7 @@ def main():
     rep = lambda pattern: int(re.search(pattern, report, re.M).group(1))
     from_report = [rep(r"^  parameters\s+(\d+)"), rep(r"^  buffers\s+(\d+)"),
                    rep(r"^  optimizer state\s+(\d+)"), rep(r"^  arena peak\s+(\d+)"),
-                   rep(r"(\d+) bytes handed in all")]
+                   rep(r"(\d+) bytes handed in all") * args.accum]  # the report's is per run
     accounted = (len(measured) == 10 and measured[0::2] == measured[1::2]
                  and measured[0::2] == from_report)
     print(f"measured per rank (parameters, buffers, optimizer state, arena, collective "

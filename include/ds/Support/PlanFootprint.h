@@ -37,7 +37,10 @@ struct Footprint {
   /// The arena's planned peak: activations, gradients, gathered
   /// parameters and workspace.
   uint64_t arena = 0;
-  /// Collectives per step: count and bytes handed to them (all-reduce: the
+  /// Runs per optimizer step (gradient accumulation); the collective
+  /// figures below are per run.
+  int64_t accumSteps = 1;
+  /// Collectives per run: count and bytes handed to them (all-reduce: the
   /// tensor; all-gather: the gathered output; reduce-scatter: the input).
   int allReduces = 0, allGathers = 0, reduceScatters = 0;
   uint64_t allReduceBytes = 0, allGatherBytes = 0, reduceScatterBytes = 0;

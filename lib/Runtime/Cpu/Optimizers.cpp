@@ -12,6 +12,8 @@
 
 #include <algorithm>
 
+#include <cstring>
+
 namespace ds::rt {
 
 /// Operands: param, grad, `states` state tensors, step, then the optional
@@ -48,6 +50,15 @@ static bool accumulateOnly(KernelContext &ctx, size_t states, int64_t &t,
   if (micro < k - 1) {
     for (int64_t i = 0; i < n; ++i)
       accOut[i] = acc[i] + g[i];
+    // The parameter and state stay; where the plan gives them their own
+    // output buffers (a ZeRO shard, gathered afterwards) copy them over.
+    auto keep = [&](const TensorView &in, TensorView &out) {
+      if (in.data != out.data)
+        std::memcpy(out.data, in.data, n * sizeof(float));
+    };
+    keep(ctx.in[0], ctx.out[0]);
+    for (size_t s = 0; s < states; ++s)
+      keep(ctx.in[2 + s], ctx.out[1 + s]);
     return true;
   }
   mean.resize(n);
