@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -503,6 +504,19 @@ int run(int argc, char **argv) {
                   " bytes)");
     uint64_t stepComm = 0, plannedComm = planned.collectiveBytes() * accum;
     long long firstStep = 1;
+    if (!saveDir.empty()) {
+      // A folder that cannot take a checkpoint is refused before step 1,
+      // not after hours of training.
+      std::error_code ec;
+      std::filesystem::create_directories(saveDir, ec);
+      std::string probe = saveDir + "/.ds-write-test-" + std::to_string(comm->rank());
+      std::FILE *f = ec ? nullptr : std::fopen(probe.c_str(), "w");
+      if (!f)
+        return failEveryRank("--save '" + saveDir + "' is not a writable folder" +
+                             (ec ? " (" + ec.message() + ")" : ""));
+      std::fclose(f);
+      std::remove(probe.c_str());
+    }
     if (!resumeDir.empty()) {
       // Every rank checks its own shard; all agree before going on.
       int64_t done = 0;
