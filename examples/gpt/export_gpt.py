@@ -102,10 +102,10 @@ class GPT(nn.Module):
         return logits, loss
 
 
-def build(size, seed=0):
+def build(size, seed=0, dropout=0.0):
     vocab, block, layers, heads, d, batch, seq = SIZES[size]
     torch.manual_seed(seed)
-    model = GPT(vocab, block, layers, heads, d)
+    model = GPT(vocab, block, layers, heads, d, dropout)
     g = torch.Generator().manual_seed(seed + 1)
     idx = torch.randint(0, vocab, (batch, seq), generator=g)
     targets = torch.randint(0, vocab, (batch, seq), generator=g)
@@ -151,6 +151,9 @@ def main():
     ap.add_argument("-o", "--output", default=None,
                     help="output .onnx (default: gpt.onnx beside this script for tiny)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dropout", type=float, default=0.0,
+                    help="dropout probability of the attention, residual and "
+                         "embedding dropouts (exported as Dropout nodes)")
     ap.add_argument("--dynamic", action="store_true",
                     help="export batch and sequence as dynamic dimensions")
     ap.add_argument("--npz", default=None,
@@ -167,7 +170,7 @@ def main():
     args = ap.parse_args()
     out = args.output or os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                       "gpt.onnx" if args.size == "tiny" else f"gpt-{args.size}.onnx")
-    model, idx, targets = build(args.size, args.seed)
+    model, idx, targets = build(args.size, args.seed, args.dropout)
     nparams = sum(p.numel() for p in model.parameters())
     print(f"exporting {args.size}: {nparams} parameters, inputs {tuple(idx.shape)} -> {out}",
           file=sys.stderr)

@@ -551,7 +551,13 @@ bool Executor::run(RunStats &stats, std::string &err) {
       ctx.in.push_back(view(id));
     for (uint32_t id : ins.outputs())
       ctx.out.push_back(view(id));
-    ctx.seed = runSeed ^ (static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ULL);
+    // Random kernels draw from the run and their ONNX node, so that plans
+    // that differ elsewhere (ZeRO's collectives, another world size, a
+    // recomputed copy of the node) draw the same numbers.
+    ctx.seed = runSeed ^ (ins.location().empty()
+                              ? static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ULL
+                              : fnv1a64(ins.location().data(),
+                                        ins.location().size()));
     ctx.lr = impl->options.lr;
     ctx.comm = impl->options.comm;
     ctx.inflight = &impl->inflight;

@@ -37,16 +37,19 @@ def main():
     ap.add_argument("--accum", type=int, default=1,
                     help="--grad-accum for both plans (the batch shrinks to keep 8 per step)")
     ap.add_argument("--clip", type=float, default=0.0, help="--grad-clip for both plans")
+    ap.add_argument("--dropout", type=float, default=0.0,
+                    help="export the GPT with this dropout (the masks must match one rank's)")
     ap.add_argument("--tag", default="", help="names this run's files (with --opt-flag)")
     ap.add_argument("--opt-flag", action="append", default=[],
                     help="an extra ds-opt flag for the N-rank plan")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     w = lambda f: os.path.join(args.work, f)
-    onnx_path = w("gpt_dyn.onnx")
+    onnx_path = w(f"gpt_dyn{args.dropout:g}.onnx" if args.dropout else "gpt_dyn.onnx")
     if not os.path.exists(onnx_path):
         subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "examples", "gpt", "export_gpt.py"),
-                        "--dynamic", "-o", onnx_path], check=True, capture_output=True)
+                        "--dynamic", "--dropout", str(args.dropout), "-o", onnx_path],
+                       check=True, capture_output=True)
     rng = np.random.RandomState(0)
     np.savez(w("data.npz"), idx=rng.randint(0, 128, size=(8, 32)),
              targets=rng.randint(0, 128, size=(8, 32)))
@@ -56,7 +59,7 @@ def main():
     per_rank = 8 // args.ranks // args.accum
     tag_n = f"n{args.ranks}z{args.zero}{args.optimizer}{args.tag}"
     shapes = lambda b: [f"--input-shape=idx:{b}x32", f"--input-shape=targets:{b}x32"]
-    one = f"one_{args.optimizer}_a{args.accum}_c{args.clip:g}"
+    one = f"one_{args.optimizer}_a{args.accum}_c{args.clip:g}_d{args.dropout:g}"
     report = subprocess.run([args.ds_opt, onnx_path, *shapes(per_rank), *opt,
                              f"--world-size={args.ranks}", f"--zero={args.zero}",
                              *args.opt_flag, "--report", "-o", w(tag_n + ".plan")],

@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Kernels.h"
+#include "ds/Runtime/Comm.h"
 #include "Vec.h"
 
 #include <algorithm>
@@ -425,9 +426,16 @@ bool kDropout(KernelContext &ctx) {
                       ? static_cast<uint64_t>(ctx.attrs.getInt("seed"))
                       : ctx.seed;
   double scale = 1.0 / (1.0 - ratio);
+  // Data parallel: rank r holds rows [r*B, (r+1)*B) of the global batch, so
+  // its element i is element r*n + i of the global tensor; drawing by the
+  // global index gives N ranks the masks one rank draws for the whole batch.
+  uint64_t base = ctx.comm ? static_cast<uint64_t>(ctx.comm->rank()) *
+                                 static_cast<uint64_t>(n)
+                           : 0;
   parallelFor(n, 32768, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
-      double u = (splitmix64(seed ^ (static_cast<uint64_t>(i) * 0x9e37ULL)) >> 11) *
+      uint64_t gi = base + static_cast<uint64_t>(i);
+      double u = (splitmix64(seed ^ (gi * 0x9e37ULL)) >> 11) *
                  (1.0 / 9007199254740992.0);
       bool keep = u >= ratio;
       if (mask)
