@@ -30,6 +30,8 @@ def main():
     ap.add_argument("--stages", default="2,3")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--inflight", type=int, default=2,
+                    help="--max-inflight-collectives of the overlapped plan")
     ap.add_argument("--bucket", type=int, default=100000,
                     help="reduce and prefetch bucket size (elements)")
     args = ap.parse_args()
@@ -57,7 +59,8 @@ def main():
                 [ds_opt, onnx_path, f"--input-shape=idx:4x{seq}", f"--input-shape=targets:4x{seq}",
                  "--optimizer=adam", "--world-size=2", f"--zero={stage}",
                  f"--reduce-bucket-size={args.bucket}", f"--prefetch-bucket-size={args.bucket}",
-                 f"--overlap-comm={overlap}", "--report", "-o", plan],
+                 f"--overlap-comm={overlap}", f"--max-inflight-collectives={args.inflight}",
+                 "--report", "-o", plan],
                 check=True, capture_output=True, text=True).stdout
             plans[overlap] = plan
             line = [l for l in rep.splitlines() if "overlap:" in l][0].strip()

@@ -9,6 +9,8 @@
 #include "plan.pb.h"
 
 #include <cstdio>
+#include <map>
+#include <set>
 
 namespace ds {
 
@@ -86,6 +88,42 @@ Footprint footprint(const plan::Plan &p) {
           f.accumSteps = a.i();
       f.grads += bytesOf(ins.inputs(1));
     }
+  }
+  // Saved activations: arena ranges written before the backward pass and
+  // read after its start (a range reused later is a new tensor).
+  int boundary = -1;
+  for (int i = 0; i < prog.instructions_size() && boundary < 0; ++i)
+    if (prog.instructions(i).kernel() == "loss_grad")
+      boundary = i;
+  if (boundary >= 0) {
+    std::map<std::pair<uint64_t, uint64_t>, int> lastWriter;
+    std::set<std::pair<uint64_t, uint64_t>> saved;
+    auto key = [&](uint32_t id) {
+      const plan::Buffer &b = p.buffers(id);
+      return std::make_pair(static_cast<uint64_t>(b.offset()),
+                            static_cast<uint64_t>(b.bytes()));
+    };
+    auto inArena = [&](uint32_t id) {
+      return id < static_cast<uint32_t>(p.buffers_size()) &&
+             p.buffers(id).space() == plan::ARENA;
+    };
+    for (int i = 0; i < prog.instructions_size(); ++i) {
+      const plan::Instruction &ins = prog.instructions(i);
+      if (i >= boundary)
+        for (uint32_t id : ins.inputs()) {
+          if (!inArena(id))
+            continue;
+          auto it = lastWriter.find(key(id));
+          if (it != lastWriter.end() && it->second < boundary)
+            saved.insert(key(id));
+        }
+      for (uint32_t id : ins.outputs())
+        if (inArena(id))
+          lastWriter[key(id)] = i;
+    }
+    f.savedActivations = 0;
+    for (const auto &[offset, bytes] : saved)
+      f.savedActivations += static_cast<int64_t>(bytes);
   }
   // Async collectives and the kernels between each start and its wait (the
   // wait's last input is the collective's output).
@@ -182,6 +220,14 @@ std::string formatFootprint(const Footprint &f) {
                 "buffers", static_cast<unsigned long long>(f.buffers),
                 mib(f.buffers).c_str());
   out += line;
+  if (f.savedActivations >= 0) {
+    std::snprintf(line, sizeof line,
+                  "  %-22s %14lld %12s   (not in the formula: forward tensors "
+                  "the backward pass reads)\n",
+                  "saved activations", static_cast<long long>(f.savedActivations),
+                  mib(static_cast<double>(f.savedActivations)).c_str());
+    out += line;
+  }
   std::snprintf(line, sizeof line,
                 "  %-22s %14llu %12s   (not in the formula: activations, "
                 "gathered parameters, gradients, workspace)\n",

@@ -5,10 +5,10 @@
 // A collective whose result is first read several kernels later becomes
 // asynchronous: the kernel starts it (`async` in its params) and a "wait"
 // kernel, placed just before the first kernel that reads the result
-// (directly or through a view), completes it. The wait reads the
-// collective's inputs and outputs, so the memory plan keeps every buffer the
-// communication touches alive until then, and nothing in between may reuse
-// them.
+// (directly or through a view) or the next collective (one in flight at a
+// time bounds the buffers held), completes it. The wait reads the buffers
+// the communication still touches, so the memory plan keeps them alive
+// until then, and nothing in between may reuse them.
 //
 //===----------------------------------------------------------------------===//
 
@@ -28,6 +28,7 @@ bool isCollective(dsrt::KernelOp k) {
 }
 
 struct OverlapCommPass : impl::OverlapCommPassBase<OverlapCommPass> {
+  using OverlapCommPassBase::OverlapCommPassBase;
   void runOnOperation() override {
     func::FuncOp func = getOperation();
     Block &body = func.getBody().front();
@@ -44,8 +45,16 @@ struct OverlapCommPass : impl::OverlapCommPassBase<OverlapCommPass> {
                                           k.getOuts().end());
       Operation *first = nullptr;
       int kernelsBetween = 0;
+      int64_t later = 0; // collectives started after k so far
       for (Operation *op = k->getNextNode(); op && !first;
            op = op->getNextNode()) {
+        // At most max-in-flight collectives at once: the one that would
+        // exceed it waits for this one.
+        if (auto next = dyn_cast<dsrt::KernelOp>(op);
+            next && isCollective(next) && ++later >= maxInFlight) {
+          first = op;
+          break;
+        }
         bool reads = llvm::any_of(op->getOperands(), [&](Value v) {
           return results.contains(v);
         });
@@ -65,7 +74,13 @@ struct OverlapCommPass : impl::OverlapCommPassBase<OverlapCommPass> {
       params.set("async", b.getI64IntegerAttr(1));
       k.setParamsAttr(params.getDictionary(b.getContext()));
       b.setInsertionPoint(first);
-      SmallVector<Value> touched(k.getIns());
+      // The wait reads what the communication still touches: all-reduce
+      // took its input when it started (it reduces the output in place, so
+      // the input may die, or share the output's storage); the others read
+      // their input until they complete.
+      SmallVector<Value> touched;
+      if (k.getKernel() != "all_reduce")
+        llvm::append_range(touched, k.getIns());
       llvm::append_range(touched, k.getOuts());
       dsrt::KernelOp::create(b, k.getLoc(), b.getStringAttr("wait"), touched,
                              ValueRange{}, b.getDictionaryAttr({}),

@@ -38,3 +38,40 @@ func.func @forward() {
   dsrt.output %b {index = 1 : i64, name = "b"} : memref<16xf32>
   return
 }
+
+// Two reduce-scatters in a row: with max-in-flight=1 the second starts only
+// after the first's wait; with the default 2 both run while the muls do.
+// RUN: ds-opt %s --dsrt-overlap-comm='max-in-flight=1' | FileCheck %s --check-prefix=ONE
+// RUN: ds-opt %s --dsrt-overlap-comm | FileCheck %s --check-prefix=TWO
+// ONE-LABEL: func.func @two
+// ONE: dsrt.kernel "reduce_scatter"(%[[A:.*]]) -> (%[[SA:.*]]) {params = {async = 1
+// ONE: dsrt.kernel "mul"
+// ONE: dsrt.kernel "wait"(%[[A]], %[[SA]])
+// ONE-NEXT: dsrt.kernel "reduce_scatter"(%[[B:.*]]) -> (%[[SB:.*]]) {params = {async = 1
+// ONE: dsrt.kernel "mul"
+// ONE: dsrt.kernel "wait"(%[[B]], %[[SB]])
+// TWO-LABEL: func.func @two
+// TWO: dsrt.kernel "reduce_scatter"(%[[A:.*]]) -> (%[[SA:.*]]) {params = {async = 1
+// TWO-NOT: "wait"
+// TWO: dsrt.kernel "reduce_scatter"(%[[B:.*]]) -> (%[[SB:.*]]) {params = {async = 1
+// TWO: dsrt.kernel "mul"
+// TWO: dsrt.kernel "wait"(%[[A]], %[[SA]])
+// TWO-NEXT: dsrt.kernel "wait"(%[[B]], %[[SB]])
+func.func @two() {
+  %x = dsrt.input {index = 0 : i64, name = "x"} : memref<16xf32>
+  %a = dsrt.alloc : memref<16xf32>
+  dsrt.kernel "mul"(%x, %x) -> (%a) {params = {}} : (memref<16xf32>, memref<16xf32>) -> (memref<16xf32>)
+  %sa = dsrt.alloc : memref<8xf32>
+  dsrt.kernel "reduce_scatter"(%a) -> (%sa) {params = {group = 0 : i64, reduction = "mean"}} : (memref<16xf32>) -> (memref<8xf32>)
+  %b = dsrt.alloc : memref<16xf32>
+  dsrt.kernel "mul"(%x, %x) -> (%b) {params = {}} : (memref<16xf32>, memref<16xf32>) -> (memref<16xf32>)
+  %sb = dsrt.alloc : memref<8xf32>
+  dsrt.kernel "reduce_scatter"(%b) -> (%sb) {params = {group = 0 : i64, reduction = "mean"}} : (memref<16xf32>) -> (memref<8xf32>)
+  %c = dsrt.alloc : memref<16xf32>
+  dsrt.kernel "mul"(%x, %x) -> (%c) {params = {}} : (memref<16xf32>, memref<16xf32>) -> (memref<16xf32>)
+  %d = dsrt.alloc : memref<8xf32>
+  dsrt.kernel "add"(%sa, %sb) -> (%d) {params = {}} : (memref<8xf32>, memref<8xf32>) -> (memref<8xf32>)
+  dsrt.output %d {index = 0 : i64, name = "d"} : memref<8xf32>
+  dsrt.output %c {index = 1 : i64, name = "c"} : memref<16xf32>
+  return
+}

@@ -177,6 +177,12 @@ llvm::cl::opt<bool> overlapComm(
                    "pass (DeepSpeed's overlap_comm; "
                    "--overlap-comm=false runs every collective in place)"),
     llvm::cl::init(true), llvm::cl::cat(parallelCategory));
+llvm::cl::opt<int64_t> maxInFlight(
+    "max-inflight-collectives",
+    llvm::cl::desc("With --overlap-comm: collectives in flight at once; each "
+                   "gradient bucket in flight holds its whole input, so this "
+                   "bounds the memory overlap costs"),
+    llvm::cl::init(2), llvm::cl::cat(parallelCategory));
 llvm::cl::opt<bool> printReport(
     "report",
     llvm::cl::desc("With a plan: print per rank the bytes of parameters, "
@@ -312,8 +318,11 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
       return 1;
     if (emitKind == "plan" || emitKind == "dsrt") {
       pm.addPass(ds::createLowerToDsRtPass());
-      if (overlapComm)
-        pm.addNestedPass<func::FuncOp>(ds::createOverlapCommPass());
+      if (overlapComm) {
+        ds::OverlapCommPassOptions ov;
+        ov.maxInFlight = maxInFlight;
+        pm.addNestedPass<func::FuncOp>(ds::createOverlapCommPass(ov));
+      }
       pm.addNestedPass<func::FuncOp>(ds::createPlanMemoryPass());
     }
     if (failed(pm.run(**module)) || errors)
@@ -423,6 +432,10 @@ int main(int argc, char **argv) {
   if (zeroStage < 0 || zeroStage > 3) {
     llvm::errs() << "error: --zero=" << static_cast<int64_t>(zeroStage)
                  << " is not a ZeRO stage (0, 1, 2 or 3)\n";
+    return 1;
+  }
+  if (maxInFlight < 1) {
+    llvm::errs() << "error: --max-inflight-collectives must be at least 1\n";
     return 1;
   }
   if (reduceBucketSize < 1 || allgatherBucketSize < 1 ||

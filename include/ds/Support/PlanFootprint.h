@@ -37,6 +37,10 @@ struct Footprint {
   /// The arena's planned peak: activations, gradients, gathered
   /// parameters and workspace.
   uint64_t arena = 0;
+  /// Activations saved for the backward pass: arena bytes written before
+  /// the backward pass starts (the first loss_grad kernel) and read after
+  /// it. -1 when the plan has no backward pass.
+  int64_t savedActivations = -1;
   /// Runs per optimizer step (gradient accumulation); the collective
   /// figures below are per run.
   int64_t accumSteps = 1;

@@ -162,6 +162,10 @@ def LowerToDsRtPass : Pass<"ds-lower-to-dsrt", "ModuleOp"> {
 
 def OverlapCommPass : Pass<"dsrt-overlap-comm", "func::FuncOp"> {
   let summary = "Start collectives early and wait for them just before their results are read";
+  let options = [
+    Option<"maxInFlight", "max-in-flight", "int64_t", "2",
+           "collectives in flight at once">,
+  ];
   let description = [{
     Runs on the lowered buffer program, before `--dsrt-plan-memory`. A
     collective kernel (`all_reduce`, `all_gather`, `reduce_scatter`) whose
@@ -171,7 +175,10 @@ def OverlapCommPass : Pass<"dsrt-overlap-comm", "func::FuncOp"> {
     reads the result (directly or through a view). The kernels in between
     run while the communication progresses; the memory plan keeps every
     buffer the collective touches alive until the wait. A collective read
-    at once stays synchronous.
+    at once stays synchronous. At most `max-in-flight` collectives run at
+    once: the collective that would exceed it is preceded by the wait of
+    the oldest, which bounds the buffers the communication holds (each
+    gradient bucket in flight keeps its whole input).
 
     ```mlir
     dsrt.kernel "reduce_scatter"(%g) -> (%s) {params = {async = 1 : i64, ...}}

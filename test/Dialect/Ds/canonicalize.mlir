@@ -203,3 +203,19 @@ func.func @dropout_identity(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>,
   %c, %mc = ds.dropout %x {ratio = 0.1 : f64, training = true} : tensor<4xf32> -> tensor<4xf32>, tensor<4xi1>
   return %a, %b, %mb, %c : tensor<4xf32>, tensor<4xf32>, tensor<4xi1>, tensor<4xf32>
 }
+
+// -----
+
+// A transpose of a transpose: back to the source when the permutations
+// cancel (autodiff's input gradient of x @ W^T), composed otherwise.
+// CHECK-LABEL: func.func @transpose_twice
+// CHECK-SAME: (%[[W:.*]]: tensor<3x4xf32>, %[[X:.*]]: tensor<2x3x4xf32>)
+// CHECK-NEXT: %[[C:.*]] = ds.transpose %[[X]] {perm = array<i64: 2, 1, 0>} : tensor<2x3x4xf32> -> tensor<4x3x2xf32>
+// CHECK-NEXT: return %[[W]], %[[C]]
+func.func @transpose_twice(%w: tensor<3x4xf32>, %x: tensor<2x3x4xf32>) -> (tensor<3x4xf32>, tensor<4x3x2xf32>) {
+  %t = ds.transpose %w {perm = array<i64: 1, 0>} : tensor<3x4xf32> -> tensor<4x3xf32>
+  %back = ds.transpose %t {perm = array<i64: 1, 0>} : tensor<4x3xf32> -> tensor<3x4xf32>
+  %a = ds.transpose %x {perm = array<i64: 1, 0, 2>} : tensor<2x3x4xf32> -> tensor<3x2x4xf32>
+  %b = ds.transpose %a {perm = array<i64: 2, 0, 1>} : tensor<3x2x4xf32> -> tensor<4x3x2xf32>
+  return %back, %b : tensor<3x4xf32>, tensor<4x3x2xf32>
+}

@@ -414,6 +414,23 @@ OpFoldResult TransposeOp::fold(FoldAdaptor adaptor) {
     identity &= perm[i] == static_cast<int64_t>(i);
   if (identity && getInput().getType() == getType())
     return getInput();
+  // transpose(transpose(x, p1), p2) is x permuted by p1[p2[d]]: the inner
+  // one vanishes (autodiff transposes a transposed weight back for the
+  // input gradient; keeping both would keep a copy of the weight).
+  if (auto inner = getInput().getDefiningOp<TransposeOp>()) {
+    ArrayRef<int64_t> p1 = inner.getPerm();
+    SmallVector<int64_t> composed;
+    bool id = true;
+    for (size_t d = 0; d < perm.size(); ++d) {
+      composed.push_back(p1[perm[d]]);
+      id &= composed.back() == static_cast<int64_t>(d);
+    }
+    if (id && inner.getInput().getType() == getType())
+      return inner.getInput();
+    setOperand(inner.getInput());
+    setPerm(composed);
+    return getResult();
+  }
   std::optional<Values> a = readValues(adaptor.getInput());
   if (!a)
     return {};
