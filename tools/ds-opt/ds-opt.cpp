@@ -165,8 +165,9 @@ llvm::cl::opt<int64_t> allgatherBucketSize(
 llvm::cl::opt<int64_t> prefetchBucketSize(
     "prefetch-bucket-size",
     llvm::cl::desc("ZeRO-3: parameters gathered by one collective, in "
-                   "elements, issued before the first use of the bucket's "
-                   "first parameter (DeepSpeed's "
+                   "elements, before the first use of the bucket's first "
+                   "parameter, or with --overlap-comm from the previous "
+                   "bucket's first use on (DeepSpeed's "
                    "stage3_prefetch_bucket_size)"),
     llvm::cl::init(50000000), llvm::cl::cat(parallelCategory));
 llvm::cl::opt<bool> overlapComm(
@@ -186,9 +187,10 @@ llvm::cl::opt<int64_t> maxInFlight(
 llvm::cl::opt<bool> printReport(
     "report",
     llvm::cl::desc("With a plan: print per rank the bytes of parameters, "
-                   "gradients, optimizer state, buffers and the arena, and "
-                   "the collective bytes per step, each beside the ZeRO "
-                   "formula's value"),
+                   "gradients, optimizer state, buffers, saved activations "
+                   "and the arena, and the collective bytes per step and "
+                   "how many overlap computation, beside the ZeRO "
+                   "formulas' values"),
     llvm::cl::init(false), llvm::cl::cat(parallelCategory));
 llvm::cl::opt<bool> trainingInfo(
     "training-info",

@@ -53,7 +53,9 @@ usage: ds-run PLAN [options]
   --save-every K        checkpoint every K steps too
   --resume DIR          continue from the checkpoint in DIR (its latest, or
                         a step folder): --steps N is the total to reach; the
-                        plan and world size must be those that saved it
+                        plan must be the one that saved it, or the same
+                        model compiled for another world size or ZeRO stage
+                        (the checkpoint is then re-partitioned)
   --consolidate DIR     merge the checkpoint's shards into whole tensors and
                         write them with -o FILE (.safetensors or .npz); no
                         plan or MPI needed (--with-optimizer-state adds the
