@@ -45,6 +45,9 @@ Footprint footprint(const plan::Plan &p) {
   f.world = p.world_size() == 0 ? 1 : static_cast<int>(p.world_size());
   f.stage = static_cast<int>(p.zero_stage());
   f.arena = p.programs_size() ? p.programs(0).arena_bytes() : 0;
+  if (auto it = p.options().find("precision");
+      it != p.options().end() && !it->second.empty())
+    f.precision = it->second;
   int trainable = 0, states = 0;
   for (const plan::Parameter &param : p.parameters()) {
     uint64_t bytes = product(param.shape()) * elementBytes(param.dtype());
@@ -189,9 +192,15 @@ std::string formatFootprint(const Footprint &f) {
     out += line;
   };
   std::snprintf(line, sizeof line,
-                "ZeRO stage %d, %d rank(s), optimizer %s, fp32; Ψ = %llu "
+                "ZeRO stage %d, %d rank(s), optimizer %s, %s; Ψ = %llu "
                 "trainable parameters (%llu with shard padding)\n",
                 s, f.world, f.optimizer.empty() ? "none" : f.optimizer.c_str(),
+                f.precision == "fp32"
+                    ? "fp32"
+                    : (f.precision + " compute (fp32 master weights, "
+                                     "gradients for the optimizer and state; "
+                                     "16-bit copies in the arena)")
+                          .c_str(),
                 static_cast<unsigned long long>(f.psi),
                 static_cast<unsigned long long>(f.psiPadded));
   out += line;

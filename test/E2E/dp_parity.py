@@ -37,6 +37,8 @@ def main():
     ap.add_argument("--accum", type=int, default=1,
                     help="--grad-accum for both plans (the batch shrinks to keep 8 per step)")
     ap.add_argument("--clip", type=float, default=0.0, help="--grad-clip for both plans")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                    help="--precision for both plans (bf16: tolerances 1e-3)")
     ap.add_argument("--dropout", type=float, default=0.0,
                     help="export the GPT with this dropout (the masks must match one rank's)")
     ap.add_argument("--tag", default="", help="names this run's files (with --opt-flag)")
@@ -55,11 +57,12 @@ def main():
              targets=rng.randint(0, 128, size=(8, 32)))
     opt = (["--optimizer=adam", "--lr=3e-3"] if args.optimizer == "adam"
            else ["--optimizer=sgd", "--momentum=0.9", "--lr=0.1"])
-    opt = opt + [f"--grad-accum={args.accum}"] + ([f"--grad-clip={args.clip}"] if args.clip else [])
+    opt = opt + [f"--precision={args.precision}", f"--grad-accum={args.accum}"] + ([f"--grad-clip={args.clip}"] if args.clip else [])
     per_rank = 8 // args.ranks // args.accum
-    tag_n = f"n{args.ranks}z{args.zero}{args.optimizer}{args.tag}"
+    tag_n = f"n{args.ranks}z{args.zero}{args.optimizer}{args.tag}" + (
+        "" if args.precision == "fp32" else args.precision)
     shapes = lambda b: [f"--input-shape=idx:{b}x32", f"--input-shape=targets:{b}x32"]
-    one = f"one_{args.optimizer}_a{args.accum}_c{args.clip:g}_d{args.dropout:g}"
+    one = f"one_{args.optimizer}_a{args.accum}_c{args.clip:g}_d{args.dropout:g}_{args.precision}"
     report = subprocess.run([args.ds_opt, onnx_path, *shapes(per_rank), *opt,
                              f"--world-size={args.ranks}", f"--zero={args.zero}",
                              *args.opt_flag, "--report", "-o", w(tag_n + ".plan")],
@@ -118,12 +121,15 @@ def main():
     # SGD: 1e-5 absolute per element. Adam: 1e-5 relative (L2 over all
     # weights), see the module docstring.
     weight_err = weight_rel if args.optimizer == "adam" else weight_abs
-    tol = 1e-5
+    # bf16: losses within 1e-3; the weights within 1e-2 relative L2 (Adam
+    # amplifies bf16's rounding of per-rank vs whole-batch gradient sums).
+    tol = 1e-5 if args.precision == "fp32" else 1e-3
+    wtol = tol if args.precision == "fp32" else 1e-2
     print(f"{args.ranks} ranks, ZeRO-{args.zero}, {args.optimizer}: losses {' '.join('%.5f' % x for x in b)}; "
-          f"worst loss rel error {loss_err:.1e} (tol 1e-5); final weights: max abs "
-          f"difference {weight_abs:.1e}, relative L2 {weight_rel:.1e} (tol 1e-5 on the "
+          f"worst loss rel error {loss_err:.1e} (tol {tol:g}); final weights: max abs "
+          f"difference {weight_abs:.1e}, relative L2 {weight_rel:.1e} (tol {wtol:g} on the "
           f"{'relative' if args.optimizer == 'adam' else 'max abs'})")
-    ok = len(a) == len(b) == 5 and loss_err <= 1e-5 and weight_err <= tol and accounted
+    ok = len(a) == len(b) == 5 and loss_err <= tol and weight_err <= wtol and accounted
     print("PASS" if ok else "FAIL")
     sys.exit(0 if ok else 1)
 

@@ -192,6 +192,13 @@ llvm::cl::opt<bool> printReport(
                    "how many overlap computation, beside the ZeRO "
                    "formulas' values"),
     llvm::cl::init(false), llvm::cl::cat(parallelCategory));
+llvm::cl::opt<std::string> precisionName(
+    "precision",
+    llvm::cl::desc("Training precision: fp32 (default), or bf16 (16-bit "
+                   "compute and gradients, fp32 master weights and optimizer "
+                   "state, softmax/LayerNorm/losses/reductions in fp32); "
+                   "fp16 needs DeepSpeed's loss scaler, not implemented yet"),
+    llvm::cl::init("fp32"), llvm::cl::cat(trainCategory));
 llvm::cl::opt<bool> trainingInfo(
     "training-info",
     llvm::cl::desc("Train with the model's own training_info algorithm (ONNX "
@@ -283,6 +290,11 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
     pm.addPass(createCSEPass());
     bool training = optimizerName != "none";
     if (emitGrads || training) {
+      if (precisionName != "fp32") {
+        ds::MixedPrecisionPassOptions mp;
+        mp.precision = precisionName;
+        pm.addNestedPass<func::FuncOp>(ds::createMixedPrecisionPass(mp));
+      }
       pm.addNestedPass<func::FuncOp>(ds::createAutodiffPass());
       if (training && (worldSize > 1 || zeroStage > 0)) {
         ds::ZeroPassOptions dp;
@@ -346,6 +358,7 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
     planOptions.compileOptions["command"] = commandLine;
     planOptions.compileOptions["loss"] = lossName;
     planOptions.compileOptions["optimizer"] = optimizerName;
+    planOptions.compileOptions["precision"] = precisionName;
     planOptions.worldSize = worldSize;
     for (const std::string &spec : inputShapes)
       planOptions.compileOptions["input-shape:" + spec] = spec;
@@ -434,6 +447,22 @@ int main(int argc, char **argv) {
   if (zeroStage < 0 || zeroStage > 3) {
     llvm::errs() << "error: --zero=" << static_cast<int64_t>(zeroStage)
                  << " is not a ZeRO stage (0, 1, 2 or 3)\n";
+    return 1;
+  }
+  if (precisionName != "fp32" && precisionName != "bf16" &&
+      precisionName != "fp16") {
+    llvm::errs() << "error: --precision='" << precisionName
+                 << "' is not one of fp32, fp16, bf16\n";
+    return 1;
+  }
+  if (precisionName == "fp16") {
+    llvm::errs() << "error: --precision=fp16 needs DeepSpeed's dynamic loss "
+                    "scaler, which is not implemented yet; use bf16\n";
+    return 1;
+  }
+  if (precisionName != "fp32" && optimizerName == "none" && !emitGrads) {
+    llvm::errs() << "error: --precision=" << precisionName
+                 << " is for training (give --optimizer=...)\n";
     return 1;
   }
   if (maxInFlight < 1) {

@@ -38,6 +38,31 @@ def AutodiffPass : Pass<"ds-autodiff", "func::FuncOp"> {
   }];
 }
 
+def MixedPrecisionPass : Pass<"ds-mixed-precision", "func::FuncOp"> {
+  let summary = "16-bit compute with f32 master weights and f32 islands";
+  let description = [{
+    Runs on the forward pass, before `--ds-autodiff`. Every float op
+    computes in the 16-bit type of `precision` (bf16 or fp16), its f32
+    operands (master weights, graph inputs, constants) cast down once; ops
+    with the `Ds_F32Island` trait (softmax, log_softmax, LayerNorm, the
+    losses, reductions) compute in f32, their 16-bit operands cast up.
+    Graph results keep their types. Autodiff then differentiates through
+    the casts, so gradients flow in 16 bits and reach each f32 master
+    weight, which the optimizer updates in f32 with f32 state.
+
+    ```mlir
+    %h = ds.matmul %x, %w : (tensor<2x4xf32>, tensor<4x3xf32>) -> tensor<2x3xf32>
+    // becomes
+    %w16 = ds.cast %w : tensor<4x3xf32> -> tensor<4x3xbf16>
+    %h = ds.matmul %x16, %w16 : (tensor<2x4xbf16>, tensor<4x3xbf16>) -> tensor<2x3xbf16>
+    ```
+  }];
+  let options = [
+    Option<"precision", "precision", "std::string", "\"bf16\"",
+           "fp32, fp16 or bf16">,
+  ];
+}
+
 def ZeroPass : Pass<"ds-zero", "func::FuncOp"> {
   let summary = "Data parallelism with ZeRO stages 0-3 (gradient and parameter partitioning)";
   let description = [{

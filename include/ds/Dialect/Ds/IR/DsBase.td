@@ -43,4 +43,11 @@ def Ds_IndexTensor : StaticShapeTensorOf<[I64, I32]>;
 def Ds_NumericTensor : StaticShapeTensorOf<[F32, F16, BF16, I64, I32]>;
 def Ds_BoolTensor : StaticShapeTensorOf<[I1]>;
 
+// Ops whose results are unstable in 16 bits (softmax, LayerNorm
+// statistics, losses, reductions): `--ds-mixed-precision` computes them in
+// f32, casting 16-bit operands up.
+def Ds_F32Island : NativeOpTrait<"DsF32Island"> {
+  let cppNamespace = "::mlir::ds";
+}
+
 #endif // DS_DIALECT_DS_IR_DSBASE_TD

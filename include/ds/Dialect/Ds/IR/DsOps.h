@@ -14,6 +14,10 @@
 
 namespace mlir::ds {
 
+/// Marks ops computed in f32 under mixed precision (Ds_F32Island).
+template <typename ConcreteType>
+class DsF32Island : public OpTrait::TraitBase<ConcreteType, DsF32Island> {};
+
 /// The elementwise binary ops; shared verifier and folder dispatch on it.
 enum class BinaryKind {
   Add, Sub, Mul, Div, Pow, Max, Min,

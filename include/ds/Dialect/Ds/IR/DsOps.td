@@ -274,7 +274,7 @@ def Ds_GemmOp : Ds_Op<"gemm", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Ds_SoftmaxOp : Ds_Op<"softmax", [Pure, SameOperandsAndResultType]> {
+def Ds_SoftmaxOp : Ds_Op<"softmax", [Pure, SameOperandsAndResultType, Ds_F32Island]> {
   let summary = "softmax along one axis";
   let description = [{
     ONNX `Softmax` (opset 13 semantics) along the non-negative `axis`.
@@ -285,7 +285,7 @@ def Ds_SoftmaxOp : Ds_Op<"softmax", [Pure, SameOperandsAndResultType]> {
   let hasVerifier = 1;
 }
 
-def Ds_LogSoftmaxOp : Ds_Op<"log_softmax", [Pure, SameOperandsAndResultType]> {
+def Ds_LogSoftmaxOp : Ds_Op<"log_softmax", [Pure, SameOperandsAndResultType, Ds_F32Island]> {
   let summary = "log of softmax along one axis";
   let description = [{
     ONNX `LogSoftmax` (opset 13 semantics) along the non-negative `axis`.
@@ -296,7 +296,7 @@ def Ds_LogSoftmaxOp : Ds_Op<"log_softmax", [Pure, SameOperandsAndResultType]> {
   let hasVerifier = 1;
 }
 
-def Ds_LayerNormOp : Ds_Op<"layer_norm", [Pure]> {
+def Ds_LayerNormOp : Ds_Op<"layer_norm", [Pure, Ds_F32Island]> {
   let summary = "layer normalization over the dimensions from axis on";
   let description = [{
     ONNX `LayerNormalization` (statistics in f32): normalizes over dimensions
@@ -427,7 +427,7 @@ def Ds_TriluOp : Ds_Op<"trilu", [Pure, SameOperandsAndResultType]> {
 //===----------------------------------------------------------------------===//
 
 class Ds_ReduceOp<string mnemonic, string desc>
-    : Ds_Op<mnemonic, [Pure]> {
+    : Ds_Op<mnemonic, [Pure, Ds_F32Island]> {
   let summary = desc;
   let description = desc # [{ over `axes` (sorted, non-negative, unique;
     never empty: "all axes" is spelled out). With `keepdims` the reduced
@@ -477,7 +477,7 @@ def Ds_DropoutOp : Ds_Op<"dropout", [Pure]> {
 }
 
 def Ds_SoftmaxCrossEntropyLossOp : Ds_Op<"softmax_cross_entropy_loss",
-                                         [Pure]> {
+                                         [Pure, Ds_F32Island]> {
   let summary = "cross entropy of softmax(scores) against integer labels";
   let description = [{
     ONNX `SoftmaxCrossEntropyLoss`: `scores` is `N x C x d1..dk`, `labels`
@@ -497,7 +497,7 @@ def Ds_SoftmaxCrossEntropyLossOp : Ds_Op<"softmax_cross_entropy_loss",
   let hasVerifier = 1;
 }
 
-def Ds_NegativeLogLikelihoodLossOp : Ds_Op<"nll_loss", [Pure]> {
+def Ds_NegativeLogLikelihoodLossOp : Ds_Op<"nll_loss", [Pure, Ds_F32Island]> {
   let summary = "negative log likelihood of log-probabilities";
   let description = [{
     ONNX `NegativeLogLikelihoodLoss`: `input` is `N x C x d1..dk`

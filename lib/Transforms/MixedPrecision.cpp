@@ -1,0 +1,108 @@
+//===- MixedPrecision.cpp - 16-bit compute with fp32 master weights -------===//
+//
+// Part of the ds project.
+//
+// Runs on the forward pass, before autodiff. Trainable parameters stay f32
+// (the master weights the optimizer updates); each is cast to the 16-bit
+// type once, and every float op computes in 16 bits, except the ops marked
+// Ds_F32Island (softmax, LayerNorm, losses, reductions), whose 16-bit
+// operands are cast up to f32. Graph results keep their types. Autodiff
+// then differentiates through the casts: gradients flow in 16 bits and
+// reach each master weight as f32.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ds/Transforms/Passes.h"
+#include "mlir/IR/Verifier.h"
+
+namespace mlir::ds {
+#define GEN_PASS_DEF_MIXEDPRECISIONPASS
+#include "ds/Transforms/Passes.h.inc"
+
+namespace {
+
+bool isF32Tensor(Type t) {
+  auto r = dyn_cast<RankedTensorType>(t);
+  return r && r.getElementType().isF32();
+}
+
+struct MixedPrecisionPass : impl::MixedPrecisionPassBase<MixedPrecisionPass> {
+  using MixedPrecisionPassBase::MixedPrecisionPassBase;
+
+  void runOnOperation() override {
+    func::FuncOp func = getOperation();
+    if (func.getName() != "forward")
+      return;
+    OpBuilder b(func.getContext());
+    Type half;
+    if (precision == "fp32")
+      return;
+    if (precision == "bf16") {
+      half = b.getBF16Type();
+    } else if (precision == "fp16") {
+      half = b.getF16Type();
+    } else {
+      func.emitError("unknown precision '")
+          << precision << "' (choose fp32, fp16 or bf16)";
+      return signalPassFailure();
+    }
+    func->setAttr("ds.precision", b.getStringAttr(precision));
+    Block &body = func.getBody().front();
+    // The value of `v` with element type `to`, by a cast placed after `v`'s
+    // definition (one per value and type).
+    llvm::DenseMap<std::pair<Value, Type>, Value> casts;
+    auto as = [&](Value v, Type to) -> Value {
+      auto t = dyn_cast<RankedTensorType>(v.getType());
+      if (!t || !isa<FloatType>(t.getElementType()) ||
+          t.getElementType() == to)
+        return v;
+      Value &c = casts[{v, to}];
+      if (!c) {
+        OpBuilder cb(func.getContext());
+        cb.setInsertionPointAfterValue(v);
+        c = CastOp::create(cb, v.getLoc(), t.clone(to), v);
+      }
+      return c;
+    };
+    SmallVector<Operation *> ops;
+    for (Operation &op : body.without_terminator())
+      ops.push_back(&op);
+    for (Operation *op : ops) {
+      if (!isa<DsDialect>(op->getDialect()) ||
+          op->hasTrait<OpTrait::ConstantLike>() || isa<CastOp>(op))
+        continue;
+      bool island = op->hasTrait<DsF32Island>();
+      Type compute = island ? Type(b.getF32Type()) : half;
+      bool anyFloat = false;
+      for (Value r : op->getResults())
+        anyFloat |= isa<FloatType>(getElementTypeOrSelf(r.getType()));
+      for (Value v : op->getOperands())
+        anyFloat |= isa<FloatType>(getElementTypeOrSelf(v.getType()));
+      if (!anyFloat)
+        continue;
+      // Float operands in the compute type; float results too.
+      for (OpOperand &use : op->getOpOperands())
+        use.set(as(use.get(), compute));
+      for (Value r : op->getResults())
+        if (auto t = dyn_cast<RankedTensorType>(r.getType());
+            t && isa<FloatType>(t.getElementType()))
+          r.setType(t.clone(compute));
+    }
+    // Graph results keep their declared types.
+    Operation *ret = body.getTerminator();
+    for (unsigned i = 0; i < ret->getNumOperands(); ++i) {
+      Type want = func.getResultTypes()[i];
+      Value v = ret->getOperand(i);
+      if (v.getType() != want)
+        ret->setOperand(i, as(v, cast<RankedTensorType>(want).getElementType()));
+    }
+    // Every op verifies with its new types.
+    for (Operation *op : ops)
+      if (failed(mlir::verify(op))) {
+        op->emitError("cannot compute in ") << precision;
+        return signalPassFailure();
+      }
+  }
+};
+} // namespace
+} // namespace mlir::ds
