@@ -130,6 +130,7 @@ struct Manifest {
     std::vector<int64_t> shape; // whole shape
   };
   std::vector<Tensor> tensors;
+  std::map<std::string, std::string> extra; // "state KEY VALUE" lines
 };
 
 /// The step folder `dir` names: itself when it holds a manifest, else the
@@ -202,6 +203,12 @@ bool readManifest(const std::string &stepDir, Manifest &m, std::string &err) {
           !parseDType(dtype, t.dtype) || !parseShape(shape, t.shape))
         return bad("bad tensor line '" + line + "'");
       m.tensors.push_back(t);
+    } else if (key == "state") {
+      std::string k, v;
+      ls >> k >> v;
+      if (k.empty() || v.empty())
+        return bad("bad state line '" + line + "'");
+      m.extra[k] = v;
     } else if (!key.empty()) {
       return bad("unknown key '" + key + "'");
     }
@@ -330,7 +337,9 @@ bool loadRepartitioned(const std::string &stepDir, const Manifest &m,
 } // namespace
 
 bool saveCheckpoint(const std::string &dir, Executor &exec, Communicator &comm,
-                    const PlanInfo &info, int64_t step, std::string &err) {
+                    const PlanInfo &info, int64_t step,
+                    const std::map<std::string, std::string> &extra,
+                    std::string &err) {
   char name[32];
   std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
   std::string stepDir = dir + "/" + name;
@@ -389,6 +398,9 @@ bool saveCheckpoint(const std::string &dir, Executor &exec, Communicator &comm,
     text += "zero_stage " + std::to_string(info.zeroStage) + "\n";
     text += "step " + std::to_string(step) + "\n";
     text += "runs " + std::to_string(exec.completedRuns()) + "\n";
+    text += "state skipped_runs " + std::to_string(exec.skippedRuns()) + "\n";
+    for (const auto &[k, v] : extra)
+      text += "state " + k + " " + v + "\n";
     for (int r = 0; r < comm.size(); ++r)
       text += "file " + std::to_string(r) + " " + shardName(r) + " " +
               std::to_string(all[3 * r + 1]) + " " + hex(all[3 * r + 2]) + "\n";
@@ -411,6 +423,7 @@ bool saveCheckpoint(const std::string &dir, Executor &exec, Communicator &comm,
 
 bool loadCheckpoint(const std::string &dir, Executor &exec, int rank,
                     const PlanInfo &info, int64_t &step, bool &repartitioned,
+                    std::map<std::string, std::string> &extra,
                     std::string &err) {
   repartitioned = false;
   std::string stepDir;
@@ -429,6 +442,8 @@ bool loadCheckpoint(const std::string &dir, Executor &exec, int rank,
     if (!loadRepartitioned(stepDir, m, exec, rank, err))
       return false;
     exec.setCompletedRuns(m.runs);
+    exec.setSkippedRuns(std::strtoull(m.extra["skipped_runs"].c_str(), nullptr, 10));
+    extra = m.extra;
     step = m.step;
     repartitioned = true;
     return true;
@@ -452,6 +467,8 @@ bool loadCheckpoint(const std::string &dir, Executor &exec, int rank,
     std::memcpy(st.data, t.data.data(), st.bytes);
   }
   exec.setCompletedRuns(m.runs);
+  exec.setSkippedRuns(std::strtoull(m.extra["skipped_runs"].c_str(), nullptr, 10));
+  extra = m.extra;
   step = m.step;
   return true;
 }

@@ -345,6 +345,8 @@ struct Executor::Impl {
   uint64_t arenaHighWater = 0;
   uint64_t runs = 0;
   std::map<const void *, int> inflight; // async collectives by output
+  KernelContext::StepState stepState;   // the loss scaler's, per run
+  uint64_t skipped = 0;                 // runs whose update overflowed
 
   const plan::Plan &p() const { return plan->proto; }
 
@@ -513,7 +515,7 @@ bool Executor::run(RunStats &stats, std::string &err) {
       continue;
     HostTensor step;
     step.dtype = DType::I64;
-    int64_t value = static_cast<int64_t>(impl->runs) + 1;
+    int64_t value = static_cast<int64_t>(impl->runs - impl->skipped) + 1;
     step.data.resize(8);
     std::memcpy(step.data.data(), &value, 8);
     impl->inputs[i] = std::move(step);
@@ -535,6 +537,9 @@ bool Executor::run(RunStats &stats, std::string &err) {
   uint64_t runSeed = fnv1a64(&impl->runs, sizeof(impl->runs),
                              0xcbf29ce484222325ULL ^ impl->options.seed);
   ++impl->runs;
+  impl->stepState = {};
+  for (uint64_t r : impl->options.injectOverflow)
+    impl->stepState.inject |= r == impl->runs;
   for (int i = 0; i < prog.instructions_size(); ++i) {
     const plan::Instruction &ins = prog.instructions(i);
     const KernelInfo *k = impl->kernels[i];
@@ -561,6 +566,7 @@ bool Executor::run(RunStats &stats, std::string &err) {
     ctx.lr = impl->options.lr;
     ctx.comm = impl->options.comm;
     ctx.inflight = &impl->inflight;
+    ctx.step = &impl->stepState;
     auto k0 = std::chrono::steady_clock::now();
     if (!k->fn(ctx)) {
       err = "instruction " + std::to_string(i) + " (" + ins.kernel() +
@@ -586,6 +592,8 @@ bool Executor::run(RunStats &stats, std::string &err) {
       }
     }
   }
+  if (impl->stepState.overflow)
+    ++impl->skipped;
   if (!impl->inflight.empty()) {
     err = "the plan started " + std::to_string(impl->inflight.size()) +
           " collective(s) it never waited for";
@@ -686,6 +694,9 @@ std::vector<Executor::Storage> Executor::storage() {
 }
 
 uint64_t Executor::completedRuns() const { return impl->runs; }
+bool Executor::lastRunOverflowed() const { return impl->stepState.overflow; }
+uint64_t Executor::skippedRuns() const { return impl->skipped; }
+void Executor::setSkippedRuns(uint64_t skipped) { impl->skipped = skipped; }
 void Executor::setCompletedRuns(uint64_t runs) { impl->runs = runs; }
 
 std::vector<std::string> Executor::outputNames() const {

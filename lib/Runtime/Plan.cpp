@@ -217,6 +217,9 @@ PlanInfo describe(const Plan &plan) {
   info.loss = p.loss();
   info.updatesParameters = p.updates_parameters();
   info.planHash = plan.checksum;
+  info.options.insert(p.options().begin(), p.options().end());
+  for (const plan::Value &v : p.inputs())
+    info.lossScaling |= v.name() == "ds.loss_scale";
   info.zeroStage = static_cast<int>(p.zero_stage());
   info.worldSize = p.world_size() == 0 ? 1 : static_cast<int>(p.world_size());
   info.weightsPath = p.weights().path();

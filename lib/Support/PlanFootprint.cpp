@@ -78,6 +78,9 @@ Footprint footprint(const plan::Plan &p) {
     if (f.world > 1 && k == "all_reduce" && ins.outputs_size() == 1) {
       ++f.allReduces;
       f.allReduceBytes += bytesOf(ins.outputs(0));
+    } else if (f.world > 1 && k == "check_overflow") {
+      ++f.allReduces; // the overflow flag, reduced over ranks (one float)
+      f.allReduceBytes += 4;
     } else if (f.world > 1 && k == "all_gather" && ins.outputs_size() == 1) {
       ++f.allGathers;
       f.allGatherBytes += bytesOf(ins.outputs(0));

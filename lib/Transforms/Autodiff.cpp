@@ -46,11 +46,19 @@ struct AutodiffPass : impl::AutodiffPassBase<AutodiffPass> {
 
     OpBuilder b(ret);
     auto lossTensor = cast<RankedTensorType>(lossType);
-    Value seed = ConstantOp::create(
-        b, func.getLoc(), lossTensor,
-        DenseElementsAttr::get(lossTensor,
-                               ArrayRef<Attribute>(FloatAttr::get(
-                                   lossType.getElementType(), 1.0))));
+    // With loss scaling the backward pass starts from the scale (an input
+    // the runtime sets each step), not from 1.
+    Value seed;
+    for (BlockArgument arg : body.getArguments())
+      if (func.getArgAttr(arg.getArgNumber(), "ds.loss_scale") &&
+          arg.getType() == lossType)
+        seed = arg;
+    if (!seed)
+      seed = ConstantOp::create(
+          b, func.getLoc(), lossTensor,
+          DenseElementsAttr::get(lossTensor,
+                                 ArrayRef<Attribute>(FloatAttr::get(
+                                     lossType.getElementType(), 1.0))));
     SmallVector<Operation *> forwardOps;
     for (Operation &op : body.without_terminator())
       if (&op != seed.getDefiningOp())

@@ -48,6 +48,22 @@ struct MixedPrecisionPass : impl::MixedPrecisionPassBase<MixedPrecisionPass> {
     }
     func->setAttr("ds.precision", b.getStringAttr(precision));
     Block &body = func.getBody().front();
+    if (precision == "fp16") {
+      // fp16 gradients underflow without loss scaling: the runtime's
+      // scaler gives the scale each step as input `ds.loss_scale`, which
+      // autodiff seeds the backward pass with.
+      auto scalar = RankedTensorType::get({}, b.getF32Type());
+      body.addArgument(scalar, func.getLoc());
+      SmallVector<DictionaryAttr> argAttrs;
+      for (unsigned i = 0; i + 1 < body.getNumArguments(); ++i)
+        argAttrs.push_back(func.getArgAttrDict(i));
+      argAttrs.push_back(b.getDictionaryAttr(
+          {b.getNamedAttr("ds.loss_scale", b.getUnitAttr()),
+           b.getNamedAttr(attrs::kInput, b.getStringAttr("ds.loss_scale"))}));
+      func.setType(FunctionType::get(func.getContext(), body.getArgumentTypes(),
+                                     func.getResultTypes()));
+      func.setAllArgAttrs(argAttrs);
+    }
     // The value of `v` with element type `to`, by a cast placed after `v`'s
     // definition (one per value and type).
     llvm::DenseMap<std::pair<Value, Type>, Value> casts;

@@ -63,6 +63,12 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
     MLIRContext *ctx = func.getContext();
     OpBuilder b(ret);
 
+    // The loss-scale input of an fp16 step (looked up before arguments are
+    // added below).
+    BlockArgument lossScale;
+    for (BlockArgument arg : body.getArguments())
+      if (func.getArgAttr(arg.getArgNumber(), "ds.loss_scale"))
+        lossScale = arg;
     // Parameter arguments by name.
     llvm::StringMap<BlockArgument> params;
     for (BlockArgument arg : body.getArguments())
@@ -109,6 +115,31 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
            b.getNamedAttr(attrs::kOutput,
                           b.getStringAttr("update:" + name.str()))});
     };
+    // Loss scaling: gradients come scaled by the `ds.loss_scale` input;
+    // unscale them, then check them for inf/NaN over every rank. On
+    // overflow the optimizer kernels keep parameters and state.
+    Value overflow; // a result once the optimizer ops are built
+    if (lossScale) {
+      if (gradAccum > 1) {
+        func.emitError("loss scaling with --grad-accum is not supported yet");
+        return signalPassFailure();
+      }
+      Location loc = func.getLoc();
+      Value inv = ReciprocalOp::create(b, loc, lossScale);
+      SmallVector<Value> grads;
+      for (unsigned i = 0, e = results.size(); i < e; ++i) {
+        if (!func.getResultAttr(i, "ds.grad"))
+          continue;
+        auto t = cast<RankedTensorType>(results[i].getType());
+        Value s = inv;
+        if (t.getElementType() != b.getF32Type())
+          s = CastOp::create(b, loc, RankedTensorType::get({}, t.getElementType()), inv);
+        results[i] = MulOp::create(b, loc, t, results[i], s);
+        grads.push_back(results[i]);
+      }
+      overflow = CheckOverflowOp::create(
+          b, loc, RankedTensorType::get({}, b.getF32Type()), grads);
+    }
     // Clipping by the global norm of all gradients, as torch does.
     if (gradClip > 0) {
       Value total;
@@ -269,6 +300,11 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
     if (updated == 0) {
       func.emitError("no gradients to apply: run --ds-autodiff first");
       return signalPassFailure();
+    }
+    if (overflow) {
+      results.push_back(overflow);
+      resultAttrs.push_back(b.getDictionaryAttr(
+          {b.getNamedAttr(attrs::kOutput, b.getStringAttr("ds.overflow"))}));
     }
     // The updated shards of whole parameters, gathered in buckets.
     for (size_t first = 0; first < pendingGathers.size();) {

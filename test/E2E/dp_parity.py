@@ -37,7 +37,7 @@ def main():
     ap.add_argument("--accum", type=int, default=1,
                     help="--grad-accum for both plans (the batch shrinks to keep 8 per step)")
     ap.add_argument("--clip", type=float, default=0.0, help="--grad-clip for both plans")
-    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
                     help="--precision for both plans (bf16: tolerances 1e-3)")
     ap.add_argument("--dropout", type=float, default=0.0,
                     help="export the GPT with this dropout (the masks must match one rank's)")

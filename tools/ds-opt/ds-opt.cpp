@@ -194,11 +194,39 @@ llvm::cl::opt<bool> printReport(
     llvm::cl::init(false), llvm::cl::cat(parallelCategory));
 llvm::cl::opt<std::string> precisionName(
     "precision",
-    llvm::cl::desc("Training precision: fp32 (default), or bf16 (16-bit "
+    llvm::cl::desc("Training precision: fp32 (default), bf16 or fp16 (16-bit "
                    "compute and gradients, fp32 master weights and optimizer "
-                   "state, softmax/LayerNorm/losses/reductions in fp32); "
-                   "fp16 needs DeepSpeed's loss scaler, not implemented yet"),
+                   "state, softmax/LayerNorm/losses/reductions in fp32; fp16 "
+                   "with DeepSpeed's loss scaler, see --loss-scale)"),
     llvm::cl::init("fp32"), llvm::cl::cat(trainCategory));
+llvm::cl::opt<double> lossScale(
+    "loss-scale",
+    llvm::cl::desc("fp16: a static loss scale; 0 (default) scales "
+                   "dynamically as DeepSpeed's DynamicLossScaler"),
+    llvm::cl::init(0.0), llvm::cl::cat(trainCategory));
+llvm::cl::opt<int64_t> initialScalePower(
+    "initial-scale-power",
+    llvm::cl::desc("fp16: the dynamic scale starts at 2^this (DeepSpeed: 16)"),
+    llvm::cl::init(16), llvm::cl::cat(trainCategory));
+llvm::cl::opt<int64_t> lossScaleWindow(
+    "loss-scale-window",
+    llvm::cl::desc("fp16: clean steps since the last overflow after which "
+                   "the scale doubles (DeepSpeed: 1000)"),
+    llvm::cl::init(1000), llvm::cl::cat(trainCategory));
+llvm::cl::opt<int64_t> hysteresis(
+    "hysteresis",
+    llvm::cl::desc("fp16: overflows tolerated before the scale halves "
+                   "(DeepSpeed: 2)"),
+    llvm::cl::init(2), llvm::cl::cat(trainCategory));
+llvm::cl::opt<bool> consecutiveHysteresis(
+    "consecutive-hysteresis",
+    llvm::cl::desc("fp16: refill the hysteresis on every clean step"),
+    llvm::cl::init(false), llvm::cl::cat(trainCategory));
+llvm::cl::opt<double> minLossScale(
+    "min-loss-scale",
+    llvm::cl::desc("fp16: the dynamic scale never goes below this "
+                   "(DeepSpeed: 1)"),
+    llvm::cl::init(1.0), llvm::cl::cat(trainCategory));
 llvm::cl::opt<bool> trainingInfo(
     "training-info",
     llvm::cl::desc("Train with the model's own training_info algorithm (ONNX "
@@ -359,6 +387,17 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
     planOptions.compileOptions["loss"] = lossName;
     planOptions.compileOptions["optimizer"] = optimizerName;
     planOptions.compileOptions["precision"] = precisionName;
+    if (precisionName == "fp16") {
+      planOptions.compileOptions["loss_scale"] = std::to_string(lossScale);
+      planOptions.compileOptions["initial_scale_power"] =
+          std::to_string(initialScalePower);
+      planOptions.compileOptions["loss_scale_window"] =
+          std::to_string(lossScaleWindow);
+      planOptions.compileOptions["hysteresis"] = std::to_string(hysteresis);
+      planOptions.compileOptions["consecutive_hysteresis"] =
+          consecutiveHysteresis ? "1" : "0";
+      planOptions.compileOptions["min_loss_scale"] = std::to_string(minLossScale);
+    }
     planOptions.worldSize = worldSize;
     for (const std::string &spec : inputShapes)
       planOptions.compileOptions["input-shape:" + spec] = spec;
@@ -455,9 +494,16 @@ int main(int argc, char **argv) {
                  << "' is not one of fp32, fp16, bf16\n";
     return 1;
   }
-  if (precisionName == "fp16") {
-    llvm::errs() << "error: --precision=fp16 needs DeepSpeed's dynamic loss "
-                    "scaler, which is not implemented yet; use bf16\n";
+  if (lossScale < 0 || lossScaleWindow < 1 || hysteresis < 1 ||
+      minLossScale <= 0 || initialScalePower < 0 || initialScalePower > 64) {
+    llvm::errs() << "error: loss scaler options out of range (--loss-scale "
+                    ">= 0, --loss-scale-window >= 1, --hysteresis >= 1, "
+                    "--min-loss-scale > 0, --initial-scale-power 0-64)\n";
+    return 1;
+  }
+  if (precisionName == "fp16" && gradAccum > 1) {
+    llvm::errs() << "error: --precision=fp16 with --grad-accum is not "
+                    "supported yet\n";
     return 1;
   }
   if (precisionName != "fp32" && optimizerName == "none" && !emitGrads) {

@@ -8,6 +8,7 @@
 
 #include "ds/Runtime/Checkpoint.h"
 #include "ds/Runtime/Comm.h"
+#include "ds/Runtime/LossScaler.h"
 #include "ds/Runtime/Runtime.h"
 #include "ds/Runtime/Schedule.h"
 
@@ -46,6 +47,8 @@ usage: ds-run PLAN [options]
                         targets (default: idx,targets)
   --token-dtype T       uint16 (default) or uint32, for a raw .bin
   --lr X                override the plan's learning rate
+  --inject-overflow K,..  debug (fp16 plans): at these runs turn one gradient
+                        element into inf before the overflow check
   --save DIR            write a sharded checkpoint to DIR after the last
                         step (and every K steps with --save-every K): one
                         file per rank, a manifest with checksums, DIR/latest
@@ -164,6 +167,7 @@ int run(int argc, char **argv) {
   bool forwardOnly = false, profile = false;
   std::string saveDir, resumeDir, consolidateDir, consolidateOut;
   long long saveEvery = 0;
+  std::vector<uint64_t> injectOverflow;
   bool withState = false;
   std::string dataPath, saveWeights, tokensPath, tokenDtype = "uint16",
                                       tokenInputs = "idx,targets";
@@ -228,6 +232,24 @@ int run(int argc, char **argv) {
         return fail("-o needs a file");
     } else if (a == "--with-optimizer-state") {
       withState = true;
+    } else if (flag == "--inject-overflow") {
+      if (!value(v))
+        return fail("--inject-overflow needs run numbers, like 3,5");
+      size_t start = 0;
+      while (start <= v.size()) {
+        size_t comma = v.find(',', start);
+        std::string part = v.substr(start, comma == std::string::npos
+                                               ? std::string::npos
+                                               : comma - start);
+        long long k;
+        if (!parseInt(part, k) || k < 1)
+          return fail("--inject-overflow needs positive run numbers, got '" +
+                      v + "'");
+        injectOverflow.push_back(static_cast<uint64_t>(k));
+        if (comma == std::string::npos)
+          break;
+        start = comma + 1;
+      }
     } else if (flag == "--save-every") {
       if (!value(v) || !parseInt(v, saveEvery) || saveEvery < 1)
         return fail("--save-every needs a positive integer, got '" + v + "'");
@@ -323,6 +345,9 @@ int run(int argc, char **argv) {
   options.profile = profile;
   options.lr = lrOverride;
   options.comm = comm.get();
+  options.injectOverflow = injectOverflow;
+  if (!injectOverflow.empty() && !info.lossScaling)
+    return fail("--inject-overflow needs an fp16 plan (ds-opt --precision=fp16)");
   std::unique_ptr<Executor> exec = Executor::create(plan, options, err);
   if (!exec)
     return fail(err);
@@ -380,7 +405,7 @@ int run(int argc, char **argv) {
       return fail(err);
     std::vector<std::pair<std::string, HostTensor>> specs;
     for (const auto &[name, spec] : info.inputs)
-      if (name != "ds.step")
+      if (name != "ds.step" && name != "ds.loss_scale")
         specs.push_back({name, spec});
     std::string names;
     for (const auto &[name, spec] : specs)
@@ -505,6 +530,9 @@ int run(int argc, char **argv) {
                   std::to_string(measuredParams + measuredBuffers + measuredState) +
                   " bytes)");
     uint64_t stepComm = 0, plannedComm = planned.collectiveBytes() * accum;
+    LossScaler scaler;
+    if (info.lossScaling && !scaler.configure(info.options, err))
+      return fail(err);
     long long firstStep = 1;
     if (!saveDir.empty()) {
       // A folder that cannot take a checkpoint is refused before step 1,
@@ -523,8 +551,11 @@ int run(int argc, char **argv) {
       // Every rank checks its own shard; all agree before going on.
       int64_t done = 0;
       bool repartitioned = false;
+      std::map<std::string, std::string> extra;
       bool ok = loadCheckpoint(resumeDir, *exec, comm->rank(), info, done,
-                               repartitioned, err);
+                               repartitioned, extra, err);
+      if (ok && info.lossScaling)
+        ok = scaler.restore(extra, err);
       if (!comm->allOk(ok)) {
         std::fprintf(stderr, "error: %s%s\n",
                      comm->size() > 1
@@ -600,6 +631,15 @@ int run(int argc, char **argv) {
             !exec->setInput(tokOut, std::move(out), err))
           return fail(err);
       }
+      if (info.lossScaling) {
+        HostTensor scaleIn;
+        scaleIn.dtype = DType::F32;
+        scaleIn.data.resize(4);
+        float f = static_cast<float>(scaler.scale);
+        std::memcpy(scaleIn.data.data(), &f, 4);
+        if (!exec->setInput("ds.loss_scale", std::move(scaleIn), err))
+          return fail(err);
+      }
       if (!exec->run(stats, err)) {
         if (log)
           std::fclose(log);
@@ -624,6 +664,12 @@ int run(int argc, char **argv) {
                     " bytes to collectives, the plan " +
                     std::to_string(plannedComm));
       // The step's loss: the mean over its micro-batches.
+      // The loss scaler sees whether this step's gradients overflowed (the
+      // step then changed nothing and does not count).
+      bool overflow = info.lossScaling && exec->lastRunOverflowed();
+      double usedScale = scaler.scale;
+      if (info.lossScaling)
+        scaler.update(overflow);
       double loss = lossSum / static_cast<double>(accum);
       stats.milliseconds = msSum;
       stats.arenaHighWater = highWater;
@@ -637,12 +683,19 @@ int run(int argc, char **argv) {
       char lrText[32] = "-"; // unknown for a model's own training_info
       if (!std::isnan(stepLr))
         std::snprintf(lrText, sizeof lrText, "%.3g", stepLr);
+      char scaleText[160] = "";
+      if (info.lossScaling)
+        std::snprintf(scaleText, sizeof scaleText,
+                      " | loss scale %g%s | skipped %lld | hysteresis %lld",
+                      usedScale, overflow ? " (overflow: step skipped)" : "",
+                      static_cast<long long>(scaler.skipped),
+                      static_cast<long long>(scaler.curHysteresis));
       if (lead)
       std::printf("step %lld/%lld | loss %.6f | lr %s | %.1f samples/s | %.3f ms | "
-                  "arena %s of %s planned\n",
+                  "arena %s of %s planned%s\n",
                   s, steps, loss, lrText, perSec, stats.milliseconds,
                   human(stats.arenaHighWater).c_str(),
-                  human(stats.arenaPlanned).c_str());
+                  human(stats.arenaPlanned).c_str(), scaleText);
       std::fflush(stdout);
       if (log && lead)
         std::fprintf(log,
@@ -650,18 +703,32 @@ int run(int argc, char **argv) {
                      "\"samples_per_s\": %.3f, \"time_ms\": %.3f, "
                      "\"peak_bytes\": %llu, \"planned_bytes\": %llu, "
                      "\"collective_bytes\": %llu, "
-                     "\"planned_collective_bytes\": %llu}\n",
+                     "\"planned_collective_bytes\": %llu%s}\n",
                      s, std::isnan(loss) ? "null" : std::to_string(loss).c_str(),
                      std::isnan(stepLr) ? "null" : std::to_string(stepLr).c_str(),
                      perSec, stats.milliseconds,
                      static_cast<unsigned long long>(stats.arenaHighWater),
                      static_cast<unsigned long long>(stats.arenaPlanned),
                      static_cast<unsigned long long>(stepComm),
-                     static_cast<unsigned long long>(plannedComm));
+                     static_cast<unsigned long long>(plannedComm),
+                     info.lossScaling
+                         ? (", \"loss_scale\": " + std::to_string(usedScale) +
+                            ", \"overflow\": " + (overflow ? "true" : "false") +
+                            ", \"skipped\": " + std::to_string(scaler.skipped) +
+                            ", \"hysteresis\": " +
+                            std::to_string(scaler.curHysteresis) +
+                            ", \"next_loss_scale\": " +
+                            std::to_string(scaler.scale))
+                               .c_str()
+                         : "");
       if (stats.arenaHighWater > stats.arenaPlanned)
         return fail("the arena high-water mark exceeds the plan");
       if (!saveDir.empty() && (s == steps || (saveEvery && s % saveEvery == 0))) {
-        if (!saveCheckpoint(saveDir, *exec, *comm, info, s, err)) {
+        if (!saveCheckpoint(saveDir, *exec, *comm, info, s,
+                            info.lossScaling
+                                ? scaler.state()
+                                : std::map<std::string, std::string>{},
+                            err)) {
           // Every rank knows the save failed; the previous checkpoint stays.
           std::fprintf(stderr, "error: %scheckpoint at step %lld: %s\n",
                        comm->size() > 1

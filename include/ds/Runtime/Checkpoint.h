@@ -18,6 +18,7 @@
 
 #include "ds/Runtime/Runtime.h"
 
+#include <map>
 #include <string>
 
 namespace ds::rt {
@@ -27,8 +28,11 @@ class Communicator;
 /// Saves the state after `step` optimizer steps. Collective: every rank
 /// calls it; false with `err` on a rank whose part failed (the result is
 /// the same on every rank: a save is complete everywhere or nowhere).
+/// `extra` (the loss scaler's state, ...) goes into the manifest.
 bool saveCheckpoint(const std::string &dir, Executor &exec, Communicator &comm,
-                    const PlanInfo &info, int64_t step, std::string &err);
+                    const PlanInfo &info, int64_t step,
+                    const std::map<std::string, std::string> &extra,
+                    std::string &err);
 
 /// Loads this rank's shard of the checkpoint in `dir` (its `latest`, or a
 /// step folder given directly) after checking it belongs to this plan and
@@ -39,6 +43,7 @@ bool saveCheckpoint(const std::string &dir, Executor &exec, Communicator &comm,
 /// the caller agrees over ranks (allOk).
 bool loadCheckpoint(const std::string &dir, Executor &exec, int rank,
                     const PlanInfo &info, int64_t &step, bool &repartitioned,
+                    std::map<std::string, std::string> &extra,
                     std::string &err);
 
 /// Merges the shards of the checkpoint in `dir` into whole fp32 (as

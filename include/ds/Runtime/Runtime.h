@@ -87,6 +87,12 @@ struct PlanInfo {
   std::string schedule = "constant";
   int64_t warmupSteps = 0, totalSteps = 0, accumSteps = 1;
   double minLr = 0;
+  /// The options the plan was compiled with (ds-opt's command line,
+  /// precision, the loss scaler's settings).
+  std::map<std::string, std::string> options;
+  /// An fp16 step: the runtime gives the loss scale as input
+  /// `ds.loss_scale` and reads the overflow flag `ds.overflow`.
+  bool lossScaling = false;
 };
 /// Loads and checks `path`: header, version, size, checksum, consistency.
 /// On failure returns null and sets `err` to one line.
@@ -106,6 +112,9 @@ struct ExecutorOptions {
   bool profile = false;
   /// Learning-rate override for the optimizer kernels (NaN: the plan's).
   double lr = NAN;
+  /// Debug: runs (1-based) whose overflow check first turns one gradient
+  /// element into inf (ds-run --inject-overflow).
+  std::vector<uint64_t> injectOverflow;
 };
 
 struct RunStats {
@@ -157,6 +166,12 @@ public:
   /// from it); a resumed run sets it to the checkpoint's.
   uint64_t completedRuns() const;
   void setCompletedRuns(uint64_t runs);
+  /// Loss scaling: whether the last run's gradients overflowed (its update
+  /// was skipped), and how many runs were skipped so far. The optimizer's
+  /// step counter counts the runs that updated.
+  bool lastRunOverflowed() const;
+  uint64_t skippedRuns() const;
+  void setSkippedRuns(uint64_t skipped);
   std::vector<std::string> outputNames() const;
 
 private:

@@ -7,6 +7,7 @@
 #include "Kernels.h"
 #include "ds/Runtime/Comm.h"
 
+#include <cmath>
 #include <cstring>
 
 namespace ds::rt {
@@ -114,6 +115,30 @@ bool kShard(KernelContext &ctx) {
   size_t bytes = count * dtypeSize(in.dtype);
   std::memcpy(out.data, static_cast<const char *>(in.data) + rank * bytes,
               bytes);
+  return true;
+}
+
+bool kCheckOverflow(KernelContext &ctx) {
+  if (ctx.step && ctx.step->inject && ctx.in[0].numel() > 0)
+    storeD(ctx.in[0].data, ctx.in[0].dtype, 0, INFINITY); // debug option
+  float found = 0.0f;
+  for (const TensorView &g : ctx.in) {
+    int64_t n = g.numel();
+    for (int64_t i = 0; i < n && found == 0.0f; ++i)
+      if (!std::isfinite(loadD(g.data, g.dtype, i)))
+        found = 1.0f;
+  }
+  // An overflow on any rank skips the step on every rank.
+  if (ctx.comm && ctx.comm->size() > 1) {
+    std::string err;
+    ctx.comm->collectiveBytes += sizeof(float);
+    if (!ctx.comm->allReduce(&found, 1, DType::F32, false, err))
+      return ctx.fail(err);
+  }
+  bool overflow = found > 0.0f;
+  if (ctx.step)
+    ctx.step->overflow = overflow;
+  storeD(ctx.out[0].data, ctx.out[0].dtype, 0, overflow ? 1.0 : 0.0);
   return true;
 }
 

@@ -63,6 +63,13 @@ struct KernelContext {
   /// Collectives in flight (async kernels), by their output's address: the
   /// "wait" kernel finishes the one whose output it reads last.
   std::map<const void *, int> *inflight = nullptr;
+  /// The step's loss-scaler state: check_overflow sets `overflow` (and,
+  /// with `inject`, first turns one gradient element into inf); the
+  /// optimizer kernels then keep parameters and state.
+  struct StepState {
+    bool overflow = false;
+    bool inject = false;
+  } *step = nullptr;
   bool fail(const std::string &message) {
     error = message;
     return false;
@@ -255,6 +262,7 @@ DS_KERNEL(kAllGather);
 DS_KERNEL(kReduceScatter);
 DS_KERNEL(kShard);
 DS_KERNEL(kWait);
+DS_KERNEL(kCheckOverflow);
 #undef DS_KERNEL
 
 } // namespace ds::rt

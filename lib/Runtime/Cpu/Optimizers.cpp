@@ -39,19 +39,10 @@ static bool accumulateOnly(KernelContext &ctx, size_t states, int64_t &t,
                            std::vector<float> &mean, const float *&grad) {
   int64_t k = ctx.attrs.getInt("accum_steps", 1);
   size_t accIn = 3 + states;
-  if (k <= 1 || ctx.in.size() <= accIn)
-    return false;
-  const float *acc = ctx.in[accIn].as<float>();
-  float *accOut = ctx.out.back().as<float>();
-  const float *g = ctx.in[1].as<float>();
   int64_t n = ctx.in[0].numel();
-  int64_t micro = (t - 1) % k;
-  t = (t - 1) / k + 1;
-  if (micro < k - 1) {
-    for (int64_t i = 0; i < n; ++i)
-      accOut[i] = acc[i] + g[i];
-    // The parameter and state stay; where the plan gives them their own
-    // output buffers (a ZeRO shard, gathered afterwards) copy them over.
+  // The parameter and state stay; where the plan gives them their own
+  // output buffers (a ZeRO shard, gathered afterwards) copy them over.
+  auto keepAll = [&]() {
     auto keep = [&](const TensorView &in, TensorView &out) {
       if (in.data != out.data)
         std::memcpy(out.data, in.data, n * sizeof(float));
@@ -59,6 +50,23 @@ static bool accumulateOnly(KernelContext &ctx, size_t states, int64_t &t,
     keep(ctx.in[0], ctx.out[0]);
     for (size_t s = 0; s < states; ++s)
       keep(ctx.in[2 + s], ctx.out[1 + s]);
+  };
+  // A step whose gradients overflowed (loss scaling) changes nothing.
+  if (ctx.step && ctx.step->overflow) {
+    keepAll();
+    return true;
+  }
+  if (k <= 1 || ctx.in.size() <= accIn)
+    return false;
+  const float *acc = ctx.in[accIn].as<float>();
+  float *accOut = ctx.out.back().as<float>();
+  const float *g = ctx.in[1].as<float>();
+  int64_t micro = (t - 1) % k;
+  t = (t - 1) / k + 1;
+  if (micro < k - 1) {
+    for (int64_t i = 0; i < n; ++i)
+      accOut[i] = acc[i] + g[i];
+    keepAll();
     return true;
   }
   mean.resize(n);

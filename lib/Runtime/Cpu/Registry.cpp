@@ -80,6 +80,7 @@ static const KernelInfo kKernels[] = {
     {"reduce_scatter", 1, 1, 1, 1, kReduceScatter},
     {"shard", 1, 1, 1, 1, kShard},
     {"wait", 1, 1 << 20, 0, 0, kWait},
+    {"check_overflow", 1, 1 << 20, 1, 1, kCheckOverflow},
 };
 
 const KernelInfo *findKernel(const std::string &name) {

@@ -650,6 +650,12 @@ int64_t ReduceScatterOp::getFlops() {
   return numElements(getInput().getType());
 }
 int64_t ShardOp::getFlops() { return 0; }
+int64_t CheckOverflowOp::getFlops() {
+  int64_t n = 0;
+  for (Value g : getGrads())
+    n += numElements(g.getType());
+  return n;
+}
 int64_t OnnxUpdateOp::getFlops() {
   return 10 * numElements(getOperands()[2].getType());
 }

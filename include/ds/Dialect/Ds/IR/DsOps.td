@@ -754,4 +754,19 @@ def Ds_ShardOp : Ds_Op<"shard", [Pure]> {
   let hasVerifier = 1;
 }
 
+def Ds_CheckOverflowOp : Ds_Op<"check_overflow", [Ds_Collective]> {
+  let summary = "1 if any element of any operand is inf or NaN on any rank";
+  let description = [{
+    The loss scaler's overflow check: the result is 1.0 when a gradient
+    holds inf or NaN on this rank or any other (a reduction over ranks),
+    else 0.0. It also tells the runtime that this step overflowed: the
+    optimizer kernels after it then leave parameters and state untouched,
+    and the step does not count. Not `Pure`: it must run, once, before the
+    optimizer.
+  }];
+  let arguments = (ins Variadic<Ds_FloatTensor>:$grads);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = "$grads attr-dict `:` functional-type($grads, $result)";
+}
+
 #endif // DS_DIALECT_DS_IR_DSOPS_TD
