@@ -48,6 +48,9 @@ Footprint footprint(const plan::Plan &p) {
   if (auto it = p.options().find("precision");
       it != p.options().end() && !it->second.empty())
     f.precision = it->second;
+  if (auto it = p.options().find("comm_dtype");
+      it != p.options().end() && !it->second.empty())
+    f.commDtype = it->second;
   int trainable = 0, states = 0;
   for (const plan::Parameter &param : p.parameters()) {
     uint64_t bytes = product(param.shape()) * elementBytes(param.dtype());
@@ -291,6 +294,9 @@ std::string formatFootprint(const Footprint &f) {
   if (f.world > 1)
     out += "    - the loss (4 bytes) and, with --grad-clip, the squared norm "
            "are all-reduced too\n";
+  if (f.world > 1 && f.commDtype != "fp32")
+    out += "    - gradients are reduced in " + f.commDtype +
+           " (2 bytes per element, --comm-dtype); the formula counts 4\n";
   if (s >= 3)
     out += "    - stage 3 gathers each parameter once in forward and once in "
            "backward (a parameter used only in one pass is gathered once)\n";

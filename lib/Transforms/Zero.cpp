@@ -28,6 +28,7 @@ namespace {
 
 struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
   using ZeroPassBase::ZeroPassBase;
+  Type commType; // null: gradients are reduced in their own type
 
   void runOnOperation() override {
     func::FuncOp func = getOperation();
@@ -48,6 +49,14 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
       return signalPassFailure();
     }
     OpBuilder b(func.getContext());
+    if (commDtype != "fp32" && commDtype != "bf16" && commDtype != "fp16") {
+      func.emitError("unknown communication type '")
+          << commDtype << "' (choose fp32, bf16 or fp16)";
+      return signalPassFailure();
+    }
+    commType = commDtype == "bf16"   ? Type(b.getBF16Type())
+               : commDtype == "fp16" ? Type(b.getF16Type())
+                                     : Type();
     func->setAttr(kWorldSizeAttr, b.getI64IntegerAttr(worldSize));
     func->setAttr(kZeroStageAttr, b.getI64IntegerAttr(stage));
     if (worldSize == 1 && stage == 0)
@@ -114,8 +123,21 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
         b.setInsertionPointAfterValue(last);
       Operation *next = &*b.getInsertionPoint();
       SmallVector<Value> values;
-      for (unsigned i : bucket)
-        values.push_back(ret->getOperand(i));
+      for (unsigned i : bucket) {
+        Value g = ret->getOperand(i);
+        // In the communication type: a gradient cast up from it (mixed
+        // precision) is reduced before its cast, others are cast down.
+        if (commType && getElementTypeOrSelf(g.getType()) != commType) {
+          auto c = g.getDefiningOp<CastOp>();
+          if (c && getElementTypeOrSelf(c.getInput().getType()) == commType)
+            g = c.getInput();
+          else
+            g = CastOp::create(b, g.getLoc(),
+                               cast<RankedTensorType>(g.getType()).clone(commType),
+                               g);
+        }
+        values.push_back(g);
+      }
       SmallVector<Value> reduced =
           stage == 0 ? allReduceBucket(b, last.getLoc(), values)
                      : reduceScatterBucket(b, last.getLoc(), values, worldSize);
@@ -135,8 +157,15 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
         for (Operation *op : unpack)
           op->moveBefore(ret);
       }
-      for (auto [i, v] : llvm::zip(bucket, reduced))
+      for (auto [i, v] : llvm::zip(bucket, reduced)) {
+        Type want = getElementTypeOrSelf(ret->getOperand(i).getType());
+        if (getElementTypeOrSelf(v.getType()) != want) {
+          OpBuilder cb(ret);
+          v = CastOp::create(cb, v.getLoc(),
+                             cast<RankedTensorType>(v.getType()).clone(want), v);
+        }
         ret->setOperand(i, v);
+      }
       bucket.clear();
       elements = 0;
     };

@@ -103,6 +103,10 @@ func.func @forward(%x: tensor<2x4xf32> {ds.input = "x"}, %w: tensor<4x3xf32> {ds
 // RUN: ds-opt %S/Inputs/two-layers.mlir --ds-autodiff '--ds-zero=world-size=2 stage=2' --ds-optimizer | FileCheck %s --check-prefix=GATHER2
 // RUN: ds-opt %S/Inputs/two-layers.mlir --ds-autodiff '--ds-zero=world-size=2 stage=2' '--ds-optimizer=allgather-bucket-size=1' | FileCheck %s --check-prefix=GATHER1
 // RUN: ds-opt %S/Inputs/two-layers.mlir --ds-autodiff '--ds-zero=world-size=2 stage=0' | FileCheck %s --check-prefix=REDUCE0
+// RUN: ds-opt %S/Inputs/two-layers.mlir --ds-autodiff '--ds-zero=world-size=2 stage=2 comm-dtype=bf16' | FileCheck %s --check-prefix=COMM
+// COMM: ds.cast %{{.*}} : tensor<3x3xf32> -> tensor<3x3xbf16>
+// COMM: ds.reduce_scatter %{{.*}} : tensor<22xbf16> -> tensor<11xbf16>
+// COMM: ds.cast %{{.*}} : tensor<5xbf16> -> tensor<5xf32>
 // BUCKET: %[[C:.*]] = ds.concat %arg1, %arg2 {axis = 0 : i64} : (tensor<6xf32>, tensor<5xf32>) -> tensor<11xf32>
 // BUCKET-NEXT: %[[G:.*]] = ds.all_gather %[[C]] {group = 0 : i64} : tensor<11xf32> -> tensor<22xf32>
 // BUCKET-NEXT: %[[R:.*]] = ds.reshape %[[G]] : tensor<22xf32> -> tensor<2x11xf32>

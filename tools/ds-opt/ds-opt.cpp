@@ -184,6 +184,12 @@ llvm::cl::opt<int64_t> maxInFlight(
                    "gradient bucket in flight holds its whole input, so this "
                    "bounds the memory overlap costs"),
     llvm::cl::init(2), llvm::cl::cat(parallelCategory));
+llvm::cl::opt<std::string> commDtypeName(
+    "comm-dtype",
+    llvm::cl::desc("Element type of the gradient collectives: fp32, bf16 or "
+                   "fp16 (default: the --precision; DeepSpeed's "
+                   "communication_data_type)"),
+    llvm::cl::init(""), llvm::cl::cat(parallelCategory));
 llvm::cl::opt<bool> printReport(
     "report",
     llvm::cl::desc("With a plan: print per rank the bytes of parameters, "
@@ -330,6 +336,8 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
         dp.stage = zeroStage;
         dp.persistenceThreshold = persistenceThreshold;
         dp.reduceBucketSize = reduceBucketSize;
+        dp.commDtype = commDtypeName.empty() ? std::string(precisionName)
+                                             : std::string(commDtypeName);
         dp.prefetchBucketSize = prefetchBucketSize;
         pm.addNestedPass<func::FuncOp>(ds::createZeroPass(dp));
       }
@@ -387,6 +395,8 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
     planOptions.compileOptions["loss"] = lossName;
     planOptions.compileOptions["optimizer"] = optimizerName;
     planOptions.compileOptions["precision"] = precisionName;
+    planOptions.compileOptions["comm_dtype"] =
+        commDtypeName.empty() ? precisionName : std::string(commDtypeName);
     if (precisionName == "fp16") {
       planOptions.compileOptions["loss_scale"] = std::to_string(lossScale);
       planOptions.compileOptions["initial_scale_power"] =
@@ -509,6 +519,12 @@ int main(int argc, char **argv) {
   if (precisionName != "fp32" && optimizerName == "none" && !emitGrads) {
     llvm::errs() << "error: --precision=" << precisionName
                  << " is for training (give --optimizer=...)\n";
+    return 1;
+  }
+  if (!commDtypeName.empty() && commDtypeName != "fp32" &&
+      commDtypeName != "bf16" && commDtypeName != "fp16") {
+    llvm::errs() << "error: --comm-dtype='" << commDtypeName
+                 << "' is not one of fp32, bf16, fp16\n";
     return 1;
   }
   if (maxInFlight < 1) {

@@ -23,6 +23,7 @@ struct Footprint {
   int world = 1, stage = 0;
   std::string optimizer; // adam, sgd, ... (empty: no training step)
   std::string precision = "fp32"; // the compile option --precision
+  std::string commDtype = "fp32"; // and --comm-dtype (gradient collectives)
   /// Trainable elements Ψ, and Ψ padded to whole shards.
   uint64_t psi = 0, psiPadded = 0;
   /// Optimizer state tensors per trainable parameter (Adam 2, SGD with

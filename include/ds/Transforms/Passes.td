@@ -105,6 +105,9 @@ def ZeroPass : Pass<"ds-zero", "func::FuncOp"> {
     Option<"reduceBucketSize", "reduce-bucket-size", "int64_t", "500000000",
            "gradients reduced by one collective, in elements (DeepSpeed's "
            "reduce_bucket_size)">,
+    Option<"commDtype", "comm-dtype", "std::string", "\"fp32\"",
+           "element type of the gradient collectives: fp32, bf16 or fp16 "
+           "(a gradient is cast to it before its reduction and back after)">,
     Option<"prefetchBucketSize", "prefetch-bucket-size", "int64_t",
            "50000000",
            "stage 3: parameters gathered by one collective, in elements "

@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ds/Runtime/Comm.h"
+#include "../Cpu/Kernels.h"
 
 #include <mpi.h>
 
@@ -14,6 +15,48 @@
 
 namespace ds::rt {
 namespace {
+
+// 16-bit float sums for MPI: the data travel as 16-bit words, each pair
+// is added in f32 and rounded back (as NCCL does for half types).
+template <DType T>
+void sum16(void *in, void *inout, int *len, MPI_Datatype *) {
+  for (int i = 0; i < *len; ++i)
+    storeD(inout, T, i, static_cast<float>(loadD(in, T, i)) +
+                            static_cast<float>(loadD(inout, T, i)));
+}
+
+/// The MPI datatype and sum op of a float dtype; false for others.
+bool reduction(DType dtype, MPI_Datatype &type, MPI_Op &op) {
+  static MPI_Op f16 = MPI_OP_NULL, bf16 = MPI_OP_NULL;
+  switch (dtype) {
+  case DType::F32:
+    type = MPI_FLOAT;
+    op = MPI_SUM;
+    return true;
+  case DType::F16:
+    if (f16 == MPI_OP_NULL)
+      MPI_Op_create(&sum16<DType::F16>, 1, &f16);
+    type = MPI_UINT16_T;
+    op = f16;
+    return true;
+  case DType::BF16:
+    if (bf16 == MPI_OP_NULL)
+      MPI_Op_create(&sum16<DType::BF16>, 1, &bf16);
+    type = MPI_UINT16_T;
+    op = bf16;
+    return true;
+  default:
+    return false;
+  }
+}
+
+/// Divides `count` elements by `n` in place (the mean of a sum).
+void scaleBy(void *data, DType dtype, int64_t count, int n) {
+  double inv = 1.0 / n;
+  for (int64_t i = 0; i < count; ++i)
+    storeD(data, dtype, i,
+           static_cast<float>(loadD(data, dtype, i) * static_cast<float>(inv)));
+}
 
 class SingleComm : public Communicator {
 public:
@@ -60,22 +103,22 @@ public:
   int size() const override { return size_; }
   bool allReduce(void *data, int64_t count, DType dtype, bool mean,
                  std::string &err) override {
-    if (dtype != DType::F32) {
+    MPI_Datatype type;
+    MPI_Op op;
+    if (!reduction(dtype, type, op)) {
       err = std::string("all_reduce of ") + dtypeName(dtype) +
-            " is not supported yet (f32)";
+            " is not supported (float types)";
       return false;
     }
-    if (MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_FLOAT,
-                      MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS) {
+    if (!checkCount(count, err))
+      return false;
+    if (MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), type, op,
+                      MPI_COMM_WORLD) != MPI_SUCCESS) {
       err = "MPI_Allreduce failed";
       return false;
     }
-    if (mean) {
-      float *f = static_cast<float *>(data);
-      float inv = 1.0f / static_cast<float>(size_);
-      for (int64_t i = 0; i < count; ++i)
-        f[i] *= inv;
-    }
+    if (mean)
+      scaleBy(data, dtype, count, size_);
     return true;
   }
   bool allGather(const void *input, void *output, int64_t count, DType dtype,
@@ -92,32 +135,31 @@ public:
   }
   bool reduceScatter(const void *input, void *output, int64_t count,
                      DType dtype, bool mean, std::string &err) override {
-    if (dtype != DType::F32) {
+    MPI_Datatype type;
+    MPI_Op op;
+    if (!reduction(dtype, type, op)) {
       err = std::string("reduce_scatter of ") + dtypeName(dtype) +
-            " is not supported yet (f32)";
+            " is not supported (float types)";
       return false;
     }
     if (!checkCount(count, err))
       return false;
-    if (MPI_Reduce_scatter_block(input, output, static_cast<int>(count),
-                                 MPI_FLOAT, MPI_SUM,
-                                 MPI_COMM_WORLD) != MPI_SUCCESS) {
+    if (MPI_Reduce_scatter_block(input, output, static_cast<int>(count), type,
+                                 op, MPI_COMM_WORLD) != MPI_SUCCESS) {
       err = "MPI_Reduce_scatter_block failed";
       return false;
     }
-    if (mean) {
-      float *f = static_cast<float *>(output);
-      float inv = 1.0f / static_cast<float>(size_);
-      for (int64_t i = 0; i < count; ++i)
-        f[i] *= inv;
-    }
+    if (mean)
+      scaleBy(output, dtype, count, size_);
     return true;
   }
   bool start(Kind kind, const void *input, void *output, int64_t count,
              DType dtype, bool mean, int &handle, std::string &err) override {
-    if (kind != Kind::AllGather && dtype != DType::F32) {
+    MPI_Datatype type = MPI_FLOAT;
+    MPI_Op op = MPI_SUM;
+    if (kind != Kind::AllGather && !reduction(dtype, type, op)) {
       err = std::string("reductions of ") + dtypeName(dtype) +
-            " are not supported yet (f32)";
+            " are not supported (float types)";
       return false;
     }
     if (!checkCount(count, err))
@@ -127,8 +169,8 @@ public:
     int n = static_cast<int>(count);
     switch (kind) {
     case Kind::AllReduce:
-      rc = MPI_Iallreduce(MPI_IN_PLACE, output, n, MPI_FLOAT, MPI_SUM,
-                          MPI_COMM_WORLD, &p.request);
+      rc = MPI_Iallreduce(MPI_IN_PLACE, output, n, type, op, MPI_COMM_WORLD,
+                          &p.request);
       break;
     case Kind::AllGather: {
       int bytes = static_cast<int>(count * dtypeSize(dtype));
@@ -137,7 +179,7 @@ public:
       break;
     }
     case Kind::ReduceScatter:
-      rc = MPI_Ireduce_scatter_block(input, output, n, MPI_FLOAT, MPI_SUM,
+      rc = MPI_Ireduce_scatter_block(input, output, n, type, op,
                                      MPI_COMM_WORLD, &p.request);
       break;
     }
@@ -146,8 +188,9 @@ public:
       return false;
     }
     if (mean && kind != Kind::AllGather) {
-      p.scale = static_cast<float *>(output);
+      p.scale = output;
       p.count = count;
+      p.dtype = dtype;
     }
     handle = static_cast<int>(pending_.size());
     pending_.push_back(p);
@@ -165,11 +208,8 @@ public:
       return false;
     }
     p.done = true;
-    if (p.scale) {
-      float inv = 1.0f / static_cast<float>(size_);
-      for (int64_t i = 0; i < p.count; ++i)
-        p.scale[i] *= inv;
-    }
+    if (p.scale)
+      scaleBy(p.scale, p.dtype, p.count, size_);
     // Handles are reused once every started collective has finished.
     bool all = true;
     for (const Pending &q : pending_)
@@ -210,8 +250,9 @@ private:
   int rank_ = 0, size_ = 1;
   struct Pending {
     MPI_Request request = MPI_REQUEST_NULL;
-    float *scale = nullptr; // the mean's output, scaled at finish
+    void *scale = nullptr; // the mean's output, scaled at finish
     int64_t count = 0;
+    DType dtype = DType::F32;
     bool done = false, tested = false;
   };
   std::vector<Pending> pending_;
