@@ -355,3 +355,43 @@ func.func @loss_none_shape(%s: tensor<4x5xf32>, %l: tensor<4xi64>) -> tensor<f32
   %0 = ds.softmax_cross_entropy_loss %s, %l {reduction = "none"} : (tensor<4x5xf32>, tensor<4xi64>) -> tensor<f32>
   return %0 : tensor<f32>
 }
+
+// -----
+
+func.func @gather_not_multiple(%s: tensor<4xf32>) -> tensor<10xf32> {
+  // expected-error @+1 {{'ds.all_gather' op the whole (10 elements) is not a multiple of the shard (4)}}
+  %0 = ds.all_gather %s {group = 0 : i64} : tensor<4xf32> -> tensor<10xf32>
+  return %0 : tensor<10xf32>
+}
+
+// -----
+
+func.func @scatter_2d(%w: tensor<2x4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'ds.reduce_scatter' op needs 1-D tensors}}
+  %0 = ds.reduce_scatter %w {reduction = "mean", group = 0 : i64} : tensor<2x4xf32> -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @scatter_max(%w: tensor<8xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'ds.reduce_scatter' op reduction 'max' is not one of 'sum', 'mean'}}
+  %0 = ds.reduce_scatter %w {reduction = "max", group = 0 : i64} : tensor<8xf32> -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @shard_types(%w: tensor<8xf32>) -> tensor<4xbf16> {
+  // expected-error @+1 {{'ds.shard' op element types differ}}
+  %0 = ds.shard %w {group = 0 : i64} : tensor<8xf32> -> tensor<4xbf16>
+  return %0 : tensor<4xbf16>
+}
+
+// -----
+
+func.func @overflow_result(%g: tensor<8xf32>) -> tensor<2xf32> {
+  // expected-error @+1 {{'ds.check_overflow' op result must be an f32 scalar}}
+  %0 = ds.check_overflow %g : (tensor<8xf32>) -> tensor<2xf32>
+  return %0 : tensor<2xf32>
+}

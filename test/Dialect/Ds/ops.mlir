@@ -168,3 +168,19 @@ func.func @training(%x: tensor<4x8xf32>, %scores: tensor<4x5x3xf32>, %labels: te
   %l2 = ds.nll_loss %logp, %t {reduction = "sum"} : (tensor<4x5xf32>, tensor<4xi32>) -> tensor<f32>
   return %y, %mask, %l0, %l1, %lp, %l2 : tensor<4x8xf32>, tensor<4x8xi1>, tensor<f32>, tensor<4x3xf32>, tensor<4x5x3xf32>, tensor<f32>
 }
+
+// Collectives and the loss scaler's overflow check.
+// CHECK-LABEL: func.func @collectives
+func.func @collectives(%s: tensor<3xf32>, %w: tensor<15xf32>, %g: tensor<4x3xf32>, %h: tensor<2xbf16>) -> (tensor<15xf32>, tensor<3xf32>, tensor<3xf32>, tensor<4x3xf32>, tensor<f32>) {
+  // CHECK: ds.all_gather %{{.*}} {group = 0 : i64} : tensor<3xf32> -> tensor<15xf32>
+  %0 = ds.all_gather %s {group = 0 : i64} : tensor<3xf32> -> tensor<15xf32>
+  // CHECK: ds.reduce_scatter %{{.*}} {group = 0 : i64, reduction = "mean"} : tensor<15xf32> -> tensor<3xf32>
+  %1 = ds.reduce_scatter %w {reduction = "mean", group = 0 : i64} : tensor<15xf32> -> tensor<3xf32>
+  // CHECK: ds.shard %{{.*}} {group = 0 : i64} : tensor<15xf32> -> tensor<3xf32>
+  %2 = ds.shard %w {group = 0 : i64} : tensor<15xf32> -> tensor<3xf32>
+  // CHECK: ds.all_reduce %{{.*}} {group = 0 : i64, reduction = "sum"} : tensor<4x3xf32>
+  %3 = ds.all_reduce %g {reduction = "sum", group = 0 : i64} : tensor<4x3xf32>
+  // CHECK: ds.check_overflow %{{.*}}, %{{.*}} : (tensor<4x3xf32>, tensor<2xbf16>) -> tensor<f32>
+  %4 = ds.check_overflow %g, %h : (tensor<4x3xf32>, tensor<2xbf16>) -> tensor<f32>
+  return %0, %1, %2, %3, %4 : tensor<15xf32>, tensor<3xf32>, tensor<3xf32>, tensor<4x3xf32>, tensor<f32>
+}

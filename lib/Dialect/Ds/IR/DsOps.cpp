@@ -530,6 +530,14 @@ LogicalResult ReduceScatterOp::verify() {
   return verifyShardPair(*this, getType(), getInput().getType());
 }
 
+LogicalResult CheckOverflowOp::verify() {
+  if (getGrads().empty())
+    return emitOpError("needs at least one gradient");
+  if (getType().getRank() != 0 || !getType().getElementType().isF32())
+    return emitOpError("result must be an f32 scalar, got ") << getType();
+  return success();
+}
+
 LogicalResult AdamOp::verify() {
   return verifyOptimizer(*this, getLr().convertToDouble());
 }

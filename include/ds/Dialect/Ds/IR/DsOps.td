@@ -767,6 +767,7 @@ def Ds_CheckOverflowOp : Ds_Op<"check_overflow", [Ds_Collective]> {
   let arguments = (ins Variadic<Ds_FloatTensor>:$grads);
   let results = (outs Ds_FloatTensor:$result);
   let assemblyFormat = "$grads attr-dict `:` functional-type($grads, $result)";
+  let hasVerifier = 1;
 }
 
 #endif // DS_DIALECT_DS_IR_DSOPS_TD
