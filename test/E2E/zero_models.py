@@ -27,9 +27,11 @@ def main():
     ap.add_argument("--model", choices=["branches", "classifier"], required=True)
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--zero", type=int, default=3)
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
+                    help="for both plans; losses within 1e-3 (fp16) or 5e-3 (bf16), weights 1e-2 relative L2")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
-    w = lambda f: os.path.join(args.work, f"{args.model}_{f}")
+    w = lambda f: os.path.join(args.work, f"{args.model}_{args.precision}_{f}")
     torch.manual_seed(0)
     model = grad_parity.Branches() if args.model == "branches" else grad_parity.Classifier()
     n_in, classes = (12, 5) if args.model == "branches" else (20, 7)
@@ -44,7 +46,7 @@ def main():
                       dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
     np.savez(w("data.npz"), x=x, y=y)
     shapes = lambda b: [f"--input-shape=x:{b}x{n_in}", f"--input-shape=y:{b}"]
-    opt = ["--optimizer=adam", "--lr=1e-2"]
+    opt = ["--optimizer=adam", "--lr=1e-2", f"--precision={args.precision}"]
     subprocess.run([args.ds_opt, onnx_path, *shapes(rows), *opt, "-o", w("one.plan")], check=True)
     subprocess.run([args.ds_opt, onnx_path, *shapes(4), *opt, f"--world-size={args.ranks}",
                     f"--zero={args.zero}", "--reduce-bucket-size=100", "--prefetch-bucket-size=100",
@@ -62,10 +64,14 @@ def main():
     diff = sum(float(np.sum((w1[k].astype(np.float64) - wn[k]) ** 2)) for k in w1.files)
     norm = sum(float(np.sum(w1[k].astype(np.float64) ** 2)) for k in w1.files)
     rel = (diff / norm) ** 0.5
-    ok = (len(a) == len(b) == 5 and loss_err <= 1e-5 and rel <= 1e-5
+    # bf16 keeps 8 mantissa bits (a rounding step is 3.9e-3 relative), and
+    # N ranks sum their bf16 gradients in another order than one rank.
+    tol, wtol = {"fp32": (1e-5, 1e-5), "fp16": (1e-3, 1e-2), "bf16": (5e-3, 1e-2)}[args.precision]
+    ok = (len(a) == len(b) == 5 and loss_err <= tol and rel <= wtol
           and sorted(w1.files) == sorted(wn.files))
-    print(f"{args.model}, ZeRO-{args.zero}, {args.ranks} ranks: losses {' '.join('%.5f' % v for v in b)}; "
-          f"worst loss rel error {loss_err:.1e}, weights relative L2 {rel:.1e} (tol 1e-5)")
+    print(f"{args.model}, {args.precision}, ZeRO-{args.zero}, {args.ranks} ranks: losses "
+          f"{' '.join('%.5f' % v for v in b)}; worst loss rel error {loss_err:.1e} (tol {tol:g}), "
+          f"weights relative L2 {rel:.1e} (tol {wtol:g})")
     print("PASS" if ok else "FAIL")
     sys.exit(0 if ok else 1)
 
