@@ -9,9 +9,6 @@
 #include "ds/Runtime/Comm.h"
 #include "ds/Support/PlanFormat.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -30,46 +27,6 @@ std::string hex(uint64_t v) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016" PRIx64, v);
   return buf;
-}
-
-/// Flushes `path` (a file or a folder) to stable storage.
-bool syncPath(const std::string &path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0)
-    return false;
-  bool ok = ::fsync(fd) == 0;
-  ::close(fd);
-  return ok;
-}
-
-/// Renames `tmp` (already written) to `path` after syncing it, then syncs
-/// the folder: the file is either absent or whole, even after a crash.
-bool commitFile(const std::string &tmp, const std::string &path,
-                std::string &err) {
-  if (!syncPath(tmp) || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    err = "cannot write '" + path + "': " + std::strerror(errno);
-    return false;
-  }
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  syncPath(dir.empty() ? "." : dir);
-  return true;
-}
-
-bool writeText(const std::string &path, const std::string &text,
-               std::string &err) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.close();
-    if (!out) {
-      std::remove(tmp.c_str());
-      err = "cannot write '" + path + "'";
-      return false;
-    }
-  }
-  return commitFile(tmp, path, err);
 }
 
 std::string shapeText(const std::vector<int64_t> &shape) {
@@ -365,14 +322,11 @@ bool saveCheckpoint(const std::string &dir, Executor &exec, Communicator &comm,
       arrays.push_back({storage[i].name, &tensors[i]});
     }
     std::string bytes;
-    ok = writeNpz(path + ".tmp", arrays, err) && commitFile(path + ".tmp", path, err) &&
-         readFile(path, bytes);
+    ok = encodeNpz(arrays, bytes, err) && writeAtomically(path, bytes, err);
     if (ok) {
       record[0] = 1;
       record[1] = bytes.size();
       record[2] = fnv1a64(bytes.data(), bytes.size());
-    } else if (err.empty()) {
-      err = "cannot read back '" + path + "'";
     }
   }
   // Rank 0 writes the manifest once every shard is on disk, then `latest`.
@@ -410,8 +364,8 @@ bool saveCheckpoint(const std::string &dir, Executor &exec, Communicator &comm,
               (st.sharded ? "sharded" : "whole") + " " + dtypeName(st.dtype) +
               " " + shapeText(st.sharded ? st.fullShape : st.shape) + " " +
               st.name + "\n";
-    written = writeText(stepDir + "/" + kManifest, text, err) &&
-              writeText(dir + "/latest", std::string(name) + "\n", err);
+    written = writeAtomically(stepDir + "/" + kManifest, text, err) &&
+              writeAtomically(dir + "/latest", std::string(name) + "\n", err);
   }
   if (!comm.allOk(written)) {
     if (written)

@@ -12,6 +12,12 @@
 #include "Cpu/Kernels.h"
 #include "PlanImpl.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include <onnx/onnx_pb.h>
 #include <zlib.h>
 
@@ -249,35 +255,46 @@ bool readNpz(const std::string &path, std::map<std::string, HostTensor> &out,
   return true;
 }
 
-static bool writeAtomically(const std::string &path, const std::string &bytes,
-                            std::string &err) {
+bool writeAtomically(const std::string &path, const std::string &bytes,
+                     std::string &err) {
+  // A temporary beside the target, synced, then renamed over it, and the
+  // folder synced: after a crash the file is the old one or the new one.
   std::string tmp = path + ".tmp";
-  {
-    std::ofstream os(tmp, std::ios::binary);
-    os.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!os) {
-      err = "cannot write '" + path + "'";
-      return false;
-    }
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  bool ok = fd >= 0;
+  for (size_t done = 0; ok && done < bytes.size();) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    ok = n > 0;
+    done += ok ? static_cast<size_t>(n) : 0;
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    err = "cannot write '" + path + "'";
+  ok = ok && ::fsync(fd) == 0;
+  if (fd >= 0)
+    ok = ::close(fd) == 0 && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    err = "cannot write '" + path + "': " + std::strerror(errno);
+    std::remove(tmp.c_str());
     return false;
+  }
+  size_t slash = path.find_last_of('/');
+  std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  if (int d = ::open(dir.c_str(), O_RDONLY); d >= 0) {
+    ::fsync(d);
+    ::close(d);
   }
   return true;
 }
 
-bool writeNpz(const std::string &path,
-              const std::vector<std::pair<std::string, const HostTensor *>> &arrays,
-              std::string &err) {
-  std::string zip, dir;
+bool encodeNpz(const std::vector<std::pair<std::string, const HostTensor *>> &arrays,
+               std::string &zip, std::string &err) {
+  std::string dir;
+  zip.clear();
   for (const auto &[name, tensor] : arrays) {
     std::string file = name + ".npy", data = npyBytes(*tensor);
     uint32_t crc = static_cast<uint32_t>(
         crc32(0, reinterpret_cast<const Bytef *>(data.data()),
               static_cast<uInt>(data.size())));
     if (zip.size() > 0xffffffffULL || data.size() > 0xffffffffULL) {
-      err = "'" + path + "': arrays over 4 GiB are not supported";
+      err = "npz arrays over 4 GiB are not supported";
       return false;
     }
     // The fields the local header and the central directory entry share:
@@ -304,6 +321,17 @@ bool writeNpz(const std::string &path,
   put(zip, 0x06054b50, 4); put(zip, 0, 2); put(zip, 0, 2);
   put(zip, arrays.size(), 2); put(zip, arrays.size(), 2);
   put(zip, dir.size(), 4); put(zip, cd, 4); put(zip, 0, 2);
+  return true;
+}
+
+bool writeNpz(const std::string &path,
+              const std::vector<std::pair<std::string, const HostTensor *>> &arrays,
+              std::string &err) {
+  std::string zip;
+  if (!encodeNpz(arrays, zip, err)) {
+    err = "'" + path + "': " + err;
+    return false;
+  }
   return writeAtomically(path, zip, err);
 }
 

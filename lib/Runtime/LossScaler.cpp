@@ -57,8 +57,6 @@ bool LossScaler::configure(const std::map<std::string, std::string> &options,
 }
 
 void LossScaler::update(bool overflow) {
-  if (overflow)
-    ++skipped;
   if (!dynamic) {
     ++curIter;
     return;
@@ -87,24 +85,22 @@ std::map<std::string, std::string> LossScaler::state() const {
   return {{"loss_scale", buf},
           {"cur_hysteresis", std::to_string(curHysteresis)},
           {"cur_iter", std::to_string(curIter)},
-          {"last_overflow_iter", std::to_string(lastOverflowIter)},
-          {"skipped", std::to_string(skipped)}};
+          {"last_overflow_iter", std::to_string(lastOverflowIter)}};
 }
 
 bool LossScaler::restore(const std::map<std::string, std::string> &st,
                          std::string &err) {
-  double v[5] = {scale, double(curHysteresis), double(curIter),
-                 double(lastOverflowIter), double(skipped)};
-  const char *keys[5] = {"loss_scale", "cur_hysteresis", "cur_iter",
-                         "last_overflow_iter", "skipped"};
-  for (int i = 0; i < 5; ++i)
+  double v[4] = {scale, double(curHysteresis), double(curIter),
+                 double(lastOverflowIter)};
+  const char *keys[4] = {"loss_scale", "cur_hysteresis", "cur_iter",
+                         "last_overflow_iter"};
+  for (int i = 0; i < 4; ++i)
     if (!number(st, keys[i], v[i], err))
       return false;
   scale = v[0];
   curHysteresis = static_cast<int64_t>(v[1]);
   curIter = static_cast<int64_t>(v[2]);
   lastOverflowIter = static_cast<int64_t>(v[3]);
-  skipped = static_cast<int64_t>(v[4]);
   return true;
 }
 

@@ -26,6 +26,15 @@ DType toDType(plan::DType t);
 /// The whole of a file, binary; false when it cannot be opened or read.
 bool readFile(const std::string &path, std::string &out);
 
+/// Writes `bytes` to `path` durably: a temporary file, fsync, rename, and
+/// the folder synced, so a crash leaves the old file or the new one.
+bool writeAtomically(const std::string &path, const std::string &bytes,
+                     std::string &err);
+
+/// The bytes of an uncompressed .npz holding `arrays`.
+bool encodeNpz(const std::vector<std::pair<std::string, const HostTensor *>> &arrays,
+               std::string &zip, std::string &err);
+
 } // namespace ds::rt
 
 #endif // DS_RUNTIME_PLANIMPL_H

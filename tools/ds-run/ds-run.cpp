@@ -688,7 +688,7 @@ int run(int argc, char **argv) {
         std::snprintf(scaleText, sizeof scaleText,
                       " | loss scale %g%s | skipped %lld | hysteresis %lld",
                       usedScale, overflow ? " (overflow: step skipped)" : "",
-                      static_cast<long long>(scaler.skipped),
+                      static_cast<long long>(exec->skippedRuns()),
                       static_cast<long long>(scaler.curHysteresis));
       if (lead)
       std::printf("step %lld/%lld | loss %.6f | lr %s | %.1f samples/s | %.3f ms | "
@@ -714,7 +714,7 @@ int run(int argc, char **argv) {
                      info.lossScaling
                          ? (", \"loss_scale\": " + std::to_string(usedScale) +
                             ", \"overflow\": " + (overflow ? "true" : "false") +
-                            ", \"skipped\": " + std::to_string(scaler.skipped) +
+                            ", \"skipped\": " + std::to_string(exec->skippedRuns()) +
                             ", \"hysteresis\": " +
                             std::to_string(scaler.curHysteresis) +
                             ", \"next_loss_scale\": " +

@@ -32,7 +32,7 @@ struct LossScaler {
   int64_t curHysteresis = 2;
   int64_t curIter = 0;
   int64_t lastOverflowIter = -1;
-  int64_t skipped = 0;
+  // Skipped steps are counted by the executor (Executor::skippedRuns).
 
   /// From the plan's compile options (loss_scale, initial_scale_power,
   /// loss_scale_window, hysteresis, consecutive_hysteresis,

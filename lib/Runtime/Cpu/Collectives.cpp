@@ -13,8 +13,19 @@
 namespace ds::rt {
 
 namespace {
+/// Starts an async collective and records it under its output's address.
 bool startAsync(KernelContext &ctx, Communicator::Kind kind, const void *in,
-                void *out, int64_t count, DType dtype, bool mean);
+                void *out, int64_t count, DType dtype, bool mean) {
+  if (!ctx.inflight)
+    return ctx.fail("an async collective needs the executor's table");
+  int handle = 0;
+  std::string err;
+  if (!ctx.comm->start(kind, in, out, count, dtype, mean, handle, err))
+    return ctx.fail(err);
+  (*ctx.inflight)[out] = handle;
+  return true;
+}
+
 } // namespace
 
 bool kAllReduce(KernelContext &ctx) {
@@ -35,19 +46,6 @@ bool kAllReduce(KernelContext &ctx) {
 }
 
 namespace {
-/// Starts an async collective and records it under its output's address.
-bool startAsync(KernelContext &ctx, Communicator::Kind kind, const void *in,
-                void *out, int64_t count, DType dtype, bool mean) {
-  if (!ctx.inflight)
-    return ctx.fail("an async collective needs the executor's table");
-  int handle = 0;
-  std::string err;
-  if (!ctx.comm->start(kind, in, out, count, dtype, mean, handle, err))
-    return ctx.fail(err);
-  (*ctx.inflight)[out] = handle;
-  return true;
-}
-
 /// The world size a shard kernel's buffers imply, checked against the
 /// communicator's.
 bool shardCount(KernelContext &ctx, const TensorView &whole,
