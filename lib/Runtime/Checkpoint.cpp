@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 namespace ds::rt {
@@ -198,7 +199,7 @@ bool readShard(const std::string &stepDir, const Manifest &m, int rank,
           ")";
     return false;
   }
-  return readNpz(path, arrays, err);
+  return readNpz(path, arrays, err, /*u2AsBf16=*/true);
 }
 
 } // namespace
@@ -213,8 +214,21 @@ bool wholeTensors(const std::string &stepDir, const Manifest &m, bool withState,
   for (int r = 0; r < m.world; ++r)
     if (!readShard(stepDir, m, r, shards[r], err))
       return false;
+  // The f32 master copy of a 16-bit weight (mixed precision) is read even
+  // without the other state: it is that weight's value.
+  std::set<std::string> params;
+  for (const Manifest::Tensor &t : m.tensors)
+    if (t.kind == "param")
+      params.insert(t.name);
+  auto isMaster = [&](const Manifest::Tensor &t) {
+    const std::string suffix = ".master";
+    return t.kind == "state" && t.name.size() > suffix.size() &&
+           t.name.compare(t.name.size() - suffix.size(), suffix.size(),
+                          suffix) == 0 &&
+           params.count(t.name.substr(0, t.name.size() - suffix.size()));
+  };
   for (const Manifest::Tensor &t : m.tensors) {
-    if (t.kind == "state" && !withState)
+    if (t.kind == "state" && !withState && !isMaster(t))
       continue;
     HostTensor w;
     w.dtype = t.dtype;
@@ -436,9 +450,22 @@ bool consolidateCheckpoint(const std::string &dir, const std::string &out,
   std::vector<std::pair<std::string, HostTensor>> whole;
   if (!wholeTensors(stepDir, m, withState, whole, err))
     return false;
-  std::vector<std::pair<std::string, const HostTensor *>> arrays;
+  // A 16-bit weight is written as its f32 master copy (under the weight's
+  // name; the copy itself only with the optimizer state).
+  std::map<std::string, const HostTensor *> byName;
   for (const auto &[name, t] : whole)
-    arrays.push_back({name, &t});
+    byName[name] = &t;
+  std::set<std::string> masters;
+  for (const Manifest::Tensor &t : m.tensors)
+    if (t.kind == "param" && byName.count(t.name + ".master"))
+      masters.insert(t.name + ".master");
+  std::vector<std::pair<std::string, const HostTensor *>> arrays;
+  for (const auto &[name, t] : whole) {
+    if (masters.count(name) && !withState)
+      continue;
+    auto master = byName.find(name + ".master");
+    arrays.push_back({name, masters.count(name + ".master") ? master->second : &t});
+  }
   auto endsWith = [&](const std::string &suffix) {
     return out.size() >= suffix.size() &&
            out.compare(out.size() - suffix.size(), suffix.size(), suffix) == 0;

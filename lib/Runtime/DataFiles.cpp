@@ -53,6 +53,7 @@ uint64_t le(const std::string &s, size_t at, int bytes) {
 }
 
 bool parseNpy(const std::string &bytes, const std::string &what, HostTensor &t,
+              bool u2AsBf16,
               std::string &err) {
   auto bad = [&](const std::string &m) {
     err = what + ": " + m;
@@ -104,6 +105,7 @@ bool parseNpy(const std::string &bytes, const std::string &what, HostTensor &t,
   else if (kind == "i8") t.dtype = DType::I64;
   else if (kind == "i4") t.dtype = DType::I32;
   else if (kind == "b1") t.dtype = DType::Bool;
+  else if (kind == "u2" && u2AsBf16) t.dtype = DType::BF16; // ds's own files
   else
     return bad("unsupported dtype '" + descr +
                "' (ds reads f4, f8, f2, i8, i4, b1)");
@@ -163,11 +165,11 @@ void put(std::string &s, uint64_t v, int bytes) {
 
 bool readNpy(const std::string &path, HostTensor &out, std::string &err) {
   std::string bytes;
-  return slurp(path, bytes, err) && parseNpy(bytes, "'" + path + "'", out, err);
+  return slurp(path, bytes, err) && parseNpy(bytes, "'" + path + "'", out, false, err);
 }
 
 bool readNpz(const std::string &path, std::map<std::string, HostTensor> &out,
-             std::string &err) {
+             std::string &err, bool u2AsBf16) {
   std::string z;
   if (!slurp(path, z, err))
     return false;
@@ -248,7 +250,7 @@ bool readNpz(const std::string &path, std::map<std::string, HostTensor> &out,
     if (name.size() > 4 && name.compare(name.size() - 4, 4, ".npy") == 0)
       name.resize(name.size() - 4);
     HostTensor t;
-    if (!parseNpy(npy, "'" + path + "' array '" + name + "'", t, err))
+    if (!parseNpy(npy, "'" + path + "' array '" + name + "'", t, u2AsBf16, err))
       return false;
     out[name] = std::move(t);
   }
@@ -387,12 +389,33 @@ bool writeOnnxWithWeights(
     auto it = byName.find(t.name());
     if (it == byName.end())
       continue;
+    // In the initializer's own type (the f32 master copy of a weight that
+    // the model stores in 16 bits is converted back).
+    const HostTensor *value = it->second;
+    HostTensor converted;
+    if (t.data_type() != onnxType(value->dtype)) {
+      bool known = false;
+      for (DType d : {DType::F32, DType::F16, DType::BF16})
+        if (t.data_type() == onnxType(d)) {
+          converted = *value;
+          known = convertTensor(converted, d, err);
+          if (!known)
+            return false;
+        }
+      if (!known) {
+        err = "initializer '" + t.name() + "' of '" + source +
+              "' has another type than the trained " + dtypeName(value->dtype) +
+              " weight";
+        return false;
+      }
+      value = &converted;
+    }
     t.clear_float_data();
     t.clear_int32_data();
     t.clear_int64_data();
     t.clear_external_data();
     t.set_data_location(onnx::TensorProto::DEFAULT);
-    t.set_raw_data(it->second->data.data(), it->second->data.size());
+    t.set_raw_data(value->data.data(), value->data.size());
     byName.erase(it);
   }
   if (!byName.empty()) {

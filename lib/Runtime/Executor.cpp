@@ -316,6 +316,8 @@ bool scanInitializers(const std::string &path,
   return ok;
 }
 
+} // namespace
+
 int onnxType(DType t) {
   switch (t) {
   case DType::F32: return onnx::TensorProto::FLOAT;
@@ -327,8 +329,6 @@ int onnxType(DType t) {
   }
   return 0;
 }
-
-} // namespace
 
 struct Executor::Impl {
   std::shared_ptr<const Plan> plan;
@@ -388,13 +388,17 @@ struct Executor::Impl {
     std::string onnxDir = slash == std::string::npos ? "." : path.substr(0, slash);
     for (int i = 0; i < pp.parameters_size(); ++i) {
       const plan::Parameter &param = pp.parameters(i);
-      if (param.state()) { // optimizer state starts at zero
+      // Optimizer state starts at zero; a master copy (mixed precision)
+      // as its parameter's initializer.
+      const std::string &source =
+          param.master_of().empty() ? param.name() : param.master_of();
+      if (param.state() && param.master_of().empty()) {
         std::memset(paramPtr[i], 0, sizes[i]);
         continue;
       }
-      auto it = inits.find(param.name());
+      auto it = inits.find(source);
       if (it == inits.end()) {
-        err = "parameter '" + param.name() + "' is not in '" + path + "'";
+        err = "parameter '" + source + "' is not in '" + path + "'";
         return false;
       }
       const InitializerRef &ref = it->second;
@@ -407,8 +411,18 @@ struct Executor::Impl {
         dimsMatch = dimsMatch && t.dims(d) == shape[d];
         total *= shape[d];
       }
-      if (t.data_type() != onnxType(dt) || !dimsMatch) {
-        err = "parameter '" + param.name() + "' in '" + path +
+      // Mixed precision stores a float initializer in another float type
+      // (16-bit weights, f32 masters): read it in its own, then convert.
+      DType fileType = dt;
+      bool convert = false;
+      if (t.data_type() != onnxType(dt) && isFloat(dt))
+        for (DType f : {DType::F32, DType::F16, DType::BF16})
+          if (t.data_type() == onnxType(f)) {
+            fileType = f;
+            convert = true;
+          }
+      if (t.data_type() != onnxType(fileType) || !dimsMatch) {
+        err = "parameter '" + source + "' in '" + path +
               "' differs in type or shape from the plan";
         return false;
       }
@@ -421,11 +435,30 @@ struct Executor::Impl {
         count = std::min<int64_t>(s, total - first);
         std::memset(paramPtr[i], 0, sizes[i]);
       }
-      if (!initializerBytes(ref, path, onnxDir, dt, total, first, count,
-                            paramPtr[i], err))
+      if (!convert) {
+        if (!initializerBytes(ref, path, onnxDir, dt, total, first, count,
+                              paramPtr[i], err))
+          return false;
+        continue;
+      }
+      std::vector<unsigned char> tmp(
+          static_cast<size_t>(std::max<int64_t>(count, 1)) * dtypeSize(fileType));
+      if (!initializerBytes(ref, path, onnxDir, fileType, total, first, count,
+                            tmp.data(), err))
         return false;
+      for (int64_t e = 0; e < count; ++e)
+        storeD(paramPtr[i], dt, e, loadD(tmp.data(), fileType, e));
     }
     return true;
+  }
+
+  /// The index of the f32 master copy of parameter `i`, or -1.
+  int masterOf(int i) const {
+    const std::string &name = p().parameters(i).name();
+    for (int j = 0; j < p().parameters_size(); ++j)
+      if (p().parameters(j).master_of() == name)
+        return j;
+    return -1;
   }
 
   void *pointer(const plan::Buffer &b) {
@@ -642,9 +675,12 @@ bool Executor::parameter(const std::string &name, HostTensor &out,
                          std::string &err) const {
   const plan::Plan &p = impl->p();
   for (int i = 0; i < p.parameters_size(); ++i) {
-    const plan::Parameter &param = p.parameters(i);
-    if (param.name() != name)
+    if (p.parameters(i).name() != name)
       continue;
+    // A 16-bit parameter's value is its f32 master copy's.
+    if (int m = impl->masterOf(i); m >= 0)
+      i = m;
+    const plan::Parameter &param = p.parameters(i);
     out.dtype = toDType(param.dtype());
     if (!param.sharded()) {
       out.shape.assign(param.shape().begin(), param.shape().end());

@@ -54,6 +54,25 @@ static bool checkPlan(const plan::Plan &p, std::string &err) {
     }
     paramBytes.push_back(n);
   }
+  // A master copy is f32 optimizer state of a parameter of the plan, of
+  // that parameter's whole shape.
+  for (const plan::Parameter &m : p.parameters()) {
+    if (m.master_of().empty())
+      continue;
+    const plan::Parameter *of = nullptr;
+    for (const plan::Parameter &q : p.parameters())
+      if (q.name() == m.master_of() && !q.state())
+        of = &q;
+    auto whole = [](const plan::Parameter &q) {
+      return q.sharded() ? std::vector<int64_t>(q.full_shape().begin(),
+                                                q.full_shape().end())
+                         : std::vector<int64_t>(q.shape().begin(),
+                                                q.shape().end());
+    };
+    if (!m.state() || m.dtype() != plan::F32 || !of || whole(*of) != whole(m))
+      return fail("'" + m.name() + "' is not an f32 master copy of a "
+                  "parameter of the plan ('" + m.master_of() + "')");
+  }
   for (int i = 0; i < p.constants_size(); ++i)
     constBytes[i] = p.constants(i).size();
   for (int i = 0; i < p.buffers_size(); ++i) {

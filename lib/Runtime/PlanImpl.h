@@ -22,6 +22,8 @@ public:
 };
 
 DType toDType(plan::DType t);
+/// The ONNX TensorProto data type of `t`.
+int onnxType(DType t);
 
 /// The whole of a file, binary; false when it cannot be opened or read.
 bool readFile(const std::string &path, std::string &out);

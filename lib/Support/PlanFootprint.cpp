@@ -76,6 +76,28 @@ Footprint footprint(const plan::Plan &p) {
     return id < static_cast<uint32_t>(p.buffers_size()) ? p.buffers(id).bytes()
                                                          : 0;
   };
+  // The instruction that last wrote each buffer, as instructions go.
+  std::map<uint32_t, const plan::Instruction *> writer;
+  // A gradient as the step keeps it: before the optimizer's f32 copy (a
+  // 16-bit gradient is cast up, unscaled and clipped one tensor at a time
+  // just before its update).
+  auto keptGradient = [&](uint32_t id) {
+    bool castSeen = false;
+    for (auto it = writer.find(id); it != writer.end() && !castSeen;
+         it = writer.find(id)) {
+      const plan::Instruction &w = *it->second;
+      // A multiply by a scalar (the loss scale's inverse, the clip
+      // coefficient) or a cast.
+      bool byScalar = w.kernel() == "mul" && w.inputs_size() == 2 &&
+                      w.inputs(1) < static_cast<uint32_t>(p.buffers_size()) &&
+                      product(p.buffers(w.inputs(1)).shape()) == 1;
+      if (!byScalar && !(w.kernel() == "cast" && w.inputs_size() == 1))
+        break;
+      castSeen = w.kernel() == "cast";
+      id = w.inputs(0);
+    }
+    return bytesOf(id);
+  };
   for (const plan::Instruction &ins : prog.instructions()) {
     const std::string &k = ins.kernel();
     if (f.world > 1 && k == "all_reduce" && ins.outputs_size() == 1) {
@@ -95,8 +117,10 @@ Footprint footprint(const plan::Plan &p) {
       for (const plan::Attribute &a : ins.attributes())
         if (a.name() == "accum_steps" && a.i() > 1)
           f.accumSteps = a.i();
-      f.grads += bytesOf(ins.inputs(1));
+      f.grads += keptGradient(ins.inputs(1));
     }
+    for (uint32_t id : ins.outputs())
+      writer[id] = &ins;
   }
   // Saved activations: arena ranges written before the backward pass and
   // read after its start (a range reused later is a new tensor).
@@ -174,17 +198,33 @@ std::string mib(double bytes) {
 std::string formatFootprint(const Footprint &f) {
   const double psi = static_cast<double>(f.psi), n = f.world;
   const int s = f.stage;
-  // fp32 training: 4-byte parameters, gradients and state.
-  double fParams = s >= 3 ? 4 * psi / n : 4 * psi;
-  double fGrads = s >= 2 ? 4 * psi / n : 4 * psi;
+  // fp32 training: 4-byte parameters, gradients and state. Mixed
+  // precision: 2-byte parameters and gradients; the f32 master copy is one
+  // more state tensor (DeepSpeed's 2Ψ + 2Ψ + 12Ψ).
+  const bool mixedRun = f.precision != "fp32";
+  const double pb = mixedRun ? 2 : 4;
+  double fParams = s >= 3 ? pb * psi / n : pb * psi;
+  double fGrads = s >= 2 ? pb * psi / n : pb * psi;
   double fState = 4 * f.statePerParam * psi / (s >= 1 ? n : 1);
   // DeepSpeed's mixed-precision Adam table (REFERENCES.md): 16Ψ split.
   double mixed = s == 0   ? 16 * psi
                  : s == 1 ? 4 * psi + 12 * psi / n
                  : s == 2 ? 2 * psi + 14 * psi / n
                           : 16 * psi / n;
-  double commElems = (s >= 3 ? 3 : 2) * psi;
-  double fRing = f.world > 1 ? 4 * commElems * (n - 1) / n : 0;
+  // Ring traffic: gradients reduced in the communication type (stage 0:
+  // an all-reduce, 2Ψ; otherwise a reduce-scatter, Ψ), parameters gathered
+  // in their own (stages 1-2: Ψ after the update; stage 3: 2Ψ, forward and
+  // backward).
+  const double rb = f.commDtype == "fp32" ? 4 : 2;
+  double ringElems = s == 0 ? 2 * psi * rb
+                            : psi * rb + (s >= 3 ? 2 : 1) * psi * pb;
+  double fRing = f.world > 1 ? ringElems * (n - 1) / n : 0;
+  char ringRule[64];
+  if (s == 0)
+    std::snprintf(ringRule, sizeof ringRule, "2Ψ x %g x (N-1)/N", rb);
+  else
+    std::snprintf(ringRule, sizeof ringRule, "(Ψ x %g + %dΨ x %g) x (N-1)/N",
+                  rb, s >= 3 ? 2 : 1, pb);
   std::string out;
   char line[256];
   auto row = [&](const char *what, double plan, double formula,
@@ -203,9 +243,8 @@ std::string formatFootprint(const Footprint &f) {
                 s, f.world, f.optimizer.empty() ? "none" : f.optimizer.c_str(),
                 f.precision == "fp32"
                     ? "fp32"
-                    : (f.precision + " compute (fp32 master weights, "
-                                     "gradients for the optimizer and state; "
-                                     "16-bit copies in the arena)")
+                    : (f.precision + " (16-bit weights and gradients; fp32 "
+                                     "master weights in the optimizer state)")
                           .c_str(),
                 static_cast<unsigned long long>(f.psi),
                 static_cast<unsigned long long>(f.psiPadded));
@@ -214,8 +253,10 @@ std::string formatFootprint(const Footprint &f) {
                 "per rank", "plan bytes", "MiB", "formula bytes", "MiB",
                 "ratio", "formula");
   out += line;
-  row("parameters", f.params, fParams, s >= 3 ? "4Ψ/N" : "4Ψ");
-  row("gradients", f.grads, fGrads, s >= 2 ? "4Ψ/N" : "4Ψ");
+  row("parameters", f.params, fParams,
+      mixedRun ? (s >= 3 ? "2Ψ/N" : "2Ψ") : (s >= 3 ? "4Ψ/N" : "4Ψ"));
+  row("gradients", f.grads, fGrads,
+      mixedRun ? (s >= 2 ? "2Ψ/N" : "2Ψ") : (s >= 2 ? "4Ψ/N" : "4Ψ"));
   char kRule[32];
   std::snprintf(kRule, sizeof kRule, "%gx4Ψ%s", f.statePerParam,
                 s >= 1 ? "/N" : "");
@@ -278,8 +319,7 @@ std::string formatFootprint(const Footprint &f) {
                   static_cast<long long>(f.overlappedKernels));
     out += line;
   }
-  row("ring traffic per rank", f.ringBytes(), fRing,
-      s >= 3 ? "3Ψ x 4 x (N-1)/N" : "2Ψ x 4 x (N-1)/N");
+  row("ring traffic per rank", f.ringBytes(), fRing, ringRule);
   out += "  differences from the formulas:\n";
   if (f.psiPadded != f.psi) {
     std::snprintf(line, sizeof line,
@@ -296,7 +336,10 @@ std::string formatFootprint(const Footprint &f) {
            "are all-reduced too\n";
   if (f.world > 1 && f.commDtype != "fp32")
     out += "    - gradients are reduced in " + f.commDtype +
-           " (2 bytes per element, --comm-dtype); the formula counts 4\n";
+           " (2 bytes per element, --comm-dtype)\n";
+  if (mixedRun && f.commDtype == "fp32" && f.world > 1)
+    out += "    - --comm-dtype=fp32: 16-bit gradients are reduced, and kept, "
+           "in fp32 (4 bytes per element)\n";
   if (s >= 3)
     out += "    - stage 3 gathers each parameter once in forward and once in "
            "backward (a parameter used only in one pass is gathered once)\n";

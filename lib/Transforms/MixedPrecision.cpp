@@ -2,13 +2,13 @@
 //
 // Part of the ds project.
 //
-// Runs on the forward pass, before autodiff. Trainable parameters stay f32
-// (the master weights the optimizer updates); each is cast to the 16-bit
-// type once, and every float op computes in 16 bits, except the ops marked
-// Ds_F32Island (softmax, LayerNorm, losses, reductions), whose 16-bit
-// operands are cast up to f32. Graph results keep their types. Autodiff
-// then differentiates through the casts: gradients flow in 16 bits and
-// reach each master weight as f32.
+// Runs on the forward pass, before autodiff. Trainable parameters become
+// 16-bit arguments (the optimizer pass adds their f32 master copies), and
+// every float op computes in 16 bits, except the ops marked Ds_F32Island
+// (softmax, LayerNorm, losses, reductions), whose 16-bit operands are cast
+// up to f32. Other f32 values (inputs, buffers, constants) are cast down
+// once. Graph results keep their types. Autodiff then differentiates
+// through the casts: gradients flow, and reach each weight, in 16 bits.
 //
 //===----------------------------------------------------------------------===//
 
@@ -80,6 +80,32 @@ struct MixedPrecisionPass : impl::MixedPrecisionPassBase<MixedPrecisionPass> {
       }
       return c;
     };
+    // Trainable f32 parameters become 16-bit arguments: the weights the
+    // step computes with, kept between steps. The optimizer pass gives each
+    // an f32 master copy. An f32 island reads the cast up of the 16-bit
+    // weight.
+    SmallVector<Type> argTypes(body.getArgumentTypes());
+    bool retyped = false;
+    for (BlockArgument arg : body.getArguments()) {
+      unsigned i = arg.getArgNumber();
+      if (!func.getArgAttr(i, attrs::kParam) ||
+          !func.getArgAttr(i, attrs::kTrainable) || !isF32Tensor(arg.getType()))
+        continue;
+      auto wide = cast<RankedTensorType>(arg.getType());
+      arg.setType(wide.clone(half));
+      argTypes[i] = arg.getType();
+      retyped = true;
+      if (arg.use_empty())
+        continue;
+      OpBuilder cb(func.getContext());
+      cb.setInsertionPointToStart(&body);
+      auto up = CastOp::create(cb, arg.getLoc(), wide, arg);
+      arg.replaceAllUsesExcept(up, up);
+      casts[{up.getResult(), half}] = arg;
+    }
+    if (retyped)
+      func.setType(FunctionType::get(func.getContext(), argTypes,
+                                     func.getResultTypes()));
     SmallVector<Operation *> ops;
     for (Operation &op : body.without_terminator())
       ops.push_back(&op);
@@ -118,6 +144,11 @@ struct MixedPrecisionPass : impl::MixedPrecisionPassBase<MixedPrecisionPass> {
         op->emitError("cannot compute in ") << precision;
         return signalPassFailure();
       }
+    // Up-casts of 16-bit weights that no f32 island reads.
+    for (Operation &op : llvm::make_early_inc_range(body.without_terminator()))
+      if (auto c = dyn_cast<CastOp>(op);
+          c && c->use_empty() && isa<BlockArgument>(c.getInput()))
+        c->erase();
   }
 };
 } // namespace

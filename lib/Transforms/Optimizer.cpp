@@ -94,9 +94,12 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
     // The attribute of a state argument (with its parameter's whole shape
     // when it holds a shard).
     DenseI64ArrayAttr fullShape;
-    auto addArg = [&](Type type, NamedAttribute attr) {
+    auto addArg = [&](Type type, NamedAttribute attr,
+                      std::optional<NamedAttribute> extra = std::nullopt) {
       argTypes.push_back(type);
       SmallVector<NamedAttribute> attrList{attr};
+      if (extra)
+        attrList.push_back(*extra);
       if (fullShape)
         attrList.push_back(b.getNamedAttr(kFullShapeAttr, fullShape));
       argAttrs.push_back(b.getDictionaryAttr(attrList));
@@ -115,9 +118,24 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
            b.getNamedAttr(attrs::kOutput,
                           b.getStringAttr("update:" + name.str()))});
     };
-    // Loss scaling: gradients come scaled by the `ds.loss_scale` input;
-    // unscale them, then check them for inf/NaN over every rank. On
-    // overflow the optimizer kernels keep parameters and state.
+    // Gradients as the optimizer reads them: in f32 (a 16-bit weight's
+    // gradient is 16-bit; it is cast up one tensor at a time, just before
+    // its use, so that f32 copies never pile up), unscaled by the fp16 loss
+    // scale.
+    Value invScale;
+    auto prepared = [&](Value g) -> Value {
+      auto t = cast<RankedTensorType>(g.getType());
+      Location loc = g.getLoc();
+      if (!t.getElementType().isF32() && isa<FloatType>(t.getElementType()))
+        g = CastOp::create(b, loc, t.clone(b.getF32Type()), g);
+      if (invScale)
+        g = MulOp::create(b, loc, g.getType(), g, invScale);
+      return g;
+    };
+    // Loss scaling: gradients come scaled by the `ds.loss_scale` input.
+    // They are checked for inf/NaN over every rank as they are (unscaling
+    // cannot create or remove one); on overflow the optimizer kernels keep
+    // parameters and state.
     Value overflow; // a result once the optimizer ops are built
     if (lossScale) {
       if (gradAccum > 1) {
@@ -125,28 +143,22 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
         return signalPassFailure();
       }
       Location loc = func.getLoc();
-      Value inv = ReciprocalOp::create(b, loc, lossScale);
       SmallVector<Value> grads;
-      for (unsigned i = 0, e = results.size(); i < e; ++i) {
-        if (!func.getResultAttr(i, "ds.grad"))
-          continue;
-        auto t = cast<RankedTensorType>(results[i].getType());
-        Value s = inv;
-        if (t.getElementType() != b.getF32Type())
-          s = CastOp::create(b, loc, RankedTensorType::get({}, t.getElementType()), inv);
-        results[i] = MulOp::create(b, loc, t, results[i], s);
-        grads.push_back(results[i]);
-      }
+      for (unsigned i = 0, e = results.size(); i < e; ++i)
+        if (func.getResultAttr(i, "ds.grad"))
+          grads.push_back(results[i]);
       overflow = CheckOverflowOp::create(
           b, loc, RankedTensorType::get({}, b.getF32Type()), grads);
+      invScale = ReciprocalOp::create(b, loc, lossScale);
     }
     // Clipping by the global norm of all gradients, as torch does.
+    Value clipCoef;
     if (gradClip > 0) {
       Value total;
       for (unsigned i = 0, e = results.size(); i < e; ++i) {
         if (!func.getResultAttr(i, "ds.grad"))
           continue;
-        Value g = results[i];
+        Value g = prepared(results[i]);
         auto t = cast<RankedTensorType>(g.getType());
         SmallVector<int64_t> axes;
         for (int64_t d = 0; d < t.getRank(); ++d)
@@ -179,11 +191,7 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
         Value norm = SqrtOp::create(b, loc, total);
         Value coef = DivOp::create(b, loc, st, cst(gradClip),
                                    AddOp::create(b, loc, st, norm, cst(1e-6)));
-        coef = MinOp::create(b, loc, st, coef, cst(1.0));
-        for (unsigned i = 0, e = results.size(); i < e; ++i)
-          if (func.getResultAttr(i, "ds.grad"))
-            results[i] = MulOp::create(b, loc, results[i].getType(),
-                                       results[i], coef);
+        clipCoef = MinOp::create(b, loc, st, coef, cst(1.0));
       }
     }
 
@@ -203,12 +211,39 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
         func.emitError("gradient of '") << name << "' has no parameter";
         return signalPassFailure();
       }
-      Value grad = results[i];
+      Value grad = prepared(results[i]);
+      if (clipCoef)
+        grad = MulOp::create(b, grad.getLoc(), grad.getType(), grad, clipCoef);
       Location loc = grad.getLoc();
       Type t = grad.getType();
       Value paramIn = param;
       fullShape = {};
-      if (sharded) {
+      // A 16-bit weight (mixed precision) is updated through its f32 master
+      // copy, optimizer state of the gradient's shape (this rank's shard
+      // with ZeRO 1-3), which starts as the weight's initializer.
+      auto paramType = cast<RankedTensorType>(param.getType());
+      bool master = !paramType.getElementType().isF32() &&
+                    isa<FloatType>(paramType.getElementType());
+      if (master && sharded) {
+        fullShape = func.getArgAttrOfType<DenseI64ArrayAttr>(
+            param.getArgNumber(), kFullShapeAttr);
+        if (!fullShape)
+          fullShape = b.getDenseI64ArrayAttr(paramType.getShape());
+      }
+      std::string masterName = name.str() + ".master";
+      if (master && cast<RankedTensorType>(t).getShape() != paramType.getShape() &&
+          (!sharded || cast<RankedTensorType>(t).getShape() !=
+                           shardType(paramType, world).getShape())) {
+        func.emitError("gradient of '")
+            << name << "' is " << t << ", neither " << paramType
+            << " nor its shard";
+        return signalPassFailure();
+      }
+      if (master)
+        paramIn = addArg(t, b.getNamedAttr("ds.state",
+                                           b.getStringAttr(masterName)),
+                         b.getNamedAttr("ds.master_of", name));
+      if (sharded && !master) {
         auto full = cast<RankedTensorType>(param.getType());
         auto shard = cast<RankedTensorType>(t);
         fullShape = func.getArgAttrOfType<DenseI64ArrayAttr>(
@@ -230,7 +265,18 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
       // The new parameter: the updated shard, or (for a whole parameter)
       // gathered from every rank's updated shard after the loop.
       auto wholeParam = [&](Value updated) -> Value {
-        if (updated.getType() != param.getType())
+        if (master) {
+          // The master goes back to its state; the weight is its cast down.
+          results.push_back(updated);
+          resultAttrs.push_back(update(masterName));
+          updated = CastOp::create(
+              b, loc,
+              cast<RankedTensorType>(updated.getType())
+                  .clone(paramType.getElementType()),
+              updated);
+        }
+        if (cast<RankedTensorType>(updated.getType()).getShape() !=
+            paramType.getShape())
           pendingGathers.push_back(
               {i, updated, cast<RankedTensorType>(param.getType())});
         return updated;
@@ -260,7 +306,8 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
                                 b.getI64IntegerAttr(totalSteps),
                                 b.getF64FloatAttr(minLr),
                                 b.getI64IntegerAttr(gradAccum));
-        results[i] = wholeParam(op.getNewParam());
+        Value newParam = wholeParam(op.getNewParam());
+        results[i] = newParam;
         resultAttrs[i] = update(name);
         if (momentum != 0.0) {
           results.push_back(op.getNewMomentumBuffer());
@@ -284,7 +331,8 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
             b.getBoolAttr(optimizer == "lamb"), b.getStringAttr(schedule),
             b.getI64IntegerAttr(warmupSteps), b.getI64IntegerAttr(totalSteps),
             b.getF64FloatAttr(minLr), b.getI64IntegerAttr(gradAccum));
-        results[i] = wholeParam(op.getNewParam());
+        Value newParam = wholeParam(op.getNewParam());
+        results[i] = newParam;
         resultAttrs[i] = update(name);
         results.push_back(op.getNewExpAvg());
         resultAttrs.push_back(update(mName));

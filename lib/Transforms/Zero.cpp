@@ -28,7 +28,7 @@ namespace {
 
 struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
   using ZeroPassBase::ZeroPassBase;
-  Type commType; // null: gradients are reduced in their own type
+  Type commType; // the element type gradients are reduced in
 
   void runOnOperation() override {
     func::FuncOp func = getOperation();
@@ -56,7 +56,7 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
     }
     commType = commDtype == "bf16"   ? Type(b.getBF16Type())
                : commDtype == "fp16" ? Type(b.getF16Type())
-                                     : Type();
+                                     : Type(b.getF32Type());
     func->setAttr(kWorldSizeAttr, b.getI64IntegerAttr(worldSize));
     func->setAttr(kZeroStageAttr, b.getI64IntegerAttr(stage));
     if (worldSize == 1 && stage == 0)
@@ -158,8 +158,13 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
           op->moveBefore(ret);
       }
       for (auto [i, v] : llvm::zip(bucket, reduced)) {
+        // Back to the gradient's type when the collective's is narrower
+        // (a 16-bit gradient reduced in f32 stays f32: the optimizer
+        // computes in f32 anyway).
         Type want = getElementTypeOrSelf(ret->getOperand(i).getType());
-        if (getElementTypeOrSelf(v.getType()) != want) {
+        Type have = getElementTypeOrSelf(v.getType());
+        if (have != want && have.getIntOrFloatBitWidth() <
+                                want.getIntOrFloatBitWidth()) {
           OpBuilder cb(ret);
           v = CastOp::create(cb, v.getLoc(),
                              cast<RankedTensorType>(v.getType()).clone(want), v);

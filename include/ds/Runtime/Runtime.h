@@ -41,8 +41,10 @@ struct HostTensor {
 bool convertTensor(HostTensor &t, DType to, std::string &err);
 
 // Data files.
+/// `u2AsBf16`: uint16 arrays are bfloat16 bits (how ds writes bf16, which
+/// numpy lacks; checkpoints), not an error.
 bool readNpz(const std::string &path, std::map<std::string, HostTensor> &out,
-             std::string &err);
+             std::string &err, bool u2AsBf16 = false);
 bool readNpy(const std::string &path, HostTensor &out, std::string &err);
 bool writeNpz(const std::string &path,
               const std::vector<std::pair<std::string, const HostTensor *>> &arrays,

@@ -27,14 +27,17 @@ struct Footprint {
   /// Trainable elements Ψ, and Ψ padded to whole shards.
   uint64_t psi = 0, psiPadded = 0;
   /// Optimizer state tensors per trainable parameter (Adam 2, SGD with
-  /// momentum 1, plus 1 with gradient accumulation).
+  /// momentum 1, plus 1 with gradient accumulation, plus the f32 master
+  /// copy in mixed precision).
   double statePerParam = 0;
   /// Storage per rank, bytes: trainable parameters (whole or shards),
   /// non-trainable tensors (buffers such as masks), optimizer state.
   uint64_t params = 0, buffers = 0, state = 0;
   /// Gradient bytes the step keeps for the optimizer: whole gradients
   /// (stages 0 and 1, which reduce after the backward pass) or this rank's
-  /// reduced shards (stages 2 and 3). They live in the arena.
+  /// reduced shards (stages 2 and 3), in their own type (16-bit in mixed
+  /// precision, before the optimizer's f32 copy of each). They live in the
+  /// arena.
   uint64_t grads = 0;
   /// The arena's planned peak: activations, gradients, gathered
   /// parameters and workspace.

@@ -39,22 +39,27 @@ def AutodiffPass : Pass<"ds-autodiff", "func::FuncOp"> {
 }
 
 def MixedPrecisionPass : Pass<"ds-mixed-precision", "func::FuncOp"> {
-  let summary = "16-bit compute with f32 master weights and f32 islands";
+  let summary = "16-bit weights and compute, with f32 islands";
   let description = [{
-    Runs on the forward pass, before `--ds-autodiff`. Every float op
-    computes in the 16-bit type of `precision` (bf16 or fp16), its f32
-    operands (master weights, graph inputs, constants) cast down once; ops
-    with the `Ds_F32Island` trait (softmax, log_softmax, LayerNorm, the
-    losses, reductions) compute in f32, their 16-bit operands cast up.
-    Graph results keep their types. Autodiff then differentiates through
-    the casts, so gradients flow in 16 bits and reach each f32 master
-    weight, which the optimizer updates in f32 with f32 state.
+    Runs on the forward pass, before `--ds-autodiff`. Trainable f32
+    parameters become arguments of the 16-bit type of `precision` (bf16 or
+    fp16): the weights the step computes with and keeps. Every float op
+    computes in that type, its other f32 operands (graph inputs, buffers,
+    constants) cast down once; ops with the `Ds_F32Island` trait (softmax,
+    log_softmax, LayerNorm, the losses, reductions) compute in f32, their
+    16-bit operands cast up. Graph results keep their types. Autodiff then
+    differentiates through the casts, so gradients flow in 16 bits, and
+    `--ds-optimizer` updates each 16-bit weight through an f32 master copy.
+    With fp16 the function gains the scalar input `ds.loss_scale` that
+    autodiff seeds the backward pass with.
 
     ```mlir
+    func.func @forward(%x: tensor<2x4xf32>, %w: tensor<4x3xf32> {ds.param = "w", ds.trainable})
     %h = ds.matmul %x, %w : (tensor<2x4xf32>, tensor<4x3xf32>) -> tensor<2x3xf32>
     // becomes
-    %w16 = ds.cast %w : tensor<4x3xf32> -> tensor<4x3xbf16>
-    %h = ds.matmul %x16, %w16 : (tensor<2x4xbf16>, tensor<4x3xbf16>) -> tensor<2x3xbf16>
+    func.func @forward(%x: tensor<2x4xf32>, %w: tensor<4x3xbf16> {ds.param = "w", ds.trainable})
+    %x16 = ds.cast %x : tensor<2x4xf32> -> tensor<2x4xbf16>
+    %h = ds.matmul %x16, %w : (tensor<2x4xbf16>, tensor<4x3xbf16>) -> tensor<2x3xbf16>
     ```
   }];
   let options = [
@@ -136,6 +141,15 @@ def OptimizerPass : Pass<"ds-optimizer", "func::FuncOp"> {
     shard through `ds.shard`, and the updated shards are all-gathered back
     (in buckets of `allgather-bucket-size` elements). Clipping sums the
     shards' squares over ranks.
+
+    A weight of a 16-bit type (after `--ds-mixed-precision`) is updated
+    through an f32 master copy: a state argument `<param>.master` marked
+    `ds.master_of = "<param>"` (the runtime starts it from the weight's
+    initializer), of the gradient's shape. Each gradient is cast up to f32
+    just before its update; the new weight is the new master cast down
+    (gathered in 16 bits at stages 1-2). With the fp16 loss-scale input,
+    `ds.check_overflow` reads the gradients as they are and each is
+    unscaled in f32 after its cast.
   }];
   let options = [
     Option<"optimizer", "optimizer", "std::string", "\"adam\"",

@@ -96,7 +96,8 @@ struct LowerToDsRtPass : impl::LowerToDsRtPassBase<LowerToDsRtPass> {
             name ? name : state,
             func.getArgAttr(i, attrs::kTrainable) ? b.getUnitAttr() : nullptr,
             state ? b.getUnitAttr() : nullptr,
-            func.getArgAttrOfType<DenseI64ArrayAttr>(i, "ds.full_shape"));
+            func.getArgAttrOfType<DenseI64ArrayAttr>(i, "ds.full_shape"),
+            func.getArgAttrOfType<StringAttr>(i, "ds.master_of"));
         buffer = op;
         storage[(name ? name : state).getValue()] = buffer;
       } else if (func.getArgAttr(i, "ds.step")) {

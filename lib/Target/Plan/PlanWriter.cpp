@@ -170,6 +170,8 @@ LogicalResult mlir::ds::writePlan(ModuleOp module, StringRef planPath,
         for (int64_t d : full.asArrayRef())
           param.add_full_shape(d);
       }
+      if (auto master = pr.getMasterOfAttr())
+        param.set_master_of(master.getValue().str());
       params[pr.getIndex()] = param;
     } else if (auto in = dyn_cast<dsrt::InputOp>(op)) {
       if (failed(addBuffer(in, pb::INPUT, 0, in.getIndex())))

@@ -53,11 +53,14 @@ def DsRt_ParamOp : DsRt_Op<"param", [Pure]> {
     is the ONNX initializer name (the checkpoint key). With `state` it is
     optimizer state instead (`<param>.exp_avg` ...), zero at the start.
     With `full_shape` it holds this rank's ZeRO shard (1-D, padded) of a
-    tensor of that shape.
+    tensor of that shape. With `master_of` it is the f32 master copy of
+    that (16-bit) parameter: optimizer state that starts as the
+    parameter's initializer, cast to f32, instead of zero.
   }];
   let arguments = (ins I64Attr:$index, StrAttr:$name, UnitAttr:$trainable,
                        UnitAttr:$state,
-                       OptionalAttr<DenseI64ArrayAttr>:$full_shape);
+                       OptionalAttr<DenseI64ArrayAttr>:$full_shape,
+                       OptionalAttr<StrAttr>:$master_of);
   let results = (outs DsRt_Buffer:$result);
   let assemblyFormat = "attr-dict `:` type($result)";
 }
