@@ -10,6 +10,7 @@
 
 #include "ds/Analysis/ModelSummary.h"
 #include "ds/Dialect/Ds/IR/DsOps.h"
+#include "ds/Dialect/DsRt/IR/DsRtOps.h"
 #include "ds/Import/OnnxImporter.h"
 #include "ds/Target/Plan/PlanWriter.h"
 #include "ds/Transforms/Passes.h"
@@ -25,6 +26,7 @@
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/ToolOutputFile.h"
@@ -242,6 +244,28 @@ llvm::cl::opt<bool> trainingInfo(
 llvm::cl::opt<bool> nesterov("nesterov", llvm::cl::desc("SGD Nesterov momentum"),
                              llvm::cl::init(false), llvm::cl::cat(trainCategory));
 
+llvm::cl::OptionCategory memoryCategory("ds-opt memory options");
+llvm::cl::opt<std::string> recomputeSpec(
+    "recompute",
+    llvm::cl::desc("Activation recomputation: none (keep every activation "
+                   "the backward pass reads), full (recompute every forward "
+                   "segment from its kept input), every-layer (keep layer "
+                   "inputs only, as Megatron/DeepSpeed checkpointing), "
+                   "budget=SIZE (the least extra FLOPs whose per-rank peak "
+                   "fits SIZE, e.g. 2GiB) or auto (the same for "
+                   "--device-memory)"),
+    llvm::cl::value_desc("none|full|every-layer|auto|budget=SIZE"),
+    llvm::cl::init("none"), llvm::cl::cat(memoryCategory));
+llvm::cl::opt<std::string> deviceMemory(
+    "device-memory",
+    llvm::cl::desc("Memory of one rank's device (e.g. 80GiB, 512MiB, "
+                   "1000000): a plan whose per-rank peak (parameters, "
+                   "buffers, optimizer state and the arena) exceeds it is "
+                   "refused with the minimum it needs; --recompute=auto "
+                   "fits it"),
+    llvm::cl::value_desc("SIZE"), llvm::cl::init(""),
+    llvm::cl::cat(memoryCategory));
+
 llvm::cl::opt<bool> listOnnxOps(
     "list-onnx-ops",
     llvm::cl::desc("Print the ONNX op types the importer supports and exit"),
@@ -268,6 +292,118 @@ std::string describeLocation(Location loc, bool &isNode) {
     if (!fused.getLocations().empty())
       return describeLocation(fused.getLocations().front(), isNode);
   return "";
+}
+
+/// Bytes from "80GiB", "512MiB", "1.5GB", "64KiB" or a plain number.
+std::optional<int64_t> parseBytes(StringRef text) {
+  StringRef num = text.take_while(
+      [](char c) { return (c >= '0' && c <= '9') || c == '.' || c == 'e'; });
+  StringRef unit = text.drop_front(num.size()).trim();
+  double value;
+  if (num.empty() || num.getAsDouble(value) || value < 0)
+    return std::nullopt;
+  double scale = 1;
+  std::string u = unit.lower();
+  if (u.empty() || u == "b") scale = 1;
+  else if (u == "kb") scale = 1e3;
+  else if (u == "mb") scale = 1e6;
+  else if (u == "gb") scale = 1e9;
+  else if (u == "tb") scale = 1e12;
+  else if (u == "kib" || u == "k") scale = 1024.0;
+  else if (u == "mib" || u == "m") scale = 1024.0 * 1024;
+  else if (u == "gib" || u == "g") scale = 1024.0 * 1024 * 1024;
+  else if (u == "tib" || u == "t") scale = 1024.0 * 1024 * 1024 * 1024;
+  else return std::nullopt;
+  double bytes = value * scale;
+  if (bytes > 9.2e18)
+    return std::nullopt;
+  return static_cast<int64_t>(bytes);
+}
+
+std::string mib(int64_t bytes) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << bytes << " bytes (" << llvm::format("%.1f", bytes / 1048576.0)
+     << " MiB)";
+  return s;
+}
+
+/// A lowered plan's per-rank peak: parameters, buffers and optimizer state
+/// (dsrt.param storage) plus the planned arena.
+int64_t perRankPeak(ModuleOp module) {
+  int64_t total = 0;
+  module.walk([&](func::FuncOp f) {
+    if (auto a = f->getAttrOfType<IntegerAttr>(dsrt::kArenaBytes))
+      total += a.getInt();
+    f.walk([&](dsrt::ParamOp p) { total += dsrt::bufferBytes(p.getType()); });
+  });
+  return total;
+}
+
+DictionaryAttr recomputeSummary(ModuleOp module) {
+  DictionaryAttr d;
+  module.walk([&](func::FuncOp f) {
+    if (auto a = f->getAttrOfType<DictionaryAttr>("ds.recompute"))
+      d = a;
+  });
+  return d;
+}
+
+/// The recompute section of --report: the chosen plan beside none,
+/// every-layer and full (the cost model's activation bytes and extra
+/// FLOPs), and the segments.
+std::string formatRecompute(DictionaryAttr d, int64_t peak, int64_t limit) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  auto pair = [&](StringRef k) {
+    auto a = d.getAs<DenseI64ArrayAttr>(k);
+    return a && a.size() == 2 ? std::make_pair(a[0], a[1])
+                              : std::make_pair(int64_t(0), int64_t(0));
+  };
+  auto intOf = [&](StringRef k) {
+    auto a = d.getAs<IntegerAttr>(k);
+    return a ? a.getInt() : 0;
+  };
+  double step = std::max<int64_t>(1, intOf("step_flops"));
+  os << "recompute (" << d.getAs<StringAttr>("mode").getValue()
+     << "): per-rank peak " << mib(peak);
+  if (limit > 0)
+    os << ", device memory " << mib(limit);
+  os << "\n  " << llvm::left_justify("plan", 12)
+     << llvm::right_justify("activation bytes", 18)
+     << llvm::right_justify("extra FLOPs", 16)
+     << llvm::right_justify("of the step", 13) << "\n";
+  for (auto [name, key] : {std::pair<StringRef, StringRef>{"none", "none"},
+                           {"every-layer", "every_layer"},
+                           {"full", "full"},
+                           {"chosen", "chosen"}}) {
+    auto [act, flops] = pair(key);
+    os << "  " << llvm::left_justify(name, 12) << llvm::right_justify(
+                                                        std::to_string(act), 18)
+       << llvm::right_justify(std::to_string(flops), 16)
+       << llvm::right_justify(
+              (llvm::formatv("{0:F1}%", 100.0 * flops / step)).str(), 13)
+       << "\n";
+  }
+  auto saved = d.getAs<DenseI64ArrayAttr>("seg_saved");
+  auto input = d.getAs<DenseI64ArrayAttr>("seg_input");
+  auto flops = d.getAs<DenseI64ArrayAttr>("seg_flops");
+  auto rc = d.getAs<DenseI64ArrayAttr>("seg_recomputable");
+  auto chosen = d.getAs<DenseI64ArrayAttr>("seg_chosen");
+  os << "  step FLOPs " << intOf("step_flops") << "; always kept (cut values, "
+     << "outputs, segments that cannot be recomputed) " << intOf("fixed")
+     << " bytes; layers: " << intOf("layers") << " of "
+     << intOf("layer_period") << " segment(s)\n";
+  if (d.getAs<StringAttr>("mode").getValue() == "budget")
+    os << "  activation budget (model) " << intOf("budget") << " bytes\n";
+  if (saved && input && flops && rc && chosen)
+    for (size_t j = 0; j < saved.size(); ++j)
+      os << "  segment " << j << ": input " << input[j] << " B, saved "
+         << saved[j] << " B, forward " << flops[j] << " FLOPs, "
+         << (!rc[j] ? "kept (not recomputable)"
+                    : chosen[j] ? "recomputed" : "kept")
+         << "\n";
+  return s;
 }
 
 int runOnnx(StringRef inputFilename, StringRef outputFilename,
@@ -318,7 +454,12 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
   if (failed(module) || errors)
     return 1;
 
-  if (emitKind != "mlir-import") {
+  // The pipeline on a copy of the imported module, with a recompute mode
+  // (and for "budget" its activation budget); `lower` through the memory
+  // plan.
+  auto compile = [&](OwningOpRef<ModuleOp> &out, StringRef rMode,
+                     int64_t rBudget, bool lower) -> LogicalResult {
+    out = OwningOpRef<ModuleOp>((**module).clone());
     PassManager pm(&context);
     pm.addPass(createCanonicalizerPass());
     pm.addPass(createCSEPass());
@@ -330,6 +471,12 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
         pm.addNestedPass<func::FuncOp>(ds::createMixedPrecisionPass(mp));
       }
       pm.addNestedPass<func::FuncOp>(ds::createAutodiffPass());
+      if (training && rMode != "none") {
+        ds::RecomputePassOptions rc;
+        rc.mode = rMode.str();
+        rc.budget = rBudget;
+        pm.addNestedPass<func::FuncOp>(ds::createRecomputePass(rc));
+      }
       if (training && (worldSize > 1 || zeroStage > 0)) {
         ds::ZeroPassOptions dp;
         dp.worldSize = worldSize;
@@ -365,8 +512,8 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
       pm.addPass(createCSEPass());
     }
     if (failed(config.setupPassPipeline(pm)))
-      return 1;
-    if (emitKind == "plan" || emitKind == "dsrt") {
+      return failure();
+    if (lower) {
       pm.addPass(ds::createLowerToDsRtPass());
       if (overlapComm) {
         ds::OverlapCommPassOptions ov;
@@ -375,9 +522,139 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
       }
       pm.addNestedPass<func::FuncOp>(ds::createPlanMemoryPass());
     }
-    if (failed(pm.run(**module)) || errors)
-      return 1;
+    if (failed(pm.run(*out)) || errors)
+      return failure();
+    return success();
+  };
+
+  // The recompute mode, and for budget/auto the cheapest plan that fits.
+  bool training = optimizerName != "none";
+  std::optional<int64_t> limit;
+  if (!deviceMemory.empty() && !(limit = parseBytes(deviceMemory))) {
+    llvm::errs() << "error: --device-memory='" << deviceMemory
+                 << "' is not a size (e.g. 80GiB, 512MiB, 1000000)\n";
+    return 1;
   }
+  std::string rMode = recomputeSpec;
+  std::optional<int64_t> budget;
+  if (StringRef(rMode).starts_with("budget=")) {
+    budget = parseBytes(StringRef(rMode).drop_front(7));
+    if (!budget) {
+      llvm::errs() << "error: --recompute='" << rMode
+                   << "': the budget is not a size (e.g. budget=2GiB)\n";
+      return 1;
+    }
+    rMode = "budget";
+  } else if (rMode == "auto") {
+    budget = limit;
+  } else if (rMode != "none" && rMode != "full" && rMode != "every-layer") {
+    llvm::errs() << "error: --recompute='" << rMode
+                 << "' is not one of none, full, every-layer, auto, "
+                    "budget=SIZE\n";
+    return 1;
+  }
+  if (rMode != "none" && !training) {
+    llvm::errs() << "error: --recompute=" << recomputeSpec
+                 << " is for training (give --optimizer=...)\n";
+    return 1;
+  }
+  bool lowerFinal = emitKind == "plan" || emitKind == "dsrt";
+  OwningOpRef<ModuleOp> result;
+  std::string searchLog;
+  int64_t peak = -1;
+  if (emitKind == "mlir-import") {
+    result = OwningOpRef<ModuleOp>((**module).clone());
+  } else if (rMode == "budget" || rMode == "auto") {
+    if (!budget) {
+      // auto without a device size: nothing to fit.
+      rMode = "none";
+      searchLog = "recompute auto: no --device-memory, every activation "
+                  "is kept\n";
+    } else {
+      // Keep everything if it fits; else the least recompute whose planned
+      // peak fits, found with the real memory plan: the pass's budget is
+      // the activation bytes its model may keep, lowered by any
+      // overshoot of the planned peak until the plan fits.
+      OwningOpRef<ModuleOp> none, full;
+      if (failed(compile(none, "none", 0, true)))
+        return 1;
+      int64_t peakNone = perRankPeak(*none);
+      if (peakNone <= *budget) {
+        rMode = "none";
+        searchLog = "recompute " + recomputeSpec + ": every activation "
+                    "kept, the peak " + mib(peakNone) + " fits " +
+                    mib(*budget) + "\n";
+      } else {
+        if (failed(compile(full, "full", 0, true)))
+          return 1;
+        int64_t peakFull = perRankPeak(*full);
+        if (peakFull > *budget) {
+          llvm::errs() << "error: a per-rank peak of " << mib(*budget)
+                       << " is below the minimum feasible budget of "
+                       << mib(peakFull) << " (--recompute=full; without "
+                       << "recompute " << mib(peakNone) << ")\n";
+          return 1;
+        }
+        DictionaryAttr sum = recomputeSummary(*full);
+        int64_t actNone = sum.getAs<DenseI64ArrayAttr>("none")[0];
+        int64_t actMin = sum.getAs<DenseI64ArrayAttr>("full")[0];
+        int64_t target = actNone - (peakNone - *budget);
+        rMode = "full";
+        int tries = 0;
+        for (; tries < 16 && target >= actMin; ++tries) {
+          OwningOpRef<ModuleOp> trial;
+          if (failed(compile(trial, "budget", target, true)))
+            return 1;
+          int64_t p = perRankPeak(*trial);
+          if (p <= *budget) {
+            rMode = "budget";
+            break;
+          }
+          // Lower by the overshoot, and below what this plan keeps, so that
+          // the next plan differs.
+          int64_t kept =
+              recomputeSummary(*trial).getAs<DenseI64ArrayAttr>("chosen")[0];
+          target = std::min(target - (p - *budget), kept - 1);
+        }
+        searchLog = "recompute " + recomputeSpec + ": budget " +
+                    mib(*budget) + "; none peaks at " + mib(peakNone) +
+                    ", full at " + mib(peakFull) + "; " +
+                    (rMode == "budget"
+                         ? "chose the cheapest plan keeping " +
+                               std::to_string(target) +
+                               " activation bytes (model) after " +
+                               std::to_string(tries + 1) + " plan(s)"
+                         : std::string("no cheaper plan fits: full")) +
+                    "\n";
+        budget = target;
+      }
+    }
+  }
+  if (emitKind != "mlir-import") {
+    if (failed(compile(result, rMode, budget.value_or(0), lowerFinal)))
+      return 1;
+    if (lowerFinal)
+      peak = perRankPeak(*result);
+    if (!lowerFinal && limit) {
+      OwningOpRef<ModuleOp> probe;
+      if (failed(compile(probe, rMode, budget.value_or(0), true)))
+        return 1;
+      peak = perRankPeak(*probe);
+    }
+    if (limit && peak > *limit) {
+      OwningOpRef<ModuleOp> full;
+      int64_t minimum = peak;
+      if (training && succeeded(compile(full, "full", 0, true)))
+        minimum = std::min(minimum, perRankPeak(*full));
+      llvm::errs() << "error: the plan needs " << mib(peak)
+                   << " per rank, more than --device-memory=" << deviceMemory
+                   << " (" << mib(*limit) << "); the minimum feasible is "
+                   << mib(minimum)
+                   << (training ? " (--recompute=full)" : "") << "\n";
+      return 1;
+    }
+  }
+  *module = std::move(result);
   auto t2 = std::chrono::steady_clock::now();
   if (printTiming) {
     auto ms = [](auto d) {
@@ -417,6 +694,13 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
     if (failed(ds::writePlan(**module, outputFilename, planOptions)) || errors)
       return 1;
     llvm::outs() << reportText;
+    if (printReport) {
+      llvm::outs() << searchLog;
+      if (DictionaryAttr d = recomputeSummary(**module))
+        llvm::outs() << formatRecompute(d, peak, limit.value_or(0));
+      else
+        llvm::outs() << "per-rank peak " << mib(peak) << "\n";
+    }
     return 0;
   }
 

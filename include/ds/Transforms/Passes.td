@@ -68,6 +68,46 @@ def MixedPrecisionPass : Pass<"ds-mixed-precision", "func::FuncOp"> {
   ];
 }
 
+def RecomputePass : Pass<"ds-recompute", "func::FuncOp"> {
+  let summary = "Recompute forward segments in the backward pass to save memory";
+  let description = [{
+    Runs after `--ds-autodiff` (and before `--ds-zero`). The forward pass is
+    cut into segments at its cut points: positions where exactly one
+    tensor computed from the data crosses (the residual stream between
+    transformer half-blocks, the input of an MLP layer...); values computed
+    from arguments and constants alone do not count. Found on any DAG, so
+    a graph without cut points is one segment and keeps everything.
+
+    Each segment's saved bytes `A` (its values the backward pass reads,
+    besides the cut value it ends with, which is always kept) and forward
+    FLOPs `F` (of the ops those values need, from the cost interface) form
+    the cost model. A recomputed segment is cloned just before the first
+    backward use of its values, from its kept input; the clones carry
+    `ds.recompute` (so CSE does not merge them back) and the backward
+    pass reads them instead. With `mode`:
+    - `none`: keep everything;
+    - `full`: recompute every segment;
+    - `every-layer`: keep only layer inputs (Megatron/DeepSpeed's usual
+      choice); layers are the repeating runs of segments with the same
+      ops, found by their op sequences, not by names;
+    - `budget`: the cheapest set of segments (least extra FLOPs) such that
+      the kept bytes plus the largest recomputed segment's fit `budget`
+      bytes: exact, by enumerating the largest recomputed segment and
+      solving the covering knapsack over the remaining ones (grouped by
+      identical cost, as repeated blocks are).
+
+    The function gets a `ds.recompute` summary attribute (segments, their
+    costs, the choice, and the saved bytes and extra FLOPs of none,
+    every-layer, full and the choice) for `ds-opt --report`.
+  }];
+  let options = [
+    Option<"mode", "mode", "std::string", "\"none\"",
+           "none, full, every-layer or budget">,
+    Option<"budget", "budget", "int64_t", "0",
+           "budget mode: bytes of activations the backward pass may read">,
+  ];
+}
+
 def ZeroPass : Pass<"ds-zero", "func::FuncOp"> {
   let summary = "Data parallelism with ZeRO stages 0-3 (gradient and parameter partitioning)";
   let description = [{

@@ -210,6 +210,7 @@ struct LowerToDsRtPass : impl::LowerToDsRtPassBase<LowerToDsRtPass> {
 
       SmallVector<Value> ins, outs;
       NamedAttrList params(op.getAttrDictionary());
+      params.erase("ds.recompute"); // a compiler mark, not a kernel parameter
       for (auto [index, v] : llvm::enumerate(op.getOperands())) {
         if (Value source = transposedFrom.lookup(v)) {
           ins.push_back(source);
