@@ -5,13 +5,15 @@
 #      op histogram, FLOPs);
 #   2. ds-opt compiles a training step for 2 data-parallel ranks with ZeRO
 #      stage 3 (autodiff, AdamW, parameter/gradient/state partitioning,
-#      memory plan) to build/gpt-train.plan and prints the per-rank memory
-#      and communication report beside the ZeRO formulas;
+#      memory plan) and automatic recompute for a 3 MiB per-rank device
+#      (the least extra FLOPs whose planned peak fits) to
+#      build/gpt-train.plan, and prints the per-rank memory and
+#      communication report beside the ZeRO formulas and the recompute
+#      choice beside none, every-layer and full;
 #   3. mpirun -np 2 ds-run trains it for 10 steps on examples/gpt/train.npz
 #      (4 global batches of 8 sequences, 4 per rank), saving a sharded
 #      checkpoint;
 #   4. ds-run --consolidate merges the checkpoint into whole weights.
-# Automatic recompute joins this job when the recompute pass lands.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${DS_BUILD_DIR:-$ROOT/build}"
@@ -22,9 +24,10 @@ EX="$ROOT/examples/gpt"
 MPIRUN="${MPIRUN:-mpirun --allow-run-as-root --oversubscribe}"
 echo "== ds-opt: what the model holds"
 "$BUILD/bin/ds-opt" "$EX/gpt.onnx" --emit=summary
-echo "== ds-opt: compile a ZeRO-3 training step (AdamW) for 2 ranks to $OUT/gpt-train.plan"
+echo "== ds-opt: compile a ZeRO-3 training step (AdamW, automatic recompute) for 2 ranks to $OUT/gpt-train.plan"
 "$BUILD/bin/ds-opt" "$EX/gpt.onnx" --optimizer=adamw --lr=3e-3 --weight-decay=0.01 \
-  --world-size=2 --zero=3 --report -o "$OUT/gpt-train.plan"
+  --world-size=2 --zero=3 --recompute=auto --device-memory=3MiB --report \
+  -o "$OUT/gpt-train.plan"
 echo "== mpirun -np 2 ds-run: train 10 steps, checkpoint to $OUT/gpt-ckpt"
 rm -rf "$OUT/gpt-ckpt"
 $MPIRUN -np 2 "$BUILD/bin/ds-run" "$OUT/gpt-train.plan" --steps 10 \

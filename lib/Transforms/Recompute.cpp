@@ -16,6 +16,7 @@
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/Hashing.h"
 
+#include <chrono>
 #include <functional>
 #include <limits>
 #include <map>
@@ -64,6 +65,7 @@ struct RecomputePass : impl::RecomputePassBase<RecomputePass> {
           << mode << "' (choose none, full, every-layer or budget)";
       return signalPassFailure();
     }
+    auto started = std::chrono::steady_clock::now();
     Block &body = func.getBody().front();
     Operation *ret = body.getTerminator();
     Operation *lossDef = nullptr;
@@ -321,6 +323,11 @@ struct RecomputePass : impl::RecomputePassBase<RecomputePass> {
         b.getNamedAttr("layers", b.getI64IntegerAttr(units.size())),
         b.getNamedAttr("step_flops", b.getI64IntegerAttr(stepFlops)),
         b.getNamedAttr("budget", b.getI64IntegerAttr(budget)),
+        b.getNamedAttr("planning_us",
+                       b.getI64IntegerAttr(
+                           std::chrono::duration_cast<std::chrono::microseconds>(
+                               std::chrono::steady_clock::now() - started)
+                               .count())),
         plan("none", noneC),
         plan("full", fullC),
         plan("every_layer", layerC),

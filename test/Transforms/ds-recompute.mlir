@@ -11,7 +11,7 @@
 // a segment whose saved value is its tanh (read by tanh's and the second
 // matmul's backward), 2x4 f32 = 32 bytes, recomputed by 72 FLOPs. Always
 // kept: the 3 cut values (96 bytes) and the loss (4).
-// NONE: ds.recompute = {budget = 0 : i64, chosen = array<i64: 164, 0>, every_layer = array<i64: 132, 144>, fixed = 100 : i64, full = array<i64: 132, 144>, layer_period = 1 : i64, layers = 2 : i64, mode = "none", none = array<i64: 164, 0>, seg_chosen = array<i64: 0, 0, 0, 0>, seg_flops = array<i64: 0, 72, 72, 0>, seg_input = array<i64: 0, 32, 32, 32>, seg_recomputable = array<i64: 0, 1, 1, 0>, seg_saved = array<i64: 0, 32, 32, 0>
+// NONE: ds.recompute = {budget = 0 : i64, chosen = array<i64: 164, 0>, every_layer = array<i64: 132, 144>, fixed = 100 : i64, full = array<i64: 132, 144>, layer_period = 1 : i64, layers = 2 : i64, mode = "none", none = array<i64: 164, 0>, planning_us = {{[0-9]+}} : i64, seg_chosen = array<i64: 0, 0, 0, 0>, seg_flops = array<i64: 0, 72, 72, 0>, seg_input = array<i64: 0, 32, 32, 32>, seg_recomputable = array<i64: 0, 1, 1, 0>, seg_saved = array<i64: 0, 32, 32, 0>
 // NONE-NOT: {ds.recompute}
 
 // Full: each block's matmul and tanh are cloned just before the backward

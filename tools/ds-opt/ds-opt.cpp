@@ -198,14 +198,17 @@ llvm::cl::opt<bool> printReport(
                    "gradients, optimizer state, buffers, saved activations "
                    "and the arena, and the collective bytes per step and "
                    "how many overlap computation, beside the ZeRO "
-                   "formulas' values"),
+                   "formulas' values; the per-rank peak; with --recompute "
+                   "the choice beside none, every-layer and full, and the "
+                   "segments"),
     llvm::cl::init(false), llvm::cl::cat(parallelCategory));
 llvm::cl::opt<std::string> precisionName(
     "precision",
     llvm::cl::desc("Training precision: fp32 (default), bf16 or fp16 (16-bit "
-                   "compute and gradients, fp32 master weights and optimizer "
-                   "state, softmax/LayerNorm/losses/reductions in fp32; fp16 "
-                   "with DeepSpeed's loss scaler, see --loss-scale)"),
+                   "weights, compute and gradients; fp32 master copies of "
+                   "the weights and fp32 optimizer state; softmax/LayerNorm/"
+                   "losses/reductions in fp32; fp16 with DeepSpeed's loss "
+                   "scaler, see --loss-scale)"),
     llvm::cl::init("fp32"), llvm::cl::cat(trainCategory));
 llvm::cl::opt<double> lossScale(
     "loss-scale",
@@ -394,6 +397,8 @@ std::string formatRecompute(DictionaryAttr d, int64_t peak, int64_t limit) {
      << "outputs, segments that cannot be recomputed) " << intOf("fixed")
      << " bytes; layers: " << intOf("layers") << " of "
      << intOf("layer_period") << " segment(s)\n";
+  os << "  recompute planning (segments, costs, choice, rewrite): "
+     << llvm::format("%.1f", intOf("planning_us") / 1000.0) << " ms\n";
   if (d.getAs<StringAttr>("mode").getValue() == "budget")
     os << "  activation budget (model) " << intOf("budget") << " bytes\n";
   if (saved && input && flops && rc && chosen)
