@@ -8,7 +8,9 @@
 
 #include "plan.pb.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <sstream>
 #include <map>
 #include <set>
 
@@ -158,6 +160,80 @@ Footprint footprint(const plan::Plan &p) {
     for (const auto &[offset, bytes] : saved)
       f.savedActivations += static_cast<int64_t>(bytes);
   }
+  // The arena at its fullest: live ranges of arena tensors, and the union
+  // of their byte ranges at each instruction.
+  {
+    const int n = prog.instructions_size();
+    const size_t nb = p.buffers_size();
+    std::vector<int> first(nb, -1), last(nb, -1), writer(nb, -1);
+    auto touch = [&](uint32_t id, int i, bool write) {
+      if (id >= nb || p.buffers(id).space() != plan::ARENA)
+        return;
+      if (first[id] < 0)
+        first[id] = i;
+      last[id] = std::max(last[id], i);
+      if (write && writer[id] < 0)
+        writer[id] = i;
+    };
+    for (int i = 0; i < n; ++i) {
+      for (uint32_t id : prog.instructions(i).inputs())
+        touch(id, i, false);
+      for (uint32_t id : prog.instructions(i).outputs())
+        touch(id, i, true);
+    }
+    std::vector<std::vector<uint32_t>> starts(n), ends(n);
+    for (uint32_t id = 0; id < nb; ++id)
+      if (first[id] >= 0) {
+        starts[first[id]].push_back(id);
+        ends[last[id]].push_back(id);
+      }
+    std::set<std::pair<uint64_t, uint32_t>> active; // (offset, id)
+    auto unionBytes = [&](auto keep) {
+      uint64_t total = 0, reach = 0;
+      for (const auto &[offset, id] : active) {
+        if (!keep(id))
+          continue;
+        uint64_t end = offset + p.buffers(id).bytes();
+        if (end <= reach)
+          continue;
+        total += end - std::max(offset, reach);
+        reach = end;
+      }
+      return total;
+    };
+    for (int i = 0; i < n; ++i) {
+      for (uint32_t id : starts[i])
+        active.insert({p.buffers(id).offset(), id});
+      uint64_t live = unionBytes([](uint32_t) { return true; });
+      if (f.peakInstruction < 0 || live > f.liveAtPeak) {
+        f.liveAtPeak = live;
+        f.peakInstruction = i;
+        const plan::Instruction &ins = prog.instructions(i);
+        f.peakKernel = ins.kernel();
+        f.peakNode = ins.location();
+        f.savedAtPeak =
+            boundary < 0 ? 0 : unionBytes([&](uint32_t id) {
+              return writer[id] >= 0 && writer[id] < boundary &&
+                     last[id] >= boundary;
+            });
+        std::vector<std::pair<uint64_t, uint32_t>> bySize;
+        std::set<std::pair<uint64_t, uint64_t>> seen;
+        for (const auto &[offset, id] : active)
+          if (writer[id] >= 0 &&
+              seen.insert({offset, p.buffers(id).bytes()}).second)
+            bySize.push_back({p.buffers(id).bytes(), id});
+        std::sort(bySize.begin(), bySize.end(),
+                  [](auto &a, auto &b) { return a.first > b.first; });
+        f.largestAtPeak.clear();
+        for (size_t k = 0; k < bySize.size() && k < 5; ++k) {
+          const plan::Instruction &w = prog.instructions(writer[bySize[k].second]);
+          f.largestAtPeak.push_back({bySize[k].first, w.kernel(), w.location()});
+        }
+      }
+      for (uint32_t id : ends[i])
+        active.erase({p.buffers(id).offset(), id});
+    }
+  }
   // Async collectives and the kernels between each start and its wait (the
   // wait's last input is the collective's output).
   for (int i = 0; i < prog.instructions_size(); ++i) {
@@ -290,6 +366,31 @@ std::string formatFootprint(const Footprint &f) {
                 "arena peak", static_cast<unsigned long long>(f.arena),
                 mib(f.arena).c_str());
   out += line;
+  if (f.peakInstruction >= 0) {
+    std::snprintf(line, sizeof line,
+                  "  arena at its fullest: %llu bytes live (%s MiB; %llu of "
+                  "them saved activations) at instruction %d, %s%s%s%s\n",
+                  static_cast<unsigned long long>(f.liveAtPeak),
+                  mib(f.liveAtPeak).c_str(),
+                  static_cast<unsigned long long>(f.savedAtPeak),
+                  f.peakInstruction, f.peakKernel.c_str(),
+                  f.peakNode.empty() ? "" : " (node '", f.peakNode.c_str(),
+                  f.peakNode.empty() ? "" : "')");
+    out += line;
+    for (const Footprint::LiveTensor &t : f.largestAtPeak) {
+      std::snprintf(line, sizeof line, "    live: %14llu bytes from %s%s%s%s\n",
+                    static_cast<unsigned long long>(t.bytes), t.kernel.c_str(),
+                    t.node.empty() ? "" : " (node '", t.node.c_str(),
+                    t.node.empty() ? "" : "')");
+      out += line;
+    }
+  }
+  std::snprintf(line, sizeof line,
+                "  %-22s %14llu %12s   (parameters, buffers, optimizer state "
+                "and the arena)\n",
+                "total per rank", static_cast<unsigned long long>(f.total()),
+                mib(f.total()).c_str());
+  out += line;
   if (f.accumSteps > 1) {
     std::snprintf(line, sizeof line,
                   "  gradient accumulation: %lld runs per optimizer step; the "
@@ -349,6 +450,82 @@ std::string formatFootprint(const Footprint &f) {
   out += "    - the formulas count no activations or buffers (the arena and "
          "buffers rows)\n";
   return out;
+}
+
+namespace {
+std::string jsonString(const std::string &v) {
+  std::string out = "\"";
+  for (char c : v) {
+    if (c == '"' || c == '\\')
+      out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+} // namespace
+
+std::string formatFootprintJson(const Footprint &f) {
+  const double psi = static_cast<double>(f.psi), n = f.world;
+  const int s = f.stage;
+  const bool mixed = f.precision != "fp32";
+  const double pb = mixed ? 2 : 4;
+  std::ostringstream o;
+  o.precision(17);
+  auto kv = [&](const char *k, auto v, bool comma = true) {
+    o << "\"" << k << "\": " << v << (comma ? ", " : "");
+  };
+  o << "{";
+  kv("world_size", f.world);
+  kv("zero_stage", s);
+  kv("optimizer", jsonString(f.optimizer));
+  kv("precision", jsonString(f.precision));
+  kv("comm_dtype", jsonString(f.commDtype));
+  kv("psi", f.psi);
+  kv("psi_padded", f.psiPadded);
+  o << "\"memory\": {";
+  kv("parameters", f.params);
+  kv("gradients", f.grads);
+  kv("optimizer_state", f.state);
+  kv("buffers", f.buffers);
+  kv("saved_activations", f.savedActivations);
+  kv("arena", f.arena);
+  kv("total", f.total(), false);
+  o << "}, \"formula\": {";
+  kv("parameters", s >= 3 ? pb * psi / n : pb * psi);
+  kv("gradients", s >= 2 ? pb * psi / n : pb * psi);
+  kv("optimizer_state", 4 * f.statePerParam * psi / (s >= 1 ? n : 1), false);
+  o << "}, \"peak\": {";
+  kv("instruction", f.peakInstruction);
+  kv("kernel", jsonString(f.peakKernel));
+  kv("node", jsonString(f.peakNode));
+  kv("live_bytes", f.liveAtPeak);
+  kv("saved_activation_bytes", f.savedAtPeak);
+  o << "\"largest_live\": [";
+  for (size_t i = 0; i < f.largestAtPeak.size(); ++i) {
+    const Footprint::LiveTensor &t = f.largestAtPeak[i];
+    o << (i ? ", " : "") << "{\"bytes\": " << t.bytes
+      << ", \"kernel\": " << jsonString(t.kernel)
+      << ", \"node\": " << jsonString(t.node) << "}";
+  }
+  o << "]}, \"collectives\": {";
+  kv("all_reduce", f.allReduces);
+  kv("all_reduce_bytes", f.allReduceBytes);
+  kv("all_gather", f.allGathers);
+  kv("all_gather_bytes", f.allGatherBytes);
+  kv("reduce_scatter", f.reduceScatters);
+  kv("reduce_scatter_bytes", f.reduceScatterBytes);
+  kv("async", f.asyncCollectives);
+  kv("ring_bytes_per_rank", f.ringBytes(), false);
+  o << "}, ";
+  kv("accum_steps", f.accumSteps, false);
+  o << "}";
+  return o.str();
 }
 
 } // namespace ds

@@ -192,16 +192,19 @@ llvm::cl::opt<std::string> commDtypeName(
                    "fp16 (default: the --precision; DeepSpeed's "
                    "communication_data_type)"),
     llvm::cl::init(""), llvm::cl::cat(parallelCategory));
-llvm::cl::opt<bool> printReport(
+llvm::cl::opt<std::string> reportKind(
     "report",
     llvm::cl::desc("With a plan: print per rank the bytes of parameters, "
                    "gradients, optimizer state, buffers, saved activations "
-                   "and the arena, and the collective bytes per step and "
-                   "how many overlap computation, beside the ZeRO "
-                   "formulas' values; the per-rank peak; with --recompute "
-                   "the choice beside none, every-layer and full, and the "
-                   "segments"),
-    llvm::cl::init(false), llvm::cl::cat(parallelCategory));
+                   "and the arena, the instruction where the arena is "
+                   "fullest and its largest live tensors, the per-rank "
+                   "total, and the collective bytes per step and how many "
+                   "overlap computation, beside the ZeRO formulas' values; "
+                   "with --recompute the choice beside none, every-layer "
+                   "and full, and the segments. --report=json prints one "
+                   "JSON object instead"),
+    llvm::cl::value_desc("table|json"), llvm::cl::ValueOptional,
+    llvm::cl::init(""), llvm::cl::cat(parallelCategory));
 llvm::cl::opt<std::string> precisionName(
     "precision",
     llvm::cl::desc("Training precision: fp32 (default), bf16 or fp16 (16-bit "
@@ -395,8 +398,8 @@ std::string formatRecompute(DictionaryAttr d, int64_t peak, int64_t limit) {
   auto chosen = d.getAs<DenseI64ArrayAttr>("seg_chosen");
   os << "  step FLOPs " << intOf("step_flops") << "; always kept (cut values, "
      << "outputs, segments that cannot be recomputed) " << intOf("fixed")
-     << " bytes; layers: " << intOf("layers") << " of "
-     << intOf("layer_period") << " segment(s)\n";
+     << " bytes; layers: " << intOf("layers") << " ("
+     << intOf("layer_period") << " segment(s) each)\n";
   os << "  recompute planning (segments, costs, choice, rewrite): "
      << llvm::format("%.1f", intOf("planning_us") / 1000.0) << " ms\n";
   if (d.getAs<StringAttr>("mode").getValue() == "budget")
@@ -408,6 +411,31 @@ std::string formatRecompute(DictionaryAttr d, int64_t peak, int64_t limit) {
          << (!rc[j] ? "kept (not recomputable)"
                     : chosen[j] ? "recomputed" : "kept")
          << "\n";
+  return s;
+}
+
+/// The recompute summary attribute as JSON (numbers, strings, arrays).
+std::string recomputeJson(DictionaryAttr d) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << "{";
+  bool first = true;
+  for (NamedAttribute a : d) {
+    os << (first ? "" : ", ") << "\"" << a.getName().getValue() << "\": ";
+    first = false;
+    if (auto i = dyn_cast<IntegerAttr>(a.getValue())) {
+      os << i.getInt();
+    } else if (auto str = dyn_cast<StringAttr>(a.getValue())) {
+      os << "\"" << str.getValue() << "\"";
+    } else if (auto arr = dyn_cast<DenseI64ArrayAttr>(a.getValue())) {
+      os << "[";
+      llvm::interleave(arr.asArrayRef(), os, ", ");
+      os << "]";
+    } else {
+      os << "null";
+    }
+  }
+  os << "}";
   return s;
 }
 
@@ -436,6 +464,14 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
     return success();
   });
 
+  bool printReport = reportKind.getNumOccurrences() > 0;
+  bool jsonReport = reportKind == "json";
+  if (printReport && !reportKind.empty() && reportKind != "json" &&
+      reportKind != "table") {
+    llvm::errs() << "error: --report='" << reportKind
+                 << "' is not one of table, json\n";
+    return 1;
+  }
   ds::ImportOptions options;
   options.lossName = lossName;
   options.runTrainingInfo = trainingInfo;
@@ -476,7 +512,7 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
         pm.addNestedPass<func::FuncOp>(ds::createMixedPrecisionPass(mp));
       }
       pm.addNestedPass<func::FuncOp>(ds::createAutodiffPass());
-      if (training && rMode != "none") {
+      if (training) { // mode none too: the report compares the plans
         ds::RecomputePassOptions rc;
         rc.mode = rMode.str();
         rc.budget = rBudget;
@@ -696,8 +732,22 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
     std::string reportText;
     if (printReport)
       planOptions.report = &reportText;
+    planOptions.reportJson = jsonReport;
     if (failed(ds::writePlan(**module, outputFilename, planOptions)) || errors)
       return 1;
+    if (jsonReport) {
+      // One object: the footprint, then the peak and the recompute choice.
+      StringRef body = StringRef(reportText).rtrim().drop_back();
+      llvm::outs() << body << ", \"per_rank_peak\": " << peak
+                   << ", \"device_memory\": " << limit.value_or(0)
+                   << ", \"recompute\": ";
+      if (DictionaryAttr d = recomputeSummary(**module))
+        llvm::outs() << recomputeJson(d);
+      else
+        llvm::outs() << "null";
+      llvm::outs() << "}\n";
+      return 0;
+    }
     llvm::outs() << reportText;
     if (printReport) {
       llvm::outs() << searchLog;

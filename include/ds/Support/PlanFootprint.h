@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ds {
 namespace plan {
@@ -64,6 +65,23 @@ struct Footprint {
   /// Bytes a rank sends per step with ring algorithms: 2(N-1)/N of an
   /// all-reduce, (N-1)/N of an all-gather or reduce-scatter.
   double ringBytes() const;
+
+  /// The arena at its fullest: the instruction at which the most arena
+  /// bytes are live (a tensor is live from its first write to its last
+  /// read; views count once), those bytes, and the largest tensors live
+  /// then (their bytes, and the kernel and ONNX node that wrote them).
+  struct LiveTensor {
+    uint64_t bytes = 0;
+    std::string kernel, node;
+  };
+  int peakInstruction = -1;
+  std::string peakKernel, peakNode;
+  uint64_t liveAtPeak = 0;
+  /// Of those: forward tensors the backward pass still reads.
+  uint64_t savedAtPeak = 0;
+  std::vector<LiveTensor> largestAtPeak; // at most 5, largest first
+  /// Per-rank total: parameters, buffers, optimizer state and the arena.
+  uint64_t total() const { return params + buffers + state + arena; }
 };
 
 Footprint footprint(const plan::Plan &plan);
@@ -72,6 +90,10 @@ Footprint footprint(const plan::Plan &plan);
 /// formula's (fp32 and, for reference, DeepSpeed's mixed precision), and
 /// the reasons they differ.
 std::string formatFootprint(const Footprint &f);
+
+/// The same figures as one JSON object (ds-opt --report=json), with the
+/// formulas' values beside them.
+std::string formatFootprintJson(const Footprint &f);
 
 } // namespace ds
 

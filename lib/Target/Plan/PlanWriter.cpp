@@ -243,7 +243,9 @@ LogicalResult mlir::ds::writePlan(ModuleOp module, StringRef planPath,
     (*p.mutable_options())[k] = v;
 
   if (options.report)
-    *options.report = ::ds::formatFootprint(::ds::footprint(p));
+    *options.report = options.reportJson
+                          ? ::ds::formatFootprintJson(::ds::footprint(p))
+                          : ::ds::formatFootprint(::ds::footprint(p));
 
   std::string payload;
   if (!p.SerializeToString(&payload))

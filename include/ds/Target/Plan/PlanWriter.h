@@ -24,6 +24,8 @@ struct PlanWriteOptions {
   /// When set, receives the plan's per-rank memory and communication
   /// report (ds-opt --report).
   std::string *report = nullptr;
+  /// The report as one JSON object instead of a table.
+  bool reportJson = false;
 };
 
 /// Serializes the planned dsrt `@forward` of `module` to `planPath`
