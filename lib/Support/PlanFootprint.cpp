@@ -271,17 +271,32 @@ std::string mib(double bytes) {
 }
 } // namespace
 
+/// The ZeRO formulas' model states for a footprint. fp32 training: 4-byte
+/// parameters, gradients and state. Mixed precision: 2-byte parameters and
+/// gradients; the f32 master copy is one more state tensor (DeepSpeed's
+/// 2Ψ + 2Ψ + 12Ψ).
+struct Formulas {
+  double params, grads, state, paramBytes;
+  bool mixed;
+  explicit Formulas(const Footprint &f) {
+    const double psi = static_cast<double>(f.psi), n = f.world;
+    const int s = f.stage;
+    mixed = f.precision != "fp32";
+    paramBytes = mixed ? 2 : 4;
+    params = s >= 3 ? paramBytes * psi / n : paramBytes * psi;
+    grads = s >= 2 ? paramBytes * psi / n : paramBytes * psi;
+    state = 4 * f.statePerParam * psi / (s >= 1 ? n : 1);
+  }
+};
+
 std::string formatFootprint(const Footprint &f) {
   const double psi = static_cast<double>(f.psi), n = f.world;
   const int s = f.stage;
-  // fp32 training: 4-byte parameters, gradients and state. Mixed
-  // precision: 2-byte parameters and gradients; the f32 master copy is one
-  // more state tensor (DeepSpeed's 2Ψ + 2Ψ + 12Ψ).
-  const bool mixedRun = f.precision != "fp32";
-  const double pb = mixedRun ? 2 : 4;
-  double fParams = s >= 3 ? pb * psi / n : pb * psi;
-  double fGrads = s >= 2 ? pb * psi / n : pb * psi;
-  double fState = 4 * f.statePerParam * psi / (s >= 1 ? n : 1);
+  const Formulas formulas(f);
+  const bool mixedRun = formulas.mixed;
+  const double pb = formulas.paramBytes;
+  double fParams = formulas.params, fGrads = formulas.grads,
+         fState = formulas.state;
   // DeepSpeed's mixed-precision Adam table (REFERENCES.md): 16Ψ split.
   double mixed = s == 0   ? 16 * psi
                  : s == 1 ? 4 * psi + 12 * psi / n
@@ -471,10 +486,8 @@ std::string jsonString(const std::string &v) {
 } // namespace
 
 std::string formatFootprintJson(const Footprint &f) {
-  const double psi = static_cast<double>(f.psi), n = f.world;
   const int s = f.stage;
-  const bool mixed = f.precision != "fp32";
-  const double pb = mixed ? 2 : 4;
+  const Formulas formulas(f);
   std::ostringstream o;
   o.precision(17);
   auto kv = [&](const char *k, auto v, bool comma = true) {
@@ -497,9 +510,9 @@ std::string formatFootprintJson(const Footprint &f) {
   kv("arena", f.arena);
   kv("total", f.total(), false);
   o << "}, \"formula\": {";
-  kv("parameters", s >= 3 ? pb * psi / n : pb * psi);
-  kv("gradients", s >= 2 ? pb * psi / n : pb * psi);
-  kv("optimizer_state", 4 * f.statePerParam * psi / (s >= 1 ? n : 1), false);
+  kv("parameters", formulas.params);
+  kv("gradients", formulas.grads);
+  kv("optimizer_state", formulas.state, false);
   o << "}, \"peak\": {";
   kv("instruction", f.peakInstruction);
   kv("kernel", jsonString(f.peakKernel));

@@ -343,24 +343,29 @@ struct RecomputePass : impl::RecomputePassBase<RecomputePass> {
            !func.getArgAttr(i, "ds.loss_scale") && !func.getArgAttr(i, "ds.step");
   }
 
+  /// The ops of `ops` that computing `wanted` needs.
+  static llvm::DenseSet<Operation *> closure(ArrayRef<Operation *> ops,
+                                             ArrayRef<Value> wanted) {
+    llvm::DenseSet<Operation *> in(ops.begin(), ops.end()), need;
+    SmallVector<Operation *> work;
+    auto add = [&](Value v) {
+      if (Operation *d = v.getDefiningOp();
+          d && in.contains(d) && need.insert(d).second)
+        work.push_back(d);
+    };
+    for (Value v : wanted)
+      add(v);
+    while (!work.empty())
+      for (Value v : work.pop_back_val()->getOperands())
+        add(v);
+    return need;
+  }
+
   /// FLOPs of the ops of `ops` that computing `wanted` needs.
   static int64_t closureFlops(ArrayRef<Operation *> ops,
                               ArrayRef<Value> wanted) {
-    llvm::DenseSet<Operation *> in(ops.begin(), ops.end()), need;
-    SmallVector<Operation *> work;
-    for (Value v : wanted)
-      if (Operation *d = v.getDefiningOp(); d && in.contains(d) &&
-                                            need.insert(d).second)
-        work.push_back(d);
-    while (!work.empty()) {
-      Operation *op = work.pop_back_val();
-      for (Value v : op->getOperands())
-        if (Operation *d = v.getDefiningOp(); d && in.contains(d) &&
-                                              need.insert(d).second)
-          work.push_back(d);
-    }
     int64_t flops = 0;
-    for (Operation *op : need)
+    for (Operation *op : closure(ops, wanted))
       if (auto c = dyn_cast<CostOpInterface>(op))
         flops += c.getFlops();
     return flops;
@@ -471,19 +476,7 @@ struct RecomputePass : impl::RecomputePassBase<RecomputePass> {
         wanted.push_back(segs[j].output);
       ops.append(segs[j].ops);
     }
-    llvm::DenseSet<Operation *> in(ops.begin(), ops.end()), need;
-    SmallVector<Operation *> work;
-    for (Value v : wanted)
-      if (Operation *d = v.getDefiningOp(); d && in.contains(d) &&
-                                            need.insert(d).second)
-        work.push_back(d);
-    while (!work.empty()) {
-      Operation *op = work.pop_back_val();
-      for (Value v : op->getOperands())
-        if (Operation *d = v.getDefiningOp(); d && in.contains(d) &&
-                                              need.insert(d).second)
-          work.push_back(d);
-    }
+    llvm::DenseSet<Operation *> need = closure(ops, wanted);
     // The first backward reader of any wanted value.
     Operation *at = nullptr;
     for (Value v : wanted)
