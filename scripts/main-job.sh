@@ -3,13 +3,14 @@
 # train it on 2 CPU ranks.
 #   1. ds-opt imports it and prints what it found (inputs, parameters, loss,
 #      op histogram, FLOPs);
-#   2. ds-opt compiles a training step for 2 data-parallel ranks with ZeRO
-#      stage 3 (autodiff, AdamW, parameter/gradient/state partitioning,
-#      memory plan) and automatic recompute for a 3 MiB per-rank device
-#      (the least extra FLOPs whose planned peak fits) to
-#      build/gpt-train.plan, and prints the per-rank memory and
-#      communication report beside the ZeRO formulas and the recompute
-#      choice beside none, every-layer and full;
+#   2. ds-opt compiles a training step for 2 data-parallel ranks from the
+#      DeepSpeed config examples/ds_config.json: ZeRO stage 3 (parameter,
+#      gradient and state partitioning), AdamW, bf16 with fp32 master
+#      weights, and automatic recompute for a 2.5 MiB per-rank device (the
+#      least extra FLOPs whose planned peak fits), to build/gpt-train.plan,
+#      printing the per-rank memory and communication report beside the
+#      ZeRO formulas and the recompute choice beside none, every-layer and
+#      full;
 #   3. mpirun -np 2 ds-run trains it for 10 steps on examples/gpt/train.npz
 #      (4 global batches of 8 sequences, 4 per rank), saving a sharded
 #      checkpoint;
@@ -24,10 +25,9 @@ EX="$ROOT/examples/gpt"
 MPIRUN="${MPIRUN:-mpirun --allow-run-as-root --oversubscribe}"
 echo "== ds-opt: what the model holds"
 "$BUILD/bin/ds-opt" "$EX/gpt.onnx" --emit=summary
-echo "== ds-opt: compile a ZeRO-3 training step (AdamW, automatic recompute) for 2 ranks to $OUT/gpt-train.plan"
-"$BUILD/bin/ds-opt" "$EX/gpt.onnx" --optimizer=adamw --lr=3e-3 --weight-decay=0.01 \
-  --world-size=2 --zero=3 --recompute=auto --device-memory=3MiB --report \
-  -o "$OUT/gpt-train.plan"
+echo "== ds-opt: compile a training step for 2 ranks from $ROOT/examples/ds_config.json (ZeRO-3, bf16, automatic recompute) to $OUT/gpt-train.plan"
+"$BUILD/bin/ds-opt" "$EX/gpt.onnx" --config "$ROOT/examples/ds_config.json" \
+  --world-size=2 --report -o "$OUT/gpt-train.plan"
 echo "== mpirun -np 2 ds-run: train 10 steps, checkpoint to $OUT/gpt-ckpt"
 rm -rf "$OUT/gpt-ckpt"
 $MPIRUN -np 2 "$BUILD/bin/ds-run" "$OUT/gpt-train.plan" --steps 10 \

@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "DeepSpeedConfig.h"
 #include "ds/Analysis/ModelSummary.h"
 #include "ds/Dialect/Ds/IR/DsOps.h"
 #include "ds/Dialect/DsRt/IR/DsRtOps.h"
@@ -33,6 +34,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <chrono>
+#include <map>
 
 using namespace mlir;
 
@@ -272,6 +274,22 @@ llvm::cl::opt<std::string> deviceMemory(
     llvm::cl::value_desc("SIZE"), llvm::cl::init(""),
     llvm::cl::cat(memoryCategory));
 
+llvm::cl::opt<std::string> configPath(
+    "config",
+    llvm::cl::desc("A DeepSpeed config (ds_config.json): its optimizer, "
+                   "fp16/bf16, gradient_clipping, communication_data_type, "
+                   "zero_optimization and batch keys set the matching "
+                   "options (docs/config.md has the table); flags given on "
+                   "the command line override it; keys ds does not support "
+                   "are refused by name"),
+    llvm::cl::value_desc("ds_config.json"), llvm::cl::init(""),
+    llvm::cl::cat(trainCategory));
+llvm::cl::opt<bool> showOptions(
+    "show-options",
+    llvm::cl::desc("Print the options in effect (after --config and the "
+                   "flags) and where each came from, then exit"),
+    llvm::cl::init(false), llvm::cl::cat(trainCategory));
+
 llvm::cl::opt<bool> listOnnxOps(
     "list-onnx-ops",
     llvm::cl::desc("Print the ONNX op types the importer supports and exit"),
@@ -405,7 +423,7 @@ std::string formatRecompute(DictionaryAttr d, int64_t peak, int64_t limit) {
   if (d.getAs<StringAttr>("mode").getValue() == "budget")
     os << "  activation budget (model) " << intOf("budget") << " bytes\n";
   if (saved && input && flops && rc && chosen)
-    for (size_t j = 0; j < saved.size(); ++j)
+    for (int64_t j = 0; j < static_cast<int64_t>(saved.size()); ++j)
       os << "  segment " << j << ": input " << input[j] << " B, saved "
          << saved[j] << " B, forward " << flops[j] << " FLOPs, "
          << (!rc[j] ? "kept (not recomputable)"
@@ -437,6 +455,53 @@ std::string recomputeJson(DictionaryAttr d) {
   }
   os << "}";
   return s;
+}
+
+/// Options set by --config: flag -> the config key, and the config's
+/// per-rank micro-batch (0: none given).
+std::map<std::string, std::string> fromConfig;
+int64_t configMicroBatch = 0;
+
+/// A DeepSpeed config sets the options the command line leaves alone.
+/// Returns 1 after printing an error.
+int applyConfig() {
+  if (!configPath.empty()) {
+    dsconfig::DeepSpeedConfig dsc;
+    std::string err;
+    if (!dsconfig::readDeepSpeedConfig(configPath, dsc, err)) {
+      llvm::errs() << "error: " << err << "\n";
+      return 1;
+    }
+    auto &registered = llvm::cl::getRegisteredOptions();
+    for (const dsconfig::ConfigSetting &set : dsc.settings) {
+      llvm::cl::Option *o = registered.lookup(set.flag);
+      if (!o) {
+        llvm::errs() << "error: " << configPath << ": '" << set.key
+                     << "' maps to --" << set.flag
+                     << ", which this ds-opt lacks\n";
+        return 1;
+      }
+      if (o->getNumOccurrences() > 0 && !fromConfig.count(set.flag))
+        continue; // the command line wins
+      if (o->addOccurrence(0, set.flag, set.value)) {
+        llvm::errs() << "error: " << configPath << ": '" << set.key
+                     << "' = " << set.value << " is not a valid --"
+                     << set.flag << "\n";
+        return 1;
+      }
+      fromConfig[set.flag] = set.key;
+    }
+    int64_t accum = 1;
+    if (!dsconfig::resolveBatch(dsc, worldSize, configMicroBatch, accum, err)) {
+      llvm::errs() << "error: " << configPath << ": " << err << "\n";
+      return 1;
+    }
+    if (gradAccum.getNumOccurrences() == 0 && accum != 1) {
+      gradAccum = accum;
+      fromConfig["grad-accum"] = "the batch sizes";
+    }
+  }
+  return 0;
 }
 
 int runOnnx(StringRef inputFilename, StringRef outputFilename,
@@ -494,6 +559,77 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
   auto t1 = std::chrono::steady_clock::now();
   if (failed(module) || errors)
     return 1;
+
+  // The config's micro-batch is the plan's per-rank batch: the leading
+  // dimension of the model's data inputs.
+  if (configMicroBatch > 0) {
+    int64_t modelBatch = -1;
+    (**module)->walk([&](func::FuncOp f) {
+      for (unsigned i = 0; i < f.getNumArguments() && modelBatch < 0; ++i)
+        if (f.getArgAttr(i, "ds.input"))
+          if (auto t = dyn_cast<RankedTensorType>(f.getArgumentTypes()[i]);
+              t && t.getRank() > 0)
+            modelBatch = t.getDimSize(0);
+    });
+    if (modelBatch >= 0 && modelBatch != configMicroBatch) {
+      llvm::errs() << "error: " << configPath
+                   << ": train_micro_batch_size_per_gpu is "
+                   << configMicroBatch << " (from the batch sizes on "
+                   << worldSize << " rank(s)), but the model's inputs have "
+                   << "batch " << modelBatch
+                   << " (re-export, or fix it with --input-shape)\n";
+      return 1;
+    }
+  }
+  if (showOptions) {
+    auto show = [&](StringRef flag, const std::string &value) {
+      auto it = fromConfig.find(flag.str());
+      llvm::cl::Option *o = llvm::cl::getRegisteredOptions().lookup(flag);
+      llvm::outs() << "--" << flag << "=" << value << "  ("
+                   << (it != fromConfig.end()
+                           ? "config: " + it->second
+                           : o && o->getNumOccurrences() > 0
+                                 ? std::string("command line")
+                                 : std::string("default"))
+                   << ")\n";
+    };
+    auto num = [](double v) {
+      std::string s;
+      llvm::raw_string_ostream os(s);
+      os << llvm::format("%.9g", v);
+      return s;
+    };
+    show("optimizer", optimizerName);
+    show("lr", num(learningRate));
+    show("beta1", num(beta1));
+    show("beta2", num(beta2));
+    show("eps", num(adamEps));
+    show("weight-decay", num(weightDecay));
+    show("momentum", num(momentum));
+    show("dampening", num(dampening));
+    show("nesterov", nesterov ? "true" : "false");
+    show("grad-clip", num(gradClip));
+    show("grad-accum", std::to_string(gradAccum));
+    show("precision", precisionName);
+    show("loss-scale", num(lossScale));
+    show("initial-scale-power", std::to_string(initialScalePower));
+    show("loss-scale-window", std::to_string(lossScaleWindow));
+    show("hysteresis", std::to_string(hysteresis));
+    show("consecutive-hysteresis", consecutiveHysteresis ? "true" : "false");
+    show("min-loss-scale", num(minLossScale));
+    show("world-size", std::to_string(worldSize));
+    show("zero", std::to_string(zeroStage));
+    show("comm-dtype", commDtypeName.empty() ? precisionName.getValue()
+                                             : commDtypeName.getValue());
+    show("reduce-bucket-size", std::to_string(reduceBucketSize));
+    show("allgather-bucket-size", std::to_string(allgatherBucketSize));
+    show("prefetch-bucket-size", std::to_string(prefetchBucketSize));
+    show("param-persistence-threshold", std::to_string(persistenceThreshold));
+    show("overlap-comm", overlapComm ? "true" : "false");
+    show("recompute", recomputeSpec);
+    show("device-memory", deviceMemory);
+    return 0;
+  }
 
   // The pipeline on a copy of the imported module, with a recompute mode
   // (and for "budget" its activation budget); `lower` through the memory
@@ -796,6 +932,8 @@ int main(int argc, char **argv) {
       "  ds-opt file.mlir --ds-<pass> ...           run passes on ds IR\n",
       registry);
 
+  if (applyConfig())
+    return 1;
   if (listOnnxOps) {
     for (const std::string &op : ds::supportedOnnxOps())
       llvm::outs() << op << "\n";
