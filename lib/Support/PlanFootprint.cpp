@@ -71,6 +71,10 @@ Footprint footprint(const plan::Plan &p) {
     }
   }
   f.statePerParam = trainable ? static_cast<double>(states) / trainable : 0;
+  for (const plan::Value &v : p.inputs())
+    if (v.name() == "ds.loss_scale" &&
+        v.buffer() < static_cast<uint32_t>(p.buffers_size()))
+      f.lossScalerBytes += p.buffers(v.buffer()).bytes();
   if (p.programs_size() == 0)
     return f;
   const plan::Program &prog = p.programs(0);
@@ -181,6 +185,20 @@ Footprint footprint(const plan::Plan &p) {
       for (uint32_t id : prog.instructions(i).outputs())
         touch(id, i, true);
     }
+    // Collective buffers and one-instruction workspace.
+    std::vector<bool> comm(nb, false);
+    for (int i = 0; i < n; ++i) {
+      const plan::Instruction &ins = prog.instructions(i);
+      const std::string &k = ins.kernel();
+      if (k == "all_gather" || k == "reduce_scatter" || k == "all_reduce") {
+        for (uint32_t id : ins.inputs())
+          if (id < nb)
+            comm[id] = true;
+        for (uint32_t id : ins.outputs())
+          if (id < nb)
+            comm[id] = true;
+      }
+    }
     std::vector<std::vector<uint32_t>> starts(n), ends(n);
     for (uint32_t id = 0; id < nb; ++id)
       if (first[id] >= 0) {
@@ -211,11 +229,20 @@ Footprint footprint(const plan::Plan &p) {
         const plan::Instruction &ins = prog.instructions(i);
         f.peakKernel = ins.kernel();
         f.peakNode = ins.location();
-        f.savedAtPeak =
-            boundary < 0 ? 0 : unionBytes([&](uint32_t id) {
-              return writer[id] >= 0 && writer[id] < boundary &&
-                     last[id] >= boundary;
-            });
+        auto saved = [&](uint32_t id) {
+          return boundary >= 0 && writer[id] >= 0 && writer[id] < boundary &&
+                 last[id] >= boundary;
+        };
+        auto isComm = [&](uint32_t id) { return !saved(id) && comm[id]; };
+        auto isWork = [&](uint32_t id) {
+          return !saved(id) && !comm[id] && first[id] == last[id];
+        };
+        f.savedAtPeak = unionBytes(saved);
+        f.commAtPeak = unionBytes(isComm);
+        f.workspaceAtPeak = unionBytes(isWork);
+        f.transientAtPeak = unionBytes([&](uint32_t id) {
+          return !saved(id) && !isComm(id) && !isWork(id);
+        });
         std::vector<std::pair<uint64_t, uint32_t>> bySize;
         std::set<std::pair<uint64_t, uint64_t>> seen;
         for (const auto &[offset, id] : active)
@@ -392,6 +419,16 @@ std::string formatFootprint(const Footprint &f) {
                   f.peakNode.empty() ? "" : " (node '", f.peakNode.c_str(),
                   f.peakNode.empty() ? "" : "')");
     out += line;
+    std::snprintf(line, sizeof line,
+                  "    by kind (overlaps counted once each): saved activations "
+                  "%llu, collective buffers %llu, kernel workspace %llu, other "
+                  "transients (gradients, activations in flight, gathered "
+                  "parameters) %llu bytes\n",
+                  static_cast<unsigned long long>(f.savedAtPeak),
+                  static_cast<unsigned long long>(f.commAtPeak),
+                  static_cast<unsigned long long>(f.workspaceAtPeak),
+                  static_cast<unsigned long long>(f.transientAtPeak));
+    out += line;
     for (const Footprint::LiveTensor &t : f.largestAtPeak) {
       std::snprintf(line, sizeof line, "    live: %14llu bytes from %s%s%s%s\n",
                     static_cast<unsigned long long>(t.bytes), t.kernel.c_str(),
@@ -399,6 +436,14 @@ std::string formatFootprint(const Footprint &f) {
                     t.node.empty() ? "" : "')");
       out += line;
     }
+  }
+  if (f.lossScalerBytes) {
+    std::snprintf(line, sizeof line,
+                  "  %-22s %14llu %12s   (the scale the step reads; the "
+                  "scaler's counters live in ds-run)\n",
+                  "loss-scaler state", static_cast<unsigned long long>(f.lossScalerBytes),
+                  mib(f.lossScalerBytes).c_str());
+    out += line;
   }
   std::snprintf(line, sizeof line,
                 "  %-22s %14llu %12s   (parameters, buffers, optimizer state "
@@ -508,6 +553,7 @@ std::string formatFootprintJson(const Footprint &f) {
   kv("buffers", f.buffers);
   kv("saved_activations", f.savedActivations);
   kv("arena", f.arena);
+  kv("loss_scaler", f.lossScalerBytes);
   kv("total", f.total(), false);
   o << "}, \"formula\": {";
   kv("parameters", formulas.params);
@@ -519,6 +565,9 @@ std::string formatFootprintJson(const Footprint &f) {
   kv("node", jsonString(f.peakNode));
   kv("live_bytes", f.liveAtPeak);
   kv("saved_activation_bytes", f.savedAtPeak);
+  kv("collective_buffer_bytes", f.commAtPeak);
+  kv("workspace_bytes", f.workspaceAtPeak);
+  kv("transient_bytes", f.transientAtPeak);
   o << "\"largest_live\": [";
   for (size_t i = 0; i < f.largestAtPeak.size(); ++i) {
     const Footprint::LiveTensor &t = f.largestAtPeak[i];

@@ -77,8 +77,15 @@ struct Footprint {
   int peakInstruction = -1;
   std::string peakKernel, peakNode;
   uint64_t liveAtPeak = 0;
-  /// Of those: forward tensors the backward pass still reads.
-  uint64_t savedAtPeak = 0;
+  /// Of those: forward tensors the backward pass still reads; buffers of
+  /// collectives (their inputs and outputs); kernel workspace (written and
+  /// read by one instruction only); the rest are transients (gradients,
+  /// activations in flight, gathered parameters).
+  uint64_t savedAtPeak = 0, commAtPeak = 0, workspaceAtPeak = 0,
+           transientAtPeak = 0;
+  /// The fp16 loss scale the step reads (an input; the scaler's counters
+  /// live in ds-run, outside the plan).
+  uint64_t lossScalerBytes = 0;
   std::vector<LiveTensor> largestAtPeak; // at most 5, largest first
   /// Per-rank total: parameters, buffers, optimizer state and the arena.
   uint64_t total() const { return params + buffers + state + arena; }
