@@ -9,6 +9,7 @@
 #include "plan.pb.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <sstream>
 #include <map>
@@ -219,9 +220,25 @@ Footprint footprint(const plan::Plan &p) {
       }
       return total;
     };
+    auto saved = [&](uint32_t id) {
+      return boundary >= 0 && writer[id] >= 0 && writer[id] < boundary &&
+             last[id] >= boundary;
+    };
+    auto isComm = [&](uint32_t id) { return !saved(id) && comm[id]; };
+    auto isWork = [&](uint32_t id) {
+      return !saved(id) && !comm[id] && first[id] == last[id];
+    };
+    auto isOther = [&](uint32_t id) {
+      return !saved(id) && !isComm(id) && !isWork(id);
+    };
+    f.backwardStart = boundary;
+    f.liveByKind.assign(n, {0, 0, 0, 0});
     for (int i = 0; i < n; ++i) {
       for (uint32_t id : starts[i])
         active.insert({p.buffers(id).offset(), id});
+      std::array<uint64_t, 4> kinds = {unionBytes(saved), unionBytes(isComm),
+                                       unionBytes(isWork), unionBytes(isOther)};
+      f.liveByKind[i] = kinds;
       uint64_t live = unionBytes([](uint32_t) { return true; });
       if (f.peakInstruction < 0 || live > f.liveAtPeak) {
         f.liveAtPeak = live;
@@ -229,20 +246,10 @@ Footprint footprint(const plan::Plan &p) {
         const plan::Instruction &ins = prog.instructions(i);
         f.peakKernel = ins.kernel();
         f.peakNode = ins.location();
-        auto saved = [&](uint32_t id) {
-          return boundary >= 0 && writer[id] >= 0 && writer[id] < boundary &&
-                 last[id] >= boundary;
-        };
-        auto isComm = [&](uint32_t id) { return !saved(id) && comm[id]; };
-        auto isWork = [&](uint32_t id) {
-          return !saved(id) && !comm[id] && first[id] == last[id];
-        };
-        f.savedAtPeak = unionBytes(saved);
-        f.commAtPeak = unionBytes(isComm);
-        f.workspaceAtPeak = unionBytes(isWork);
-        f.transientAtPeak = unionBytes([&](uint32_t id) {
-          return !saved(id) && !isComm(id) && !isWork(id);
-        });
+        f.savedAtPeak = kinds[0];
+        f.commAtPeak = kinds[1];
+        f.workspaceAtPeak = kinds[2];
+        f.transientAtPeak = kinds[3];
         std::vector<std::pair<uint64_t, uint32_t>> bySize;
         std::set<std::pair<uint64_t, uint64_t>> seen;
         for (const auto &[offset, id] : active)
@@ -250,7 +257,7 @@ Footprint footprint(const plan::Plan &p) {
               seen.insert({offset, p.buffers(id).bytes()}).second)
             bySize.push_back({p.buffers(id).bytes(), id});
         std::sort(bySize.begin(), bySize.end(),
-                  [](auto &a, auto &b) { return a.first > b.first; });
+                  [](auto &x, auto &y) { return x.first > y.first; });
         f.largestAtPeak.clear();
         for (size_t k = 0; k < bySize.size() && k < 5; ++k) {
           const plan::Instruction &w = prog.instructions(writer[bySize[k].second]);

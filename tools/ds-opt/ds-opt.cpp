@@ -290,6 +290,38 @@ llvm::cl::opt<bool> showOptions(
                    "flags) and where each came from, then exit"),
     llvm::cl::init(false), llvm::cl::cat(trainCategory));
 
+llvm::cl::OptionCategory costCategory("ds-opt cost model and plan views");
+llvm::cl::opt<std::string> emitTrace(
+    "emit-trace",
+    llvm::cl::desc("Write the planned step as a Chrome/Perfetto trace (open "
+                   "in ui.perfetto.dev or chrome://tracing): a process per "
+                   "rank with tracks compute, communication and copies; "
+                   "kernel times from the cost model"),
+    llvm::cl::value_desc("trace.json"), llvm::cl::init(""),
+    llvm::cl::cat(costCategory));
+llvm::cl::opt<std::string> emitMemoryPlot(
+    "emit-memory-plot",
+    llvm::cl::desc("Draw one rank's memory over the step as SVG, stacked by "
+                   "kind (parameters/buffers/state, saved activations, "
+                   "transients, workspace, collective buffers), with the "
+                   "planned peak, the fullest point and --device-memory"),
+    llvm::cl::value_desc("mem.svg"), llvm::cl::init(""),
+    llvm::cl::cat(costCategory));
+llvm::cl::opt<double> costFlops(
+    "cost-flops",
+    llvm::cl::desc("Cost model: FLOP/s of one rank (default 1.8e11, this "
+                   "2-core CPU's measured sgemm)"),
+    llvm::cl::init(180e9), llvm::cl::cat(costCategory));
+llvm::cl::opt<double> costMemBandwidth(
+    "cost-mem-bandwidth",
+    llvm::cl::desc("Cost model: memory bytes/s of one rank (default 2e10)"),
+    llvm::cl::init(20e9), llvm::cl::cat(costCategory));
+llvm::cl::opt<double> costLinkBandwidth(
+    "cost-link-bandwidth",
+    llvm::cl::desc("Cost model: collective bytes/s of one rank's link "
+                   "(default 5e9)"),
+    llvm::cl::init(5e9), llvm::cl::cat(costCategory));
+
 llvm::cl::opt<bool> listOnnxOps(
     "list-onnx-ops",
     llvm::cl::desc("Print the ONNX op types the importer supports and exit"),
@@ -735,6 +767,11 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
                  << " is for training (give --optimizer=...)\n";
     return 1;
   }
+  if ((!emitTrace.empty() || !emitMemoryPlot.empty()) && emitKind != "plan") {
+    llvm::errs() << "error: --emit-trace and --emit-memory-plot come with a "
+                    "plan (--emit=plan, the default)\n";
+    return 1;
+  }
   bool lowerFinal = emitKind == "plan" || emitKind == "dsrt";
   OwningOpRef<ModuleOp> result;
   std::string searchLog;
@@ -869,6 +906,22 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
     if (printReport)
       planOptions.report = &reportText;
     planOptions.reportJson = jsonReport;
+    // The cost model's view: the estimate for the report, the trace and
+    // the memory plot.
+    std::string costText;
+    planOptions.views.flopsPerSecond = costFlops;
+    planOptions.views.bytesPerSecond = costMemBandwidth;
+    planOptions.views.linkBytesPerSecond = costLinkBandwidth;
+    planOptions.views.tracePath = emitTrace;
+    planOptions.views.memoryPlotPath = emitMemoryPlot;
+    planOptions.views.budget = static_cast<uint64_t>(limit.value_or(0));
+    planOptions.views.plotTitle =
+        "per-rank memory over one step: " +
+        llvm::sys::path::filename(inputFilename).str() + ", ZeRO-" +
+        std::to_string(zeroStage) + ", " + std::to_string(worldSize) +
+        " rank(s), " + precisionName + ", recompute " + rMode;
+    if (printReport && !jsonReport)
+      planOptions.views.costReport = &costText;
     if (failed(ds::writePlan(**module, outputFilename, planOptions)) || errors)
       return 1;
     if (jsonReport) {
@@ -886,6 +939,7 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
     }
     llvm::outs() << reportText;
     if (printReport) {
+      llvm::outs() << costText;
       llvm::outs() << searchLog;
       if (DictionaryAttr d = recomputeSummary(**module))
         llvm::outs() << formatRecompute(d, peak, limit.value_or(0));

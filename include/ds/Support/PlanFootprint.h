@@ -9,6 +9,7 @@
 #ifndef DS_SUPPORT_PLANFOOTPRINT_H
 #define DS_SUPPORT_PLANFOOTPRINT_H
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -87,6 +88,11 @@ struct Footprint {
   /// live in ds-run, outside the plan).
   uint64_t lossScalerBytes = 0;
   std::vector<LiveTensor> largestAtPeak; // at most 5, largest first
+  /// Per instruction: live arena bytes of each kind (saved activations,
+  /// collective buffers, workspace, other transients), and the first
+  /// backward instruction (-1: none). The memory plot draws these.
+  std::vector<std::array<uint64_t, 4>> liveByKind;
+  int backwardStart = -1;
   /// Per-rank total: parameters, buffers, optimizer state and the arena.
   uint64_t total() const { return params + buffers + state + arena; }
 };

@@ -7,12 +7,14 @@
 #include "ds/Target/Plan/PlanWriter.h"
 #include "ds/Dialect/DsRt/IR/DsRtOps.h"
 #include "ds/Support/PlanFootprint.h"
+#include "ds/Support/PlanTimeline.h"
 #include "ds/Support/PlanFormat.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinAttributes.h"
 
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
@@ -100,6 +102,70 @@ LogicalResult addAttribute(pb::Instruction &ins, NamedAttribute attr,
   return success();
 }
 
+/// Writes `text` to `path` through a temporary file and a rename.
+LogicalResult writeText(ModuleOp module, const std::string &path,
+                        const std::string &text) {
+  std::string tmp = path + ".tmp";
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(tmp, ec, llvm::sys::fs::OF_Text);
+    if (ec)
+      return module.emitError("cannot write '") << path << "': "
+                                                << ec.message();
+    os << text;
+    os.close();
+    if (os.has_error()) {
+      llvm::sys::fs::remove(tmp);
+      return module.emitError("cannot write '") << path << "'";
+    }
+  }
+  if (std::error_code ec = llvm::sys::fs::rename(tmp, path)) {
+    llvm::sys::fs::remove(tmp);
+    return module.emitError("cannot write '") << path << "': " << ec.message();
+  }
+  return success();
+}
+
+/// The cost model's estimate, trace and memory plot of a finished plan.
+LogicalResult writeViews(ModuleOp module, const pb::Plan &p,
+                         const PlanWriteOptions &options) {
+  const PlanWriteOptions::Views &v = options.views;
+  if (!v.costReport && v.tracePath.empty() && v.memoryPlotPath.empty())
+    return success();
+  ::ds::CostModel model;
+  model.flopsPerSecond = v.flopsPerSecond;
+  model.bytesPerSecond = v.bytesPerSecond;
+  model.linkBytesPerSecond = v.linkBytesPerSecond;
+  ::ds::Timeline tl = ::ds::timeline(p, model);
+  ::ds::Footprint fp = ::ds::footprint(p);
+  if (v.costReport) {
+    double bound = 6.0 * static_cast<double>(fp.psi) *
+                   static_cast<double>(tl.tokens);
+    llvm::raw_string_ostream os(*v.costReport);
+    os << "cost model (" << llvm::format("%.3g", model.flopsPerSecond)
+       << " FLOP/s, " << llvm::format("%.3g", model.bytesPerSecond)
+       << " B/s memory, " << llvm::format("%.3g", model.linkBytesPerSecond)
+       << " B/s link): step " << llvm::format("%.3f", tl.stepSeconds * 1e3)
+       << " ms (kernels " << llvm::format("%.3f", tl.computeSeconds * 1e3)
+       << " ms, collectives " << llvm::format("%.3f", tl.commSeconds * 1e3)
+       << " ms of which " << llvm::format("%.3f", tl.exposedCommSeconds * 1e3)
+       << " ms exposed)\n  FLOPs per rank and step "
+       << llvm::format("%.4g", tl.flops) << "; 6·Ψ·tokens = 6 x " << fp.psi
+       << " x " << tl.tokens << " = " << llvm::format("%.4g", bound);
+    if (bound > 0)
+      os << " (ratio " << llvm::format("%.3f", tl.flops / bound)
+         << "; the bound omits attention and counts every parameter once)";
+    os << "\n";
+  }
+  if (!v.tracePath.empty() &&
+      failed(writeText(module, v.tracePath, ::ds::traceJson(tl, fp.world))))
+    return failure();
+  if (!v.memoryPlotPath.empty() &&
+      failed(writeText(module, v.memoryPlotPath,
+                       ::ds::memorySvg(fp, v.budget, v.plotTitle))))
+    return failure();
+  return success();
+}
 } // namespace
 
 LogicalResult mlir::ds::writePlan(ModuleOp module, StringRef planPath,
@@ -242,6 +308,8 @@ LogicalResult mlir::ds::writePlan(ModuleOp module, StringRef planPath,
   for (const auto &[k, v] : options.compileOptions)
     (*p.mutable_options())[k] = v;
 
+  if (failed(writeViews(module, p, options)))
+    return failure();
   if (options.report)
     *options.report = options.reportJson
                           ? ::ds::formatFootprintJson(::ds::footprint(p))

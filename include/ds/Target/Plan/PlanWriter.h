@@ -26,6 +26,16 @@ struct PlanWriteOptions {
   std::string *report = nullptr;
   /// The report as one JSON object instead of a table.
   bool reportJson = false;
+  /// The cost model's view of the plan (ds-opt --report, --emit-trace,
+  /// --emit-memory-plot): the machine's rates, where to write the trace
+  /// and the plot (empty: not), the budget to mark, the plot's title.
+  struct Views {
+    double flopsPerSecond = 180e9, bytesPerSecond = 20e9,
+           linkBytesPerSecond = 5e9;
+    std::string tracePath, memoryPlotPath, plotTitle;
+    uint64_t budget = 0;
+    std::string *costReport = nullptr; // receives the estimate's lines
+  } views;
 };
 
 /// Serializes the planned dsrt `@forward` of `module` to `planPath`

@@ -1,0 +1,62 @@
+//===- PlanTimeline.h - a plan's schedule under a cost model ----*- C++ -*-===//
+//
+// Part of the ds project (no MLIR or LLVM).
+//
+// The cost model's view of one step of a plan: each kernel's FLOPs and
+// bytes, its time on a roofline (max of FLOPs / rate and bytes /
+// bandwidth), collectives on their own stream (ring bytes / link
+// bandwidth), asynchronous ones overlapping the kernels before their wait.
+// ds-opt prints the estimate, writes it as a Chrome/Perfetto trace
+// (--emit-trace) and draws the memory over the step (--emit-memory-plot).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DS_SUPPORT_PLANTIMELINE_H
+#define DS_SUPPORT_PLANTIMELINE_H
+
+#include "ds/Support/PlanFootprint.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ds {
+
+struct CostModel {
+  double flopsPerSecond = 180e9;   // dense f32 GEMM rate
+  double bytesPerSecond = 20e9;    // memory bandwidth
+  double linkBytesPerSecond = 5e9; // per-rank collective bandwidth
+};
+
+struct TimelineEvent {
+  int instruction = 0;
+  std::string kernel, node;
+  int track = 0; // 0 compute, 1 communication, 2 copies
+  double start = 0, duration = 0; // seconds
+  double flops = 0, bytes = 0;
+};
+
+struct Timeline {
+  std::vector<TimelineEvent> events;
+  double stepSeconds = 0;   // when the last kernel ends
+  double computeSeconds = 0, commSeconds = 0, exposedCommSeconds = 0;
+  double flops = 0;         // per rank, per step (run)
+  int64_t tokens = 0;       // per rank: elements of the first integer input,
+                            // else its leading dimension (samples)
+};
+
+Timeline timeline(const plan::Plan &plan, const CostModel &model);
+
+/// The planned step as a Chrome trace (JSON array of events): a track per
+/// stream (compute, communication, copies) of one process per rank.
+std::string traceJson(const Timeline &t, int world);
+
+/// Memory over the step, stacked by kind (persistent storage, saved
+/// activations, other transients, workspace, collective buffers), the
+/// peak and the arena's planned size marked, and `budget` (0: none).
+std::string memorySvg(const Footprint &f, uint64_t budget,
+                      const std::string &title);
+
+} // namespace ds
+
+#endif // DS_SUPPORT_PLANTIMELINE_H

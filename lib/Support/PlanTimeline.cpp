@@ -1,0 +1,317 @@
+//===- PlanTimeline.cpp - a plan's schedule under a cost model ------------===//
+//
+// Part of the ds project (no MLIR or LLVM).
+//
+//===----------------------------------------------------------------------===//
+
+#include "ds/Support/PlanTimeline.h"
+
+#include "plan.pb.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+namespace ds {
+namespace {
+
+double numel(const plan::Buffer &b) {
+  double n = 1;
+  for (int64_t d : b.shape())
+    n *= static_cast<double>(d);
+  return n;
+}
+
+bool isOneOf(const std::string &k, std::initializer_list<const char *> names) {
+  for (const char *n : names)
+    if (k == n)
+      return true;
+  return false;
+}
+
+/// The cost model's FLOPs of one instruction.
+double kernelFlops(const plan::Plan &p, const plan::Instruction &ins) {
+  auto buf = [&](int i, bool out) -> const plan::Buffer * {
+    uint32_t id = out ? ins.outputs(i) : ins.inputs(i);
+    return id < static_cast<uint32_t>(p.buffers_size()) ? &p.buffers(id)
+                                                        : nullptr;
+  };
+  const std::string &k = ins.kernel();
+  if ((k == "matmul" || k == "gemm") && ins.inputs_size() >= 2 &&
+      ins.outputs_size() >= 1) {
+    const plan::Buffer *a = buf(0, false), *c = buf(0, true);
+    if (!a || !c || a->shape_size() == 0)
+      return 0;
+    bool transA = false;
+    for (const plan::Attribute &attr : ins.attributes())
+      transA |= attr.name() == "trans_a" && attr.i() != 0;
+    int r = a->shape_size();
+    double kdim = static_cast<double>(
+        transA && r >= 2 ? a->shape(r - 2) : a->shape(r - 1));
+    return 2.0 * numel(*c) * kdim;
+  }
+  double in = 0, out = 0;
+  for (int i = 0; i < ins.inputs_size(); ++i)
+    if (const plan::Buffer *b = buf(i, false))
+      in = std::max(in, numel(*b));
+  for (int i = 0; i < ins.outputs_size(); ++i)
+    if (const plan::Buffer *b = buf(i, true))
+      out += numel(*b);
+  if (isOneOf(k, {"softmax", "log_softmax", "softmax_grad", "layer_norm",
+                  "layer_norm_grad", "softmax_cross_entropy_loss", "nll_loss",
+                  "loss_grad"}))
+    return 5 * in;
+  if (isOneOf(k, {"reduce_sum", "reduce_mean", "reduce_max", "check_overflow"}))
+    return in;
+  if (k == "adam")
+    return 12 * in;
+  if (k == "sgd")
+    return 4 * in;
+  if (isOneOf(k, {"transpose", "concat", "split", "slice", "slice_grad",
+                  "copy", "reshape", "expand", "gather", "gather_grad",
+                  "range", "trilu", "shard", "wait", "all_reduce",
+                  "all_gather", "reduce_scatter"}))
+    return 0;
+  return out; // elementwise: one per element
+}
+
+} // namespace
+
+Timeline timeline(const plan::Plan &p, const CostModel &m) {
+  Timeline t;
+  if (p.programs_size() == 0)
+    return t;
+  const plan::Program &prog = p.programs(0);
+  int world = p.world_size() == 0 ? 1 : static_cast<int>(p.world_size());
+  double ring = world > 1 ? static_cast<double>(world - 1) / world : 0;
+  for (const plan::Value &v : p.inputs()) {
+    if (v.name() == "ds.step" || v.name() == "ds.loss_scale" ||
+        v.buffer() >= static_cast<uint32_t>(p.buffers_size()))
+      continue;
+    const plan::Buffer &b = p.buffers(v.buffer());
+    bool integer = b.dtype() == plan::I64 || b.dtype() == plan::I32;
+    t.tokens = integer ? static_cast<int64_t>(numel(b))
+                       : (b.shape_size() ? b.shape(0) : 1);
+    break;
+  }
+  double compute = 0, comm = 0;
+  std::map<uint32_t, double> commEnds; // collective output -> when it ends
+  for (int i = 0; i < prog.instructions_size(); ++i) {
+    const plan::Instruction &ins = prog.instructions(i);
+    const std::string &k = ins.kernel();
+    TimelineEvent e;
+    e.instruction = i;
+    e.kernel = k;
+    e.node = ins.location();
+    for (uint32_t id : ins.inputs())
+      if (id < static_cast<uint32_t>(p.buffers_size()))
+        e.bytes += static_cast<double>(p.buffers(id).bytes());
+    for (uint32_t id : ins.outputs())
+      if (id < static_cast<uint32_t>(p.buffers_size()))
+        e.bytes += static_cast<double>(p.buffers(id).bytes());
+    bool collective = isOneOf(k, {"all_reduce", "all_gather", "reduce_scatter"});
+    if (collective && world > 1 && ins.outputs_size() == 1) {
+      const plan::Buffer &out = p.buffers(ins.outputs(0));
+      double moved = k == "all_reduce"       ? 2 * ring * out.bytes()
+                     : k == "reduce_scatter" && ins.inputs_size() == 1
+                         ? ring * p.buffers(ins.inputs(0)).bytes()
+                         : ring * out.bytes();
+      bool async = false;
+      for (const plan::Attribute &a : ins.attributes())
+        async |= a.name() == "async" && a.i() != 0;
+      e.track = 1;
+      e.start = std::max(compute, comm);
+      e.duration = moved / m.linkBytesPerSecond;
+      comm = e.start + e.duration;
+      t.commSeconds += e.duration;
+      if (async) {
+        commEnds[ins.outputs(0)] = comm;
+      } else {
+        t.exposedCommSeconds += comm - compute;
+        compute = comm; // in place: the compute stream waits
+      }
+      t.events.push_back(e);
+      continue;
+    }
+    if (k == "wait" && ins.inputs_size() > 0) {
+      auto it = commEnds.find(ins.inputs(ins.inputs_size() - 1));
+      if (it != commEnds.end() && it->second > compute) {
+        t.exposedCommSeconds += it->second - compute;
+        compute = it->second;
+      }
+      continue;
+    }
+    e.flops = kernelFlops(p, ins);
+    e.track = 0;
+    e.start = compute;
+    e.duration = std::max(e.flops / m.flopsPerSecond, e.bytes / m.bytesPerSecond);
+    compute += e.duration;
+    t.computeSeconds += e.duration;
+    t.flops += e.flops;
+    t.events.push_back(e);
+  }
+  t.stepSeconds = std::max(compute, comm);
+  return t;
+}
+
+namespace {
+std::string escape(const std::string &v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '"' || c == '\\')
+      out += '\\';
+    if (static_cast<unsigned char>(c) >= 0x20)
+      out += c;
+  }
+  return out;
+}
+} // namespace
+
+std::string traceJson(const Timeline &t, int world) {
+  std::ostringstream o;
+  o.precision(12);
+  o << "[\n";
+  const char *tracks[] = {"compute", "communication", "copies"};
+  bool firstEvent = true;
+  auto sep = [&]() {
+    o << (firstEvent ? "" : ",\n");
+    firstEvent = false;
+  };
+  for (int r = 0; r < std::max(world, 1); ++r) {
+    sep();
+    o << R"({"ph": "M", "name": "process_name", "pid": )" << r
+      << R"(, "args": {"name": "rank )" << r << R"("}})";
+    for (int k = 0; k < 3; ++k) {
+      sep();
+      o << R"({"ph": "M", "name": "thread_name", "pid": )" << r
+        << R"(, "tid": )" << k << R"(, "args": {"name": ")" << tracks[k]
+        << R"("}})";
+    }
+    // Every rank runs the same plan: the same events on each.
+    for (const TimelineEvent &e : t.events) {
+      sep();
+      o << R"({"ph": "X", "pid": )" << r << R"(, "tid": )" << e.track
+        << R"(, "name": ")" << escape(e.kernel) << R"(", "ts": )"
+        << e.start * 1e6 << R"(, "dur": )" << e.duration * 1e6
+        << R"(, "args": {"instruction": )" << e.instruction
+        << R"(, "node": ")" << escape(e.node) << R"(", "flops": )" << e.flops
+        << R"(, "bytes": )" << e.bytes << "}}";
+    }
+  }
+  o << "\n]\n";
+  return o.str();
+}
+
+std::string memorySvg(const Footprint &f, uint64_t budget,
+                      const std::string &title) {
+  const double W = 1120, H = 440, left = 80, right = 300, top = 40, bottom = 50;
+  const double pw = W - left - right, ph = H - top - bottom;
+  const size_t n = f.liveByKind.size();
+  const double base =
+      static_cast<double>(f.params + f.buffers + f.state);
+  double ymax = base + static_cast<double>(f.arena);
+  ymax = std::max(ymax, static_cast<double>(budget));
+  ymax = std::max(ymax, 1.0) * 1.08;
+  auto X = [&](double i) { return left + pw * (n ? i / n : 0); };
+  auto Y = [&](double bytes) { return top + ph * (1 - bytes / ymax); };
+  auto mib = [](double b) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f MiB", b / 1048576.0);
+    return std::string(buf);
+  };
+  std::ostringstream o;
+  o.precision(6);
+  o << R"(<svg xmlns="http://www.w3.org/2000/svg" width=")" << W
+    << R"(" height=")" << H << R"(" font-family="sans-serif" font-size="12">)"
+    << "\n";
+  o << R"(<rect width="100%" height="100%" fill="white"/>)" << "\n";
+  o << R"(<text x=")" << left << R"(" y="22" font-size="15">)" << escape(title)
+    << "</text>\n";
+  // Stacked areas, bottom up: persistent storage, saved activations, other
+  // transients, workspace, collective buffers.
+  const char *names[] = {"parameters, buffers, optimizer state",
+                         "saved activations", "other transients",
+                         "kernel workspace", "collective buffers"};
+  const char *colors[] = {"#9e9e9e", "#1f77b4", "#ff7f0e", "#2ca02c",
+                          "#d62728"};
+  const int order[] = {0, 3, 2, 1}; // liveByKind: saved, comm, work, other
+  std::vector<double> below(n, base), above(n);
+  auto band = [&](int layer, auto height) {
+    for (size_t i = 0; i < n; ++i)
+      above[i] = below[i] + height(i);
+    o << R"(<path fill=")" << colors[layer] << R"(" fill-opacity="0.85" d="M)";
+    for (size_t i = 0; i < n; ++i)
+      o << X(i) << "," << Y(above[i]) << " L" << X(i + 1) << ","
+        << Y(above[i]) << " L";
+    for (size_t i = n; i-- > 0;)
+      o << X(i + 1) << "," << Y(below[i]) << " L" << X(i) << ","
+        << Y(below[i]) << (i ? " L" : "");
+    o << R"( Z"/>)" << "\n";
+    below = above;
+  };
+  if (n) {
+    std::vector<double> zero(n, 0);
+    below = zero;
+    band(0, [&](size_t) { return base; });
+    for (int k = 0; k < 4; ++k) {
+      int kind = order[k];
+      band(kind == 0 ? 1 : kind == 3 ? 2 : kind == 2 ? 3 : 4, [&](size_t i) {
+        return static_cast<double>(f.liveByKind[i][kind]);
+      });
+    }
+  }
+  // Axes and ticks.
+  o << R"(<line x1=")" << left << R"(" y1=")" << top + ph << R"(" x2=")"
+    << left + pw << R"(" y2=")" << top + ph << R"(" stroke="black"/>)" << "\n";
+  o << R"(<line x1=")" << left << R"(" y1=")" << top << R"(" x2=")" << left
+    << R"(" y2=")" << top + ph << R"(" stroke="black"/>)" << "\n";
+  for (int k = 0; k <= 4; ++k) {
+    double v = ymax / 1.08 * k / 4;
+    o << R"(<text x=")" << left - 6 << R"(" y=")" << Y(v) + 4
+      << R"(" text-anchor="end">)" << mib(v) << "</text>\n";
+  }
+  o << R"(<text x=")" << left + pw / 2 << R"(" y=")" << H - 12
+    << R"(" text-anchor="middle">instruction (program order)</text>)" << "\n";
+  if (f.backwardStart >= 0) {
+    o << R"(<line x1=")" << X(f.backwardStart) << R"(" y1=")" << top
+      << R"(" x2=")" << X(f.backwardStart) << R"(" y2=")" << top + ph
+      << R"(" stroke="#555" stroke-dasharray="2,3"/>)" << "\n";
+    o << R"(<text x=")" << X(f.backwardStart) + 3 << R"(" y=")" << top + ph - 6
+      << R"(" fill="#555">backward</text>)" << "\n";
+  }
+  // Labels: the planned peak at the right end, the budget at the left.
+  auto hline = [&](double v, const char *color, const std::string &label,
+                   bool atLeft) {
+    o << R"(<line x1=")" << left << R"(" y1=")" << Y(v) << R"(" x2=")"
+      << left + pw << R"(" y2=")" << Y(v) << R"(" stroke=")" << color
+      << R"(" stroke-width="1.5" stroke-dasharray="6,3"/>)" << "\n";
+    o << R"(<text x=")" << (atLeft ? left + 4 : left + pw - 4) << R"(" y=")"
+      << Y(v) - 4 << R"(" text-anchor=")" << (atLeft ? "start" : "end")
+      << R"(" fill=")" << color << R"(">)" << escape(label) << "</text>\n";
+  };
+  hline(base + static_cast<double>(f.arena), "#333",
+        "planned peak " + mib(base + static_cast<double>(f.arena)), false);
+  if (budget)
+    hline(static_cast<double>(budget), "#c00", "budget " + mib(budget), true);
+  if (f.peakInstruction >= 0) {
+    double py = base + static_cast<double>(f.liveAtPeak);
+    o << R"(<circle cx=")" << X(f.peakInstruction + 0.5) << R"(" cy=")"
+      << Y(py) << R"(" r="4" fill="black"/>)" << "\n";
+    o << R"(<text x=")" << X(f.peakInstruction + 0.5) + 6 << R"(" y=")"
+      << Y(py) - 6 << R"(">fullest: )" << mib(py) << " at "
+      << escape(f.peakKernel) << "</text>\n";
+  }
+  // Legend.
+  for (int k = 0; k < 5; ++k) {
+    double y = top + 10 + 20 * k;
+    o << R"(<rect x=")" << left + pw + 15 << R"(" y=")" << y - 9
+      << R"(" width="12" height="12" fill=")" << colors[k] << R"("/>)";
+    o << R"(<text x=")" << left + pw + 32 << R"(" y=")" << y + 1 << R"(">)"
+      << names[k] << "</text>\n";
+  }
+  o << "</svg>\n";
+  return o.str();
+}
+
+} // namespace ds
