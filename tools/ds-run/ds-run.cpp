@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -79,6 +80,12 @@ usage: ds-run PLAN [options]
                         and losses are those of the last run
   --seed S              seed of random kernels (dropout); default 0
   --profile             print time per kernel id
+  --no-progress-bar     a line per step even on a terminal (by default a run
+                        of more than 20 steps on a terminal shows a bar with
+                        the ETA and a full line every tenth of the run); every
+                        step line ends with the ETA, the run with a summary
+                        (samples/s, tokens/s, peak memory measured and
+                        planned, skipped steps)
   --list-kernels        print the kernel ids this runtime implements
   --help                this text
 
@@ -155,6 +162,22 @@ void printProfile(const RunStats &stats) {
 
 int run(int argc, char **argv);
 
+/// "42.1s", "3m07s", "2h05m".
+std::string clockText(double seconds) {
+  char buf[32];
+  if (seconds < 1)
+    std::snprintf(buf, sizeof buf, "%.0f ms", seconds * 1e3);
+  else if (seconds < 60)
+    std::snprintf(buf, sizeof buf, "%.1fs", seconds);
+  else if (seconds < 3600)
+    std::snprintf(buf, sizeof buf, "%dm%02ds", static_cast<int>(seconds) / 60,
+                  static_cast<int>(seconds) % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%dh%02dm", static_cast<int>(seconds) / 3600,
+                  static_cast<int>(seconds) / 60 % 60);
+  return buf;
+}
+
 int main(int argc, char **argv) {
   int rc = run(argc, argv);
   comm.reset(); // MPI_Finalize
@@ -164,7 +187,7 @@ int main(int argc, char **argv) {
 int run(int argc, char **argv) {
   std::string planPath, outputsPath, logPath;
   std::vector<std::string> inputSpecs;
-  bool forwardOnly = false, profile = false;
+  bool forwardOnly = false, profile = false, noProgressBar = false;
   std::string saveDir, resumeDir, consolidateDir, consolidateOut;
   long long saveEvery = 0;
   std::vector<uint64_t> injectOverflow;
@@ -201,6 +224,8 @@ int run(int argc, char **argv) {
       forwardOnly = true;
     } else if (a == "--profile") {
       profile = true;
+    } else if (a == "--no-progress-bar") {
+      noProgressBar = true;
     } else if (flag == "--inputs") {
       if (!value(v))
         return fail("--inputs needs a file");
@@ -411,6 +436,7 @@ int run(int argc, char **argv) {
     for (const auto &[name, spec] : specs)
       names += (names.empty() ? "" : ", ") + name;
     int64_t batches = 1, samples = 0;
+    int64_t tokensPerSample = 0; // of the first integer input (token ids)
     for (const auto &[name, spec] : specs) {
       auto it = data.find(name);
       if (it == data.end()) {
@@ -445,6 +471,12 @@ int run(int argc, char **argv) {
                     std::to_string(batches) + " and " + std::to_string(k) + ")");
       batches = std::max(batches, k);
       samples = (spec.shape.empty() ? 1 : spec.shape[0]) * comm->size();
+      if (tokensPerSample == 0 && spec.shape.size() >= 2 &&
+          (t.dtype == DType::I64 || t.dtype == DType::I32)) {
+        tokensPerSample = 1;
+        for (size_t d = 1; d < spec.shape.size(); ++d)
+          tokensPerSample *= spec.shape[d];
+      }
     }
     // Token streams: windows sampled each step.
     std::vector<int64_t> tokens;
@@ -513,9 +545,11 @@ int run(int argc, char **argv) {
                         std::to_string(lim->second) + " (input '" + name + "')");
       }
       samples = window[0] * comm->size();
+      tokensPerSample = window[1];
     }
     double lr = std::isnan(lrOverride) ? info.lr : lrOverride;
     double firstLoss = NAN, lastLoss = NAN, totalMs = 0;
+    long long stepsDone = 0;
     int64_t accum = std::max<int64_t>(1, info.accumSteps);
     // What this rank holds and hands to collectives, measured, against
     // the plan's figures.
@@ -576,6 +610,9 @@ int run(int argc, char **argv) {
                                     "stage: re-partitioned)"
                                   : "");
     }
+    // A progress bar on a terminal for long runs (--no-progress-bar: lines).
+    bool progressBar = isatty(STDOUT_FILENO) && !noProgressBar &&
+                       steps - firstStep + 1 > 20;
     for (long long s = firstStep; s <= steps; ++s) {
      double lossSum = 0, msSum = 0;
      uint64_t comm0 = comm->collectiveBytes;
@@ -690,12 +727,31 @@ int run(int argc, char **argv) {
                       usedScale, overflow ? " (overflow: step skipped)" : "",
                       static_cast<long long>(exec->skippedRuns()),
                       static_cast<long long>(scaler.curHysteresis));
-      if (lead)
-      std::printf("step %lld/%lld | loss %.6f | lr %s | %.1f samples/s | %.3f ms | "
-                  "arena %s of %s planned%s\n",
-                  s, steps, loss, lrText, perSec, stats.milliseconds,
-                  human(stats.arenaHighWater).c_str(),
-                  human(stats.arenaPlanned).c_str(), scaleText);
+      // Time left at the mean step time so far.
+      ++stepsDone;
+      double eta = totalMs / stepsDone * static_cast<double>(steps - s) / 1e3;
+      char etaText[48] = "";
+      if (s < steps)
+        std::snprintf(etaText, sizeof etaText, " | ETA %s",
+                      clockText(eta).c_str());
+      if (lead && progressBar) {
+        // A bar on a terminal when the run is long; a full line every tenth.
+        int width = 30, filled = static_cast<int>(
+                        width * (s - firstStep + 1) / (steps - firstStep + 1));
+        std::printf("\r[%s%s] step %lld/%lld | loss %.6f | %.1f samples/s%s   ",
+                    std::string(filled, '#').c_str(),
+                    std::string(width - filled, '.').c_str(), s, steps, loss,
+                    perSec, etaText);
+        if (s == steps || (s - firstStep + 1) % std::max<long long>(
+                              1, (steps - firstStep + 1) / 10) == 0)
+          std::printf("\n");
+      } else if (lead) {
+        std::printf("step %lld/%lld | loss %.6f | lr %s | %.1f samples/s | %.3f ms | "
+                    "arena %s of %s planned%s%s\n",
+                    s, steps, loss, lrText, perSec, stats.milliseconds,
+                    human(stats.arenaHighWater).c_str(),
+                    human(stats.arenaPlanned).c_str(), scaleText, etaText);
+      }
       std::fflush(stdout);
       if (log && lead)
         std::fprintf(log,
@@ -791,6 +847,25 @@ int run(int argc, char **argv) {
                 steps - firstStep + 1, info.optimizer.c_str(), static_cast<long long>(batches),
                 batches == 1 ? "" : "es", firstLoss, lastLoss,
                 totalMs / (steps - firstStep + 1));
+    {
+      // The run in one line: throughput, memory against the plan, skips.
+      long long ran = steps - firstStep + 1;
+      double seconds = totalMs / 1e3;
+      double sampleRate = seconds > 0 ? samples * accum * ran / seconds : 0;
+      uint64_t plannedPeak = planned.params + planned.buffers + planned.state +
+                             planned.arena;
+      uint64_t measuredPeak = measuredParams + measuredBuffers + measuredState +
+                              stats.arenaHighWater;
+      std::printf("summary: %lld steps in %s; mean %.1f samples/s",
+                  ran, clockText(seconds).c_str(), sampleRate);
+      if (tokensPerSample > 0)
+        std::printf(", %.1f tokens/s", sampleRate * tokensPerSample);
+      std::printf("; peak memory per rank %llu bytes measured, %llu planned; "
+                  "skipped steps %llu\n",
+                  static_cast<unsigned long long>(measuredPeak),
+                  static_cast<unsigned long long>(plannedPeak),
+                  static_cast<unsigned long long>(exec->skippedRuns()));
+    }
     return 0;
   }
 
