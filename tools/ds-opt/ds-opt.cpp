@@ -922,12 +922,15 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
         " rank(s), " + precisionName + ", recompute " + rMode;
     if (printReport && !jsonReport)
       planOptions.views.costReport = &costText;
+    if (jsonReport)
+      planOptions.views.costJson = &costText;
     if (failed(ds::writePlan(**module, outputFilename, planOptions)) || errors)
       return 1;
     if (jsonReport) {
       // One object: the footprint, then the peak and the recompute choice.
       StringRef body = StringRef(reportText).rtrim().drop_back();
-      llvm::outs() << body << ", \"per_rank_peak\": " << peak
+      llvm::outs() << body << ", \"cost\": " << costText
+                   << ", \"per_rank_peak\": " << peak
                    << ", \"device_memory\": " << limit.value_or(0)
                    << ", \"recompute\": ";
       if (DictionaryAttr d = recomputeSummary(**module))

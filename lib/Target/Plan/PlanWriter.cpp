@@ -130,7 +130,8 @@ LogicalResult writeText(ModuleOp module, const std::string &path,
 LogicalResult writeViews(ModuleOp module, const pb::Plan &p,
                          const PlanWriteOptions &options) {
   const PlanWriteOptions::Views &v = options.views;
-  if (!v.costReport && v.tracePath.empty() && v.memoryPlotPath.empty())
+  if (!v.costReport && !v.costJson && v.tracePath.empty() &&
+      v.memoryPlotPath.empty())
     return success();
   ::ds::CostModel model;
   model.flopsPerSecond = v.flopsPerSecond;
@@ -156,6 +157,21 @@ LogicalResult writeViews(ModuleOp module, const pb::Plan &p,
       os << " (ratio " << llvm::format("%.3f", tl.flops / bound)
          << "; the bound omits attention and counts every parameter once)";
     os << "\n";
+  }
+  if (v.costJson) {
+    double bound = 6.0 * static_cast<double>(fp.psi) *
+                   static_cast<double>(tl.tokens);
+    llvm::raw_string_ostream os(*v.costJson);
+    os << "{\"flops_per_second\": " << model.flopsPerSecond
+       << ", \"bytes_per_second\": " << model.bytesPerSecond
+       << ", \"link_bytes_per_second\": " << model.linkBytesPerSecond
+       << ", \"step_seconds\": " << tl.stepSeconds
+       << ", \"kernel_seconds\": " << tl.computeSeconds
+       << ", \"collective_seconds\": " << tl.commSeconds
+       << ", \"exposed_collective_seconds\": " << tl.exposedCommSeconds
+       << ", \"flops\": " << tl.flops << ", \"tokens\": " << tl.tokens
+       << ", \"flops_bound_6_psi_tokens\": " << bound
+       << ", \"flops_ratio\": " << (bound > 0 ? tl.flops / bound : 0) << "}";
   }
   if (!v.tracePath.empty() &&
       failed(writeText(module, v.tracePath, ::ds::traceJson(tl, fp.world))))

@@ -35,6 +35,7 @@ struct PlanWriteOptions {
     std::string tracePath, memoryPlotPath, plotTitle;
     uint64_t budget = 0;
     std::string *costReport = nullptr; // receives the estimate's lines
+    std::string *costJson = nullptr;   // or the estimate as a JSON object
   } views;
 };
 

@@ -1,0 +1,63 @@
+#!/usr/bin/python3
+"""Checks ds-opt --report=json against its schema: each section, each key
+and its type; prints 'schema OK' or the first problem.
+
+    report_schema.py REPORT.json
+"""
+import json
+import sys
+
+NUM = (int, float)
+SCHEMA = {
+    "world_size": int, "zero_stage": int, "optimizer": str, "precision": str,
+    "comm_dtype": str, "psi": int, "psi_padded": int, "accum_steps": int,
+    "per_rank_peak": int, "device_memory": int,
+    "memory": {"parameters": int, "gradients": int, "optimizer_state": int,
+               "buffers": int, "saved_activations": int, "arena": int,
+               "loss_scaler": int, "total": int},
+    "formula": {"parameters": NUM, "gradients": NUM, "optimizer_state": NUM},
+    "peak": {"instruction": int, "kernel": str, "node": str, "live_bytes": int,
+             "saved_activation_bytes": int, "collective_buffer_bytes": int,
+             "workspace_bytes": int, "transient_bytes": int,
+             "largest_live": list},
+    "collectives": {"all_reduce": int, "all_reduce_bytes": int,
+                    "all_gather": int, "all_gather_bytes": int,
+                    "reduce_scatter": int, "reduce_scatter_bytes": int,
+                    "async": int, "ring_bytes_per_rank": NUM},
+    "cost": {"flops_per_second": NUM, "bytes_per_second": NUM,
+             "link_bytes_per_second": NUM, "step_seconds": NUM,
+             "kernel_seconds": NUM, "collective_seconds": NUM,
+             "exposed_collective_seconds": NUM, "flops": NUM, "tokens": int,
+             "flops_bound_6_psi_tokens": NUM, "flops_ratio": NUM},
+    "recompute": {"mode": str, "seg_saved": list, "seg_input": list,
+                  "seg_flops": list, "seg_recomputable": list,
+                  "seg_chosen": list, "fixed": int, "layer_period": int,
+                  "layers": int, "step_flops": int, "budget": int,
+                  "planning_us": int, "none": list, "full": list,
+                  "every_layer": list, "chosen": list},
+}
+
+
+def check(obj, schema, path):
+    for key, want in schema.items():
+        if key not in obj:
+            return "%s%s is missing" % (path, key)
+        if isinstance(want, dict):
+            if not isinstance(obj[key], dict):
+                return "%s%s is not an object" % (path, key)
+            problem = check(obj[key], want, path + key + ".")
+            if problem:
+                return problem
+        elif not isinstance(obj[key], want) or isinstance(obj[key], bool):
+            return "%s%s is %r" % (path, key, obj[key])
+    return None
+
+
+report = json.load(open(sys.argv[1]))
+problem = check(report, SCHEMA, "")
+print(problem or "schema OK")
+m, f = report["memory"], report["formula"]
+print("model states %d = 16Ψ/N %d" % (
+    m["parameters"] + m["gradients"] + m["optimizer_state"],
+    f["parameters"] + f["gradients"] + f["optimizer_state"]))
+sys.exit(1 if problem else 0)
