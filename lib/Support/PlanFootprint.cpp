@@ -186,20 +186,34 @@ Footprint footprint(const plan::Plan &p) {
       for (uint32_t id : prog.instructions(i).outputs())
         touch(id, i, true);
     }
-    // Collective buffers and one-instruction workspace.
-    std::vector<bool> comm(nb, false);
+    // Collective buffers (any buffer over the same bytes as a collective's
+    // input or output: the packed bucket and its views), and workspace (an
+    // extra output of a kernel that nothing else reads, such as a GEMM's
+    // f32 accumulator).
+    std::set<std::pair<uint64_t, uint64_t>> commRanges;
+    std::vector<bool> comm(nb, false), extraOutput(nb, false);
+    auto range = [&](uint32_t id) {
+      return std::make_pair(static_cast<uint64_t>(p.buffers(id).offset()),
+                            static_cast<uint64_t>(p.buffers(id).bytes()));
+    };
     for (int i = 0; i < n; ++i) {
       const plan::Instruction &ins = prog.instructions(i);
       const std::string &k = ins.kernel();
+      for (int o = 1; o < ins.outputs_size(); ++o)
+        if (ins.outputs(o) < nb)
+          extraOutput[ins.outputs(o)] = true;
       if (k == "all_gather" || k == "reduce_scatter" || k == "all_reduce") {
         for (uint32_t id : ins.inputs())
-          if (id < nb)
-            comm[id] = true;
+          if (id < nb && p.buffers(id).space() == plan::ARENA)
+            commRanges.insert(range(id));
         for (uint32_t id : ins.outputs())
-          if (id < nb)
-            comm[id] = true;
+          if (id < nb && p.buffers(id).space() == plan::ARENA)
+            commRanges.insert(range(id));
       }
     }
+    for (uint32_t id = 0; id < nb; ++id)
+      comm[id] = p.buffers(id).space() == plan::ARENA &&
+                 commRanges.count(range(id)) > 0;
     std::vector<std::vector<uint32_t>> starts(n), ends(n);
     for (uint32_t id = 0; id < nb; ++id)
       if (first[id] >= 0) {
@@ -226,7 +240,8 @@ Footprint footprint(const plan::Plan &p) {
     };
     auto isComm = [&](uint32_t id) { return !saved(id) && comm[id]; };
     auto isWork = [&](uint32_t id) {
-      return !saved(id) && !comm[id] && first[id] == last[id];
+      return !saved(id) && !comm[id] && first[id] == last[id] &&
+             extraOutput[id];
     };
     auto isOther = [&](uint32_t id) {
       return !saved(id) && !isComm(id) && !isWork(id);
