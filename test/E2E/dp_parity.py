@@ -91,12 +91,12 @@ def main():
         print("FAIL: the consolidated checkpoint differs from --save-weights")
         sys.exit(1)
     lines = out.stdout.strip().splitlines()
-    print(lines[-3])
+    print(next((l for l in lines if l.startswith("data parallel over")), lines[-1]))
     # ds-run's measured bytes per rank equal its plan's figures and the
     # figures ds-opt --report printed.
     m = re.search(r"parameters (\d+) \((\d+)\), buffers (\d+) \((\d+)\), optimizer state "
                   r"(\d+) \((\d+)\), arena high-water (\d+) \((\d+)\) bytes; collectives "
-                  r"(\d+) \((\d+)\) bytes per step", lines[-2])
+                  r"(\d+) \((\d+)\) bytes per step", out.stdout)
     measured = [int(x) for x in m.groups()] if m else []
     rep = lambda pattern: int(re.search(pattern, report, re.M).group(1))
     from_report = [rep(r"^  parameters\s+(\d+)"), rep(r"^  buffers\s+(\d+)"),
