@@ -1,4 +1,5 @@
 // Recompute: cut points, segment costs, clones in the backward pass.
+// RUN: ds-opt %s --ds-autodiff '--ds-recompute=mode=every-layer' | FileCheck %s
 // RUN: ds-opt %s --ds-autodiff '--ds-recompute=mode=none' | FileCheck %s --check-prefix=NONE
 // RUN: ds-opt %s --ds-autodiff '--ds-recompute=mode=full' | FileCheck %s --check-prefix=FULL
 // RUN: ds-opt %s --ds-autodiff '--ds-recompute=mode=full' --cse | FileCheck %s --check-prefix=FULL
@@ -25,6 +26,13 @@
 // FULL: %[[A0:.*]] = ds.matmul %{{.*}}, %arg2 {ds.recompute}
 // FULL: %[[T0:.*]] = ds.tanh %[[A0]] {ds.recompute}
 // FULL: ds.mul %[[T0]], %[[T0]]
+
+// Every layer: the two blocks repeat (period 1), each is a layer and both
+// are recomputed from their inputs.
+// CHECK: layer_period = 1 : i64, layers = 2 : i64, mode = "every-layer"
+// CHECK-SAME: seg_chosen = array<i64: 0, 1, 1, 0>
+// CHECK: ds.loss_grad
+// CHECK-COUNT-2: ds.tanh {{.*}} {ds.recompute}
 
 // A budget of 140 bytes allows one block's tanh: the first block is the
 // one to recompute (the second's backward runs first, while the first's
