@@ -36,3 +36,15 @@ config.substitutions.append(
 
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.add_tool_substitutions(["ds-opt", "ds-run"], [config.ds_tools_dir])
+
+# GPU tests (REQUIRES: cuda-device) run where ds-run sees a CUDA device;
+# elsewhere lit reports them as unsupported, not passed.
+import subprocess
+try:
+    _devices = subprocess.run([os.path.join(config.ds_tools_dir, "ds-run"),
+                               "--list-devices"], capture_output=True,
+                              text=True, timeout=60).stdout.split()
+except Exception:
+    _devices = []
+if "cuda" in _devices:
+    config.available_features.add("cuda-device")

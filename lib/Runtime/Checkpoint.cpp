@@ -311,6 +311,10 @@ bool saveCheckpoint(const std::string &dir, Executor &exec, Communicator &comm,
                     const PlanInfo &info, int64_t step,
                     const std::map<std::string, std::string> &extra,
                     std::string &err) {
+  if (exec.storage().empty() && !exec.parameterNames().empty()) {
+    err = "cannot read the parameters back from " + exec.deviceName();
+    return false;
+  }
   char name[32];
   std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
   std::string stepDir = dir + "/" + name;

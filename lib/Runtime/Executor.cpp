@@ -11,6 +11,7 @@
 
 #include "Cpu/Kernels.h"
 #include "PlanImpl.h"
+#include "Device.h"
 #include "ds/Runtime/Comm.h"
 #include "ds/Support/PlanFormat.h"
 
@@ -330,10 +331,31 @@ int onnxType(DType t) {
   return 0;
 }
 
+/// Device memory, released with its device.
+struct DeviceBlock {
+  Device *device = nullptr;
+  void *ptr = nullptr;
+  DeviceBlock() = default;
+  DeviceBlock(const DeviceBlock &) = delete;
+  DeviceBlock &operator=(const DeviceBlock &) = delete;
+  ~DeviceBlock() {
+    if (device && ptr)
+      device->release(ptr);
+  }
+};
+
 struct Executor::Impl {
   std::shared_ptr<const Plan> plan;
   ExecutorOptions options;
   AlignedBlock arena, params;
+  // The CUDA backend: the arena, parameters, constants and inputs in device
+  // memory; `params` stays the host copy that loading, checkpoints and
+  // outputs go through.
+  std::unique_ptr<Device> device;
+  std::unique_ptr<DeviceBlock> deviceArena, deviceParams;
+  std::vector<std::unique_ptr<DeviceBlock>> deviceConsts, deviceInputs;
+  uint64_t paramBytes = 0;
+  std::vector<uint64_t> paramOffsets;
   std::vector<unsigned char *> paramPtr;
   std::vector<HostTensor> inputs;
   std::vector<bool> inputSet;
@@ -364,6 +386,8 @@ struct Executor::Impl {
       total += (n + 63) / 64 * 64;
     }
     params = alignedAlloc(total);
+    paramBytes = total;
+    paramOffsets = offsets;
     for (uint64_t off : offsets)
       paramPtr.push_back(params.get() + off);
     if (pp.parameters_size() == 0)
@@ -452,6 +476,72 @@ struct Executor::Impl {
     return true;
   }
 
+  std::unique_ptr<DeviceBlock> deviceAlloc(uint64_t bytes, std::string &err) {
+    auto b = std::make_unique<DeviceBlock>();
+    b->ptr = device->allocate(bytes, err);
+    if (!b->ptr)
+      return nullptr;
+    b->device = device.get();
+    return b;
+  }
+
+  /// The CUDA backend: every kernel must have a device version; the arena,
+  /// parameters and constants go to device memory.
+  bool openDevice(std::string &err) {
+    device = openCudaDevice(err);
+    if (!device)
+      return false;
+    std::vector<std::string> missing;
+    const plan::Program &prog = p().programs(0);
+    for (int i = 0; i < prog.instructions_size(); ++i) {
+      const std::string &k = prog.instructions(i).kernel();
+      const KernelInfo *dk = device->kernel(k);
+      if (!dk) {
+        if (std::find(missing.begin(), missing.end(), k) == missing.end())
+          missing.push_back(k);
+        continue;
+      }
+      kernels[i] = dk;
+    }
+    if (!missing.empty()) {
+      std::string list;
+      for (const std::string &k : missing)
+        list += (list.empty() ? "" : ", ") + k;
+      err = "the plan needs kernel(s) " + list +
+            " that the CUDA backend does not have yet (it has " +
+            std::to_string(device->kernelNames().size()) + " of " +
+            std::to_string(kernelNames().size()) +
+            "); run it with --backend=cpu";
+      return false;
+    }
+    if (!(deviceArena = deviceAlloc(prog.arena_bytes(), err)) ||
+        !(deviceParams = deviceAlloc(paramBytes, err)) ||
+        !device->toDevice(deviceParams->ptr, params.get(), paramBytes, err))
+      return false;
+    for (int i = 0; i < p().constants_size(); ++i) {
+      const std::string &c = p().constants(i);
+      auto b = deviceAlloc(c.size(), err);
+      if (!b || (!c.empty() && !device->toDevice(b->ptr, c.data(), c.size(), err)))
+        return false;
+      deviceConsts.push_back(std::move(b));
+    }
+    // Inputs: one device buffer each, of the plan's size.
+    for (int i = 0; i < p().inputs_size(); ++i) {
+      const plan::Buffer &b = p().buffers(p().inputs(i).buffer());
+      auto d = deviceAlloc(b.bytes(), err);
+      if (!d)
+        return false;
+      deviceInputs.push_back(std::move(d));
+    }
+    return true;
+  }
+
+  /// Device parameters into the host copy.
+  bool pullParams(std::string &err) {
+    return !device ||
+           device->toHost(params.get(), deviceParams->ptr, paramBytes, err);
+  }
+
   /// The index of the f32 master copy of parameter `i`, or -1.
   int masterOf(int i) const {
     const std::string &name = p().parameters(i).name();
@@ -462,6 +552,20 @@ struct Executor::Impl {
   }
 
   void *pointer(const plan::Buffer &b) {
+    if (device) {
+      auto at = [&](void *base) {
+        return static_cast<void *>(static_cast<char *>(base) + b.offset());
+      };
+      switch (b.space()) {
+      case plan::ARENA: return at(deviceArena->ptr);
+      case plan::PARAM:
+        return at(static_cast<char *>(deviceParams->ptr) +
+                  paramOffsets[b.slot()]);
+      case plan::INPUT: return at(deviceInputs[b.slot()]->ptr);
+      case plan::CONST: return at(deviceConsts[b.slot()]->ptr);
+      default: return nullptr;
+      }
+    }
     switch (b.space()) {
     case plan::ARENA: return arena.get() + b.offset();
     case plan::PARAM: return paramPtr[b.slot()] + b.offset();
@@ -503,6 +607,8 @@ std::unique_ptr<Executor> Executor::create(std::shared_ptr<const Plan> plan,
     }
   }
   if (!impl->loadWeights(err))
+    return nullptr;
+  if (options.backend == "cuda" && !impl->openDevice(err))
     return nullptr;
   return std::unique_ptr<Executor>(new Executor(std::move(impl)));
 }
@@ -563,6 +669,14 @@ bool Executor::run(RunStats &stats, std::string &err) {
   impl->bufferPtr.resize(p.buffers_size());
   for (int i = 0; i < p.buffers_size(); ++i)
     impl->bufferPtr[i] = impl->pointer(p.buffers(i));
+  if (impl->device)
+    for (int i = 0; i < p.inputs_size(); ++i) {
+      const HostTensor &t = impl->inputs[i];
+      if (!t.data.empty() &&
+          !impl->device->toDevice(impl->deviceInputs[i]->ptr, t.data.data(),
+                                  t.data.size(), err))
+        return false;
+    }
   stats.arenaPlanned = p.programs(0).arena_bytes();
   stats.arenaHighWater = impl->arenaHighWater;
   auto t0 = std::chrono::steady_clock::now();
@@ -609,6 +723,9 @@ bool Executor::run(RunStats &stats, std::string &err) {
     }
     if (!impl->inflight.empty())
       impl->options.comm->progress();
+    if (impl->device && impl->options.profile &&
+        !impl->device->synchronize(err))
+      return false;
     if (impl->options.profile) {
       double ms = std::chrono::duration<double, std::milli>(
                       std::chrono::steady_clock::now() - k0)
@@ -624,6 +741,10 @@ bool Executor::run(RunStats &stats, std::string &err) {
         entry.flops += 2.0 * static_cast<double>(ctx.out[0].numel()) * k;
       }
     }
+  }
+  if (impl->device && !impl->device->synchronize(err)) {
+    err = "the step failed on " + impl->device->describe() + ": " + err;
+    return false;
   }
   if (impl->stepState.overflow)
     ++impl->skipped;
@@ -648,6 +769,9 @@ bool Executor::output(const std::string &name, HostTensor &out,
     out.dtype = toDType(b.dtype());
     out.shape.assign(b.shape().begin(), b.shape().end());
     out.data.resize(b.bytes());
+    if (b.bytes() && impl->device)
+      return impl->device->toHost(out.data.data(), impl->pointer(b),
+                                  b.bytes(), err);
     if (b.bytes())
       std::memcpy(out.data.data(), impl->pointer(b), b.bytes());
     return true;
@@ -680,6 +804,8 @@ bool Executor::parameter(const std::string &name, HostTensor &out,
     // A 16-bit parameter's value is its f32 master copy's.
     if (int m = impl->masterOf(i); m >= 0)
       i = m;
+    if (!impl->pullParams(err))
+      return false;
     const plan::Parameter &param = p.parameters(i);
     out.dtype = toDType(param.dtype());
     if (!param.sharded()) {
@@ -707,8 +833,21 @@ bool Executor::parameter(const std::string &name, HostTensor &out,
   return false;
 }
 
+bool Executor::commitStorage(std::string &err) {
+  return !impl->device ||
+         impl->device->toDevice(impl->deviceParams->ptr, impl->params.get(),
+                                impl->paramBytes, err);
+}
+
+std::string Executor::deviceName() const {
+  return impl->device ? impl->device->describe() : "cpu";
+}
+
 std::vector<Executor::Storage> Executor::storage() {
   const plan::Plan &p = impl->p();
+  std::string pullError;
+  if (!impl->pullParams(pullError))
+    return {};
   std::vector<Storage> out;
   for (int i = 0; i < p.parameters_size(); ++i) {
     const plan::Parameter &param = p.parameters(i);

@@ -80,6 +80,12 @@ usage: ds-run PLAN [options]
                         and losses are those of the last run
   --seed S              seed of random kernels (dropout); default 0
   --profile             print time per kernel id
+  --list-devices        print the backends usable here (cpu, and cuda when
+                        the CUDA backend is built and a device is visible)
+  --backend=B           auto (default), cpu or cuda: where the plan runs;
+                        auto takes a visible CUDA device when the CUDA
+                        backend has every kernel the plan needs, else the
+                        CPU (with a note saying why)
   --no-progress-bar     a line per step even on a terminal (by default a run
                         of more than 20 steps on a terminal shows a bar with
                         the ETA and a full line every tenth of the run); every
@@ -188,6 +194,7 @@ int run(int argc, char **argv) {
   std::string planPath, outputsPath, logPath;
   std::vector<std::string> inputSpecs;
   bool forwardOnly = false, profile = false, noProgressBar = false;
+  std::string backend = "auto";
   std::string saveDir, resumeDir, consolidateDir, consolidateOut;
   long long saveEvery = 0;
   std::vector<uint64_t> injectOverflow;
@@ -216,6 +223,12 @@ int run(int argc, char **argv) {
     if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
       return 0;
+    } else if (a == "--list-devices") {
+      // The backends this ds-run can use here.
+      std::printf("cpu\n");
+      if (builtWithCuda() && cudaDeviceVisible())
+        std::printf("cuda\n");
+      return 0;
     } else if (a == "--list-kernels") {
       for (const std::string &k : kernelNames())
         std::printf("%s\n", k.c_str());
@@ -226,6 +239,11 @@ int run(int argc, char **argv) {
       profile = true;
     } else if (a == "--no-progress-bar") {
       noProgressBar = true;
+    } else if (flag == "--backend") {
+      if (!value(backend))
+        return fail("--backend needs auto, cpu or cuda");
+      if (backend != "auto" && backend != "cpu" && backend != "cuda")
+        return fail("--backend='" + backend + "' is not one of auto, cpu, cuda");
     } else if (flag == "--inputs") {
       if (!value(v))
         return fail("--inputs needs a file");
@@ -373,9 +391,23 @@ int run(int argc, char **argv) {
   options.injectOverflow = injectOverflow;
   if (!injectOverflow.empty() && !info.lossScaling)
     return fail("--inject-overflow needs an fp16 plan (ds-opt --precision=fp16)");
+  // The backend: auto runs on a visible CUDA device when the CUDA backend
+  // has every kernel the plan needs, else on the CPU.
+  if (backend == "auto")
+    options.backend = builtWithCuda() && cudaDeviceVisible() ? "cuda" : "cpu";
+  else
+    options.backend = backend;
   std::unique_ptr<Executor> exec = Executor::create(plan, options, err);
+  if (!exec && backend == "auto" && options.backend == "cuda") {
+    if (comm->rank() == 0)
+      std::fprintf(stderr, "note: running on the CPU: %s\n", err.c_str());
+    options.backend = "cpu";
+    exec = Executor::create(plan, options, err);
+  }
   if (!exec)
     return fail(err);
+  if (options.backend != "cpu" && comm->rank() == 0)
+    std::printf("device: %s\n", exec->deviceName().c_str());
 
   // Inputs.
   for (const std::string &spec : inputSpecs) {
@@ -587,7 +619,8 @@ int run(int argc, char **argv) {
       bool repartitioned = false;
       std::map<std::string, std::string> extra;
       bool ok = loadCheckpoint(resumeDir, *exec, comm->rank(), info, done,
-                               repartitioned, extra, err);
+                               repartitioned, extra, err) &&
+                exec->commitStorage(err);
       if (ok && info.lossScaling)
         ok = scaler.restore(extra, err);
       if (!comm->allOk(ok)) {

@@ -106,6 +106,11 @@ Footprint footprintOf(const Plan &plan);
 
 class Communicator;
 
+/// Whether this runtime was built with the CUDA backend, and whether a
+/// CUDA device is visible to the process.
+bool builtWithCuda();
+bool cudaDeviceVisible();
+
 struct ExecutorOptions {
   /// The communicator of collective kernels (null: one rank).
   Communicator *comm = nullptr;
@@ -117,6 +122,8 @@ struct ExecutorOptions {
   /// Debug: runs (1-based) whose overflow check first turns one gradient
   /// element into inf (ds-run --inject-overflow).
   std::vector<uint64_t> injectOverflow;
+  /// "cpu" or "cuda": where the arena, parameters and kernels live.
+  std::string backend = "cpu";
 };
 
 struct RunStats {
@@ -164,6 +171,11 @@ public:
     uint64_t bytes = 0;
   };
   std::vector<Storage> storage();
+  /// After writing into storage() (a resumed checkpoint): hands the values
+  /// to the device. Nothing to do on the CPU backend.
+  bool commitStorage(std::string &err);
+  /// The device the plan runs on ("cpu" or its description).
+  std::string deviceName() const;
   /// Runs completed so far (the step counter and the random streams derive
   /// from it); a resumed run sets it to the checkpoint's.
   uint64_t completedRuns() const;

@@ -1,0 +1,49 @@
+//===- Device.h - an accelerator for the executor ---------------*- C++ -*-===//
+//
+// Part of the ds project (runtime: no MLIR or LLVM, no CUDA types).
+//
+// The executor runs a plan on the host (the CPU backend) or on a device:
+// then the arena, parameters, inputs and constants live in device memory,
+// kernels come from the device's registry and run on its stream, and the
+// executor copies inputs in and outputs and storage out.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DS_RUNTIME_DEVICE_H
+#define DS_RUNTIME_DEVICE_H
+
+#include "Cpu/Kernels.h"
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ds::rt {
+
+class Device {
+public:
+  virtual ~Device() = default;
+  /// "cuda:0 (NVIDIA H200, 139 GiB)".
+  virtual std::string describe() const = 0;
+  /// Device memory; null when it cannot be had (`err` says why).
+  virtual void *allocate(size_t bytes, std::string &err) = 0;
+  virtual void release(void *p) = 0;
+  virtual bool toDevice(void *dst, const void *src, size_t bytes,
+                        std::string &err) = 0;
+  virtual bool toHost(void *dst, const void *src, size_t bytes,
+                      std::string &err) = 0;
+  /// Waits for every kernel launched so far; reports an asynchronous error.
+  virtual bool synchronize(std::string &err) = 0;
+  /// The device kernel of a plan's kernel id, or null when it has none.
+  virtual const KernelInfo *kernel(const std::string &name) const = 0;
+  /// Kernel ids this device implements.
+  virtual std::vector<std::string> kernelNames() const = 0;
+};
+
+/// The first visible CUDA device, or null with `err` saying why.
+std::unique_ptr<Device> openCudaDevice(std::string &err);
+
+} // namespace ds::rt
+
+#endif // DS_RUNTIME_DEVICE_H

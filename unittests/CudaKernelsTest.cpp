@@ -1,0 +1,431 @@
+//===- CudaKernelsTest.cpp - every CUDA kernel against its CPU twin -------===//
+//
+// Part of the ds project. For each kernel the CUDA backend has: random
+// inputs, the CPU kernel on the host, the CUDA kernel on the device, the
+// results compared element by element. Tolerances (relative, with an
+// absolute floor of the same size for values near zero): f32 1e-5 for
+// elementwise kernels and 1e-4 for GEMMs and reductions (another
+// summation order), f16 2e-3, bf16 1.6e-2 (their rounding), integers and
+// booleans exact. Without a CUDA device the binary exits 77, which ctest
+// reports as skipped (label gpu).
+//
+//===----------------------------------------------------------------------===//
+
+#include "Device.h"
+
+#include "plan.pb.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+using namespace ds::rt;
+
+namespace {
+
+std::unique_ptr<Device> gDevice;
+
+struct Tensor {
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  std::vector<unsigned char> host;
+  void *device = nullptr;
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape)
+      n *= d;
+    return n;
+  }
+  size_t bytes() const { return numel() * dtypeSize(dtype); }
+  TensorView view(bool onDevice) {
+    TensorView t;
+    t.data = onDevice ? device : host.data();
+    t.dtype = dtype;
+    t.shape = shape;
+    return t;
+  }
+};
+
+/// A tensor of `shape` with values from N(0,1) (positive with `positive`;
+/// small integers for integer types; booleans half true).
+Tensor random(DType t, std::vector<int64_t> shape, uint32_t seed,
+              bool positive = false) {
+  Tensor x;
+  x.dtype = t;
+  x.shape = std::move(shape);
+  x.host.resize(std::max<size_t>(x.bytes(), 1));
+  std::mt19937 g(seed);
+  std::normal_distribution<double> d;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    double v = d(g);
+    if (positive)
+      v = std::fabs(v) + 0.1;
+    if (t == DType::I64 || t == DType::I32)
+      v = std::round(v * 3);
+    if (t == DType::Bool)
+      v = v > 0;
+    storeD(x.host.data(), t, i, v);
+  }
+  return x;
+}
+
+Tensor empty(DType t, std::vector<int64_t> shape) {
+  Tensor x;
+  x.dtype = t;
+  x.shape = std::move(shape);
+  x.host.assign(std::max<size_t>(x.bytes(), 1), 0);
+  return x;
+}
+
+struct Attr {
+  std::string name;
+  int64_t i = 0;
+  double f = 0;
+  std::vector<int64_t> ints;
+  int kind = 0; // 0 int, 1 float, 2 ints, 3 string
+  std::string s;
+};
+
+Attr I(const char *n, int64_t v) { return {n, v, 0, {}, 0, ""}; }
+Attr F(const char *n, double v) { return {n, 0, v, {}, 1, ""}; }
+Attr L(const char *n, std::vector<int64_t> v) { return {n, 0, 0, std::move(v), 2, ""}; }
+Attr S(const char *n, const char *v) { return {n, 0, 0, {}, 3, v}; }
+
+/// Runs `name` on the CPU and on the device; returns the worst relative
+/// error over the outputs (all but a GEMM's workspace).
+double compare(const char *name, std::vector<Tensor> ins,
+               std::vector<Tensor> outs, std::vector<Attr> attrs = {}) {
+  ds::plan::Instruction pi;
+  for (const Attr &a : attrs) {
+    auto *pa = pi.add_attributes();
+    pa->set_name(a.name);
+    if (a.kind == 0)
+      pa->set_i(a.i);
+    else if (a.kind == 1)
+      pa->set_f(a.f);
+    else if (a.kind == 3)
+      pa->set_s(a.s);
+    else
+      for (int64_t v : a.ints)
+        pa->mutable_ints()->add_values(v);
+  }
+  const KernelInfo *cpu = findKernel(name);
+  EXPECT_NE(cpu, nullptr) << name;
+  if (!cpu)
+    return INFINITY;
+  if (!gDevice) {
+    // --cpu-only: the cases themselves (operands, attributes) are valid.
+    KernelContext c{{}, {}, Attrs(&pi), 7, {}, NAN, nullptr};
+    for (Tensor &t : ins)
+      c.in.push_back(t.view(false));
+    for (Tensor &t : outs)
+      c.out.push_back(t.view(false));
+    EXPECT_TRUE(cpu->fn(c)) << name << ": " << c.error;
+    return 0;
+  }
+  const KernelInfo *gpu = gDevice->kernel(name);
+  EXPECT_NE(gpu, nullptr) << name;
+  if (!gpu)
+    return INFINITY;
+  std::string err;
+  std::vector<Tensor> gpuOuts = outs;
+  for (Tensor &t : ins) {
+    t.device = gDevice->allocate(t.host.size(), err);
+    EXPECT_TRUE(gDevice->toDevice(t.device, t.host.data(), t.host.size(), err))
+        << err;
+  }
+  for (Tensor &t : gpuOuts)
+    t.device = gDevice->allocate(t.host.size(), err);
+  KernelContext c{{}, {}, Attrs(&pi), 7, {}, NAN, nullptr};
+  KernelContext g{{}, {}, Attrs(&pi), 7, {}, NAN, nullptr};
+  for (Tensor &t : ins) {
+    c.in.push_back(t.view(false));
+    g.in.push_back(t.view(true));
+  }
+  for (Tensor &t : outs)
+    c.out.push_back(t.view(false));
+  for (Tensor &t : gpuOuts)
+    g.out.push_back(t.view(true));
+  EXPECT_TRUE(cpu->fn(c)) << name << ": " << c.error;
+  EXPECT_TRUE(gpu->fn(g)) << name << ": " << g.error;
+  EXPECT_TRUE(gDevice->synchronize(err)) << name << ": " << err;
+  double worst = 0;
+  bool isGemm = std::string(name) == "matmul" || std::string(name) == "gemm";
+  for (size_t k = 0; k < outs.size() && !(isGemm && k > 0); ++k) {
+    Tensor &want = outs[k], &got = gpuOuts[k];
+    EXPECT_TRUE(gDevice->toHost(got.host.data(), got.device, got.host.size(), err));
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      double a = loadD(want.host.data(), want.dtype, i);
+      double b = loadD(got.host.data(), got.dtype, i);
+      if (std::isnan(a) && std::isnan(b))
+        continue;
+      worst = std::max(worst, std::fabs(a - b) / std::max(1.0, std::fabs(a)));
+    }
+  }
+  for (Tensor &t : ins)
+    gDevice->release(t.device);
+  for (Tensor &t : gpuOuts)
+    gDevice->release(t.device);
+  return worst;
+}
+
+double tol(DType t, bool accumulates) {
+  switch (t) {
+  case DType::F16: return 2e-3;
+  case DType::BF16: return 1.6e-2;
+  case DType::F32: return accumulates ? 1e-4 : 1e-5;
+  default: return 0;
+  }
+}
+
+TEST(Cuda, BinaryBroadcast) {
+  for (const char *op : {"add", "sub", "mul", "div", "max", "min", "pow"})
+    for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+      bool pow = std::string(op) == "pow";
+      EXPECT_LE(compare(op, {random(t, {3, 1, 5}, 1, pow), random(t, {4, 5}, 2)},
+                        {empty(t, {3, 4, 5})}),
+                tol(t, pow))
+          << op << " " << dtypeName(t);
+    }
+  for (const char *op : {"equal", "less", "less_or_equal", "greater",
+                         "greater_or_equal"})
+    EXPECT_EQ(compare(op, {random(DType::I64, {6, 1}, 3), random(DType::I64, {7}, 4)},
+                      {empty(DType::Bool, {6, 7})}),
+              0)
+        << op;
+  for (const char *op : {"and", "or", "xor"})
+    EXPECT_EQ(compare(op, {random(DType::Bool, {5, 5}, 5), random(DType::Bool, {5}, 6)},
+                      {empty(DType::Bool, {5, 5})}),
+              0)
+        << op;
+  EXPECT_EQ(compare("div", {random(DType::I64, {9}, 7), random(DType::I64, {9}, 8, true)},
+                    {empty(DType::I64, {9})}),
+            0);
+}
+
+TEST(Cuda, Unary) {
+  for (const char *op : {"neg", "abs", "exp", "log", "sqrt", "reciprocal",
+                         "erf", "tanh", "relu", "sigmoid"})
+    for (DType t : {DType::F32, DType::BF16}) {
+      bool positive = std::string(op) == "log" || std::string(op) == "sqrt" ||
+                      std::string(op) == "reciprocal";
+      EXPECT_LE(compare(op, {random(t, {257}, 9, positive)}, {empty(t, {257})}),
+                tol(t, false) * 4)
+          << op << " " << dtypeName(t);
+    }
+  EXPECT_EQ(compare("not", {random(DType::Bool, {33}, 10)}, {empty(DType::Bool, {33})}), 0);
+}
+
+TEST(Cuda, CastWhereCopy) {
+  for (DType from : {DType::F32, DType::F16, DType::BF16, DType::I64})
+    for (DType to : {DType::F32, DType::F16, DType::BF16, DType::I64})
+      EXPECT_EQ(compare("cast", {random(from, {4, 9}, 11)}, {empty(to, {4, 9})}), 0)
+          << dtypeName(from) << " -> " << dtypeName(to);
+  EXPECT_EQ(compare("where", {random(DType::Bool, {4, 1}, 12), random(DType::F32, {4, 6}, 13),
+                              random(DType::F32, {6}, 14)},
+                    {empty(DType::F32, {4, 6})}),
+            0);
+  EXPECT_EQ(compare("reshape", {random(DType::F32, {4, 6}, 15)}, {empty(DType::F32, {24})}), 0);
+  EXPECT_EQ(compare("copy", {random(DType::BF16, {4, 6}, 16)}, {empty(DType::BF16, {4, 6})}), 0);
+  EXPECT_EQ(compare("transpose", {random(DType::F32, {2, 3, 4, 5}, 17)},
+                    {empty(DType::F32, {2, 4, 3, 5})}, {L("perm", {0, 2, 1, 3})}),
+            0);
+}
+
+TEST(Cuda, MatMul) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+    auto ws = [&](int64_t n) { return empty(DType::F32, {n}); };
+    // A shared right operand, equal batches, broadcast batches, transposes.
+    EXPECT_LE(compare("matmul", {random(t, {2, 3, 4, 5}, 20), random(t, {5, 6}, 21)},
+                      {empty(t, {2, 3, 4, 6}), ws(1024)}),
+              tol(t, true));
+    EXPECT_LE(compare("matmul", {random(t, {2, 3, 4, 5}, 22), random(t, {2, 3, 5, 6}, 23)},
+                      {empty(t, {2, 3, 4, 6}), ws(1024)}),
+              tol(t, true));
+    EXPECT_LE(compare("matmul", {random(t, {2, 1, 4, 5}, 24), random(t, {3, 5, 6}, 25)},
+                      {empty(t, {2, 3, 4, 6}), ws(1024)}),
+              tol(t, true));
+    EXPECT_LE(compare("matmul", {random(t, {3, 5, 4}, 26), random(t, {3, 6, 5}, 27)},
+                      {empty(t, {3, 4, 6}), ws(1024)}, {I("trans_a", 1), I("trans_b", 1)}),
+              tol(t, true));
+    EXPECT_LE(compare("gemm", {random(t, {5, 4}, 28), random(t, {6, 5}, 29), random(t, {6}, 30)},
+                      {empty(t, {4, 6}), ws(1024)},
+                      {I("trans_a", 1), I("trans_b", 1), F("alpha", 0.5), F("beta", 2.0)}),
+              tol(t, true));
+  }
+}
+
+TEST(Cuda, Reductions) {
+  for (const char *op : {"reduce_sum", "reduce_mean", "reduce_max"})
+    for (DType t : {DType::F32, DType::BF16}) {
+      EXPECT_LE(compare(op, {random(t, {3, 4, 5}, 31)}, {empty(t, {4})}, {L("axes", {0, 2})}),
+                tol(t, true))
+          << op;
+      EXPECT_LE(compare(op, {random(t, {3, 4, 5}, 32)}, {empty(t, {3, 5})}, {L("axes", {1})}),
+                tol(t, true))
+          << op;
+    }
+  for (const char *op : {"softmax", "log_softmax"})
+    for (int64_t axis : {0, 2})
+      EXPECT_LE(compare(op, {random(DType::F32, {3, 4, 5}, 33)}, {empty(DType::F32, {3, 4, 5})},
+                        {I("axis", axis)}),
+                1e-5)
+          << op << " axis " << axis;
+}
+
+Tensor ints(DType t, std::vector<int64_t> shape, std::vector<int64_t> v) {
+  Tensor x = empty(t, std::move(shape));
+  for (size_t i = 0; i < v.size(); ++i)
+    storeI(x.host.data(), t, static_cast<int64_t>(i), v[i]);
+  return x;
+}
+
+Tensor scalarF(double v) {
+  Tensor x = empty(DType::F32, {});
+  storeD(x.host.data(), DType::F32, 0, v);
+  return x;
+}
+
+TEST(Cuda, Movement) {
+  for (DType t : {DType::F32, DType::BF16}) {
+    EXPECT_EQ(compare("gather", {random(t, {7, 4}, 40), ints(DType::I64, {2, 3}, {0, 6, -1, 3, 3, 2})},
+                      {empty(t, {2, 3, 4})}),
+              0);
+    EXPECT_EQ(compare("gather", {random(t, {2, 7, 3}, 41), ints(DType::I64, {2}, {5, 1})},
+                      {empty(t, {2, 2, 3})}, {I("axis", 1)}),
+              0);
+    EXPECT_LE(compare("gather_grad", {random(t, {2, 3, 4}, 42), ints(DType::I64, {2, 3}, {0, 6, -1, 3, 3, 2})},
+                      {empty(t, {7, 4})}),
+              tol(t, true));
+    EXPECT_EQ(compare("expand", {random(t, {3, 1}, 43)}, {empty(t, {2, 3, 4})}), 0);
+    EXPECT_EQ(compare("concat", {random(t, {2, 3}, 44), random(t, {2, 5}, 45)},
+                      {empty(t, {2, 8})}, {I("axis", 1)}),
+              0);
+    EXPECT_EQ(compare("split", {random(t, {4, 6}, 46)}, {empty(t, {1, 6}), empty(t, {3, 6})},
+                      {I("axis", 0)}),
+              0);
+    EXPECT_EQ(compare("slice", {random(t, {5, 6}, 47)}, {empty(t, {2, 3})},
+                      {L("starts", {1, 0}), L("steps", {2, 2})}),
+              0);
+    EXPECT_EQ(compare("slice_grad", {random(t, {2, 3}, 48)}, {empty(t, {5, 6})},
+                      {L("starts", {1, 0}), L("steps", {2, 2})}),
+              0);
+    EXPECT_EQ(compare("trilu", {random(t, {2, 4, 4}, 49)}, {empty(t, {2, 4, 4})},
+                      {I("upper", 0), I("k", 1)}),
+              0);
+  }
+  EXPECT_EQ(compare("range", {ints(DType::I64, {}, {3}), ints(DType::I64, {}, {20}),
+                              ints(DType::I64, {}, {2})},
+                    {empty(DType::I64, {9})}),
+            0);
+  EXPECT_EQ(compare("shard", {random(DType::F32, {8}, 50)}, {empty(DType::F32, {8})}), 0);
+}
+
+TEST(Cuda, NormsLossesDropout) {
+  for (DType t : {DType::F32, DType::BF16}) {
+    EXPECT_LE(compare("layer_norm", {random(t, {6, 10}, 60), random(t, {10}, 61), random(t, {10}, 62)},
+                      {empty(t, {6, 10})}, {I("axis", 1), F("epsilon", 1e-5)}),
+              tol(t, true));
+    EXPECT_LE(compare("layer_norm_grad", {random(t, {6, 10}, 63), random(t, {6, 10}, 64), random(t, {10}, 65)},
+                      {empty(t, {6, 10}), empty(t, {10}), empty(t, {10})},
+                      {I("axis", 1), F("epsilon", 1e-5)}),
+              tol(t, true));
+    for (int64_t log : {0, 1})
+      EXPECT_LE(compare("softmax_grad", {random(t, {4, 7}, 66), random(t, {4, 7}, 67)},
+                        {empty(t, {4, 7})}, {I("axis", 1), I("log", log)}),
+                tol(t, true));
+  }
+  Tensor labels = ints(DType::I64, {4, 3}, {0, 4, 2, 1, 3, 3, 0, 2, 4, 1, 1, 0});
+  EXPECT_LE(compare("softmax_cross_entropy_loss", {random(DType::F32, {4, 5, 3}, 68), labels},
+                    {empty(DType::F32, {}), empty(DType::F32, {4, 5, 3})}),
+            1e-5);
+  EXPECT_LE(compare("nll_loss", {random(DType::F32, {4, 5, 3}, 69), labels},
+                    {empty(DType::F32, {})}),
+            1e-5);
+  EXPECT_LE(compare("loss_grad", {scalarF(1.0), random(DType::F32, {4, 5, 3}, 70), labels},
+                    {empty(DType::F32, {4, 5, 3})}),
+            1e-5);
+  EXPECT_EQ(compare("dropout", {random(DType::F32, {1000}, 71)},
+                    {empty(DType::F32, {1000}), empty(DType::Bool, {1000})},
+                    {I("training", 1), F("ratio", 0.3), I("seed", 1234)}),
+            0);
+}
+
+TEST(Cuda, Optimizers) {
+  auto f = [](uint32_t seed) { return random(DType::F32, {300}, seed, true); };
+  Tensor step = ints(DType::I64, {}, {3});
+  EXPECT_LE(compare("adam", {f(80), f(81), f(82), f(83), step},
+                    {empty(DType::F32, {300}), empty(DType::F32, {300}), empty(DType::F32, {300})},
+                    {F("lr", 1e-2), F("weight_decay", 0.1), I("decoupled", 1)}),
+            1e-5);
+  EXPECT_LE(compare("adam", {f(84), f(85), f(86), f(87), step},
+                    {empty(DType::F32, {300}), empty(DType::F32, {300}), empty(DType::F32, {300})},
+                    {F("lr", 1e-2), F("weight_decay", 0.1), I("lamb", 1)}),
+            1e-5);
+  EXPECT_LE(compare("sgd", {f(88), f(89), f(90), step},
+                    {empty(DType::F32, {300}), empty(DType::F32, {300})},
+                    {F("lr", 0.1), F("momentum", 0.9), F("dampening", 0.1)}),
+            1e-5);
+  EXPECT_LE(compare("onnx_update", {scalarF(0.1), ints(DType::I64, {}, {2}), f(91), f(92), f(93), f(94)},
+                    {empty(DType::F32, {300}), empty(DType::F32, {300}), empty(DType::F32, {300})},
+                    {S("kind", "adam"), F("epsilon", 1e-6)}),
+            1e-5);
+}
+
+TEST(Cuda, OneRankCollectives) {
+  // Without a communicator each collective is its rank's copy.
+  EXPECT_EQ(compare("all_reduce", {random(DType::F32, {9}, 95)}, {empty(DType::F32, {9})}), 0);
+  EXPECT_EQ(compare("all_gather", {random(DType::BF16, {9}, 96)}, {empty(DType::BF16, {9})}), 0);
+  EXPECT_EQ(compare("reduce_scatter", {random(DType::F32, {9}, 97)}, {empty(DType::F32, {9})}), 0);
+  EXPECT_EQ(compare("check_overflow", {random(DType::F32, {9}, 98)}, {empty(DType::F32, {})}), 0);
+  EXPECT_EQ(compare("wait", {random(DType::F32, {9}, 99)}, {}), 0);
+}
+
+TEST(Cuda, EveryKernelTested) {
+  // The kernels above, so that a new CUDA kernel needs a test here.
+  std::vector<std::string> tested = {
+      "add", "sub", "mul", "div", "pow", "max", "min", "equal", "less",
+      "less_or_equal", "greater", "greater_or_equal", "and", "or", "xor",
+      "neg", "abs", "exp", "log", "sqrt", "reciprocal", "erf", "tanh",
+      "relu", "sigmoid", "not", "cast", "where", "matmul", "gemm",
+      "transpose", "reshape", "copy", "reduce_sum", "reduce_mean",
+      "reduce_max", "softmax", "log_softmax", "gather", "gather_grad",
+      "expand", "concat", "split", "slice", "slice_grad", "trilu", "range",
+      "shard", "layer_norm", "layer_norm_grad", "softmax_grad",
+      "softmax_cross_entropy_loss", "nll_loss", "loss_grad", "dropout",
+      "adam", "sgd", "onnx_update", "all_reduce", "all_gather",
+      "reduce_scatter", "check_overflow", "wait"};
+  for (const std::string &k : kernelNames())
+    EXPECT_NE(std::find(tested.begin(), tested.end(), k), tested.end())
+        << "kernel '" << k << "' has no CUDA test";
+  if (gDevice)
+    EXPECT_EQ(gDevice->kernelNames().size(), kernelNames().size())
+        << "every CPU kernel has a CUDA twin";
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  bool cpuOnly = argc > 1 && std::string(argv[1]) == "--cpu-only";
+  if (cpuOnly) {
+    // The cases on the CPU kernels alone: runnable on any machine.
+    std::printf("--cpu-only: checking the cases on the CPU kernels\n");
+    ::testing::InitGoogleTest(&argc, argv);
+    return RUN_ALL_TESTS();
+  }
+  if (!builtWithCuda() || !cudaDeviceVisible()) {
+    std::printf("no CUDA device visible: the CUDA kernel tests are skipped\n");
+    return 77;
+  }
+  std::string err;
+  gDevice = openCudaDevice(err);
+  if (!gDevice) {
+    std::printf("cannot open the CUDA device: %s\n", err.c_str());
+    return 1;
+  }
+  std::printf("device: %s\n", gDevice->describe().c_str());
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
