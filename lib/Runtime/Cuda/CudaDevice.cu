@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 
 namespace ds::rt {
@@ -677,9 +678,19 @@ std::unique_ptr<Device> openCudaDevice(std::string &err) {
           "); use --backend=cpu";
     return nullptr;
   }
+  // Ranks on one node take devices in turn: the launcher's local rank
+  // (Open MPI, MVAPICH, Slurm, torchrun) modulo the visible devices.
+  int local = 0;
+  for (const char *var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK",
+                          "SLURM_LOCALID", "LOCAL_RANK"})
+    if (const char *v = std::getenv(var)) {
+      local = std::atoi(v);
+      break;
+    }
   auto d = std::make_unique<CudaDevice>();
-  if (cudaSetDevice(0) != cudaSuccess ||
-      cudaGetDeviceProperties(&d->prop, 0) != cudaSuccess ||
+  d->index = local % n;
+  if (cudaSetDevice(d->index) != cudaSuccess ||
+      cudaGetDeviceProperties(&d->prop, d->index) != cudaSuccess ||
       (!gStream && cudaStreamCreateWithFlags(&gStream, cudaStreamNonBlocking) !=
                        cudaSuccess)) {
     err = "cannot initialize CUDA device 0";
