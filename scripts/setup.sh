@@ -6,7 +6,7 @@ set -euo pipefail
 
 PKGS=(
   # compiler toolchain and build tools
-  clang-22 lld-22 llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
+  clang-22 lld-22 llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools libclang-rt-22-dev
   cmake ninja-build ccache git libgtest-dev zlib1g-dev g++
   # model format
   libonnx-dev libonnx-testdata protobuf-compiler libprotobuf-dev

@@ -10,6 +10,8 @@
 #include "ds/Support/PlanFormat.h"
 
 #include <cinttypes>
+#include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -347,6 +349,11 @@ bool saveCheckpoint(const std::string &dir, Executor &exec, Communicator &comm,
       record[2] = fnv1a64(bytes.data(), bytes.size());
     }
   }
+  // Fault injection for the tests (docs/reliability.md): die with the
+  // shard written and the manifest not.
+  if (const char *fault = std::getenv("DS_FAULT");
+      fault && std::string(fault) == "kill-in-save")
+    std::raise(SIGKILL);
   // Rank 0 writes the manifest once every shard is on disk, then `latest`.
   std::vector<uint64_t> all(3 * comm.size());
   std::string why;

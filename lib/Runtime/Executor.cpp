@@ -536,6 +536,69 @@ struct Executor::Impl {
     return true;
   }
 
+  uint64_t lastRunSeed = 0;
+  /// The instruction that computes this rank's loss (-1: none).
+  int lossInstruction = -1;
+
+  bool runInstructions(int from, int to, uint64_t runSeed, bool scan,
+                       RunStats &stats, std::string &err);
+
+  /// Whether the loss (a scalar float result) is NaN or infinite.
+  bool lossIsBad(const TensorView &loss, bool &bad, std::string &err) {
+    unsigned char v[8] = {};
+    size_t bytes = dtypeSize(loss.dtype);
+    if (device) {
+      if (!device->toHost(v, loss.data, bytes, err))
+        return false;
+    } else {
+      std::memcpy(v, loss.data, bytes);
+    }
+    bad = !std::isfinite(loadD(v, loss.dtype, 0));
+    return true;
+  }
+
+  /// The first NaN or infinity among instruction i's float results.
+  bool firstNonFinite(int i, const KernelContext &ctx, std::string &found,
+                      std::string &err) {
+    const plan::Instruction &ins = p().programs(0).instructions(i);
+    for (size_t o = 0; o < ctx.out.size() && found.empty(); ++o) {
+      const TensorView &t = ctx.out[o];
+      if (!isFloat(t.dtype))
+        continue;
+      std::vector<unsigned char> host;
+      const void *data = t.data;
+      if (device) {
+        host.resize(t.numel() * dtypeSize(t.dtype));
+        if (!host.empty() && !device->toHost(host.data(), t.data, host.size(), err))
+          return false;
+        data = host.data();
+      }
+      for (int64_t e = 0; e < t.numel(); ++e) {
+        double v = loadD(data, t.dtype, e);
+        if (std::isfinite(v))
+          continue;
+        HostTensor spec;
+        spec.shape = t.shape;
+        found = "instruction " + std::to_string(i) + " (" + ins.kernel() +
+                (ins.location().empty() ? "" : ", node '" + ins.location() + "'") +
+                "): result " + std::to_string(o) + " of shape " +
+                spec.shapeString() + " holds " + (std::isnan(v) ? "NaN" : "inf") +
+                " at element " + std::to_string(e);
+        break;
+      }
+    }
+    return true;
+  }
+
+  /// Finishes every collective in flight (a run stopped early).
+  bool drain(std::string &err) {
+    for (auto &[key, handle] : inflight)
+      if (!device && options.comm && !options.comm->finish(handle, err))
+        return false;
+    inflight.clear();
+    return !device || device->synchronize(err);
+  }
+
   /// Device parameters into the host copy.
   bool pullParams(std::string &err) {
     return !device ||
@@ -606,6 +669,28 @@ std::unique_ptr<Executor> Executor::create(std::shared_ptr<const Plan> plan,
             std::max<uint64_t>(impl->arenaHighWater, b.offset() + b.bytes());
     }
   }
+  // The instruction that writes the loss: the loss output's writer, or
+  // under data parallelism the writer of what its all-reduce averages.
+  if (!p.loss().empty())
+    for (const plan::Value &v : p.outputs()) {
+      if (v.name() != p.loss())
+        continue;
+      uint32_t id = v.buffer();
+      for (int pass = 0; pass < 2; ++pass) {
+        int writer = -1;
+        for (int i = 0; i < p.programs(0).instructions_size(); ++i)
+          for (uint32_t o : p.programs(0).instructions(i).outputs())
+            if (o == id)
+              writer = i;
+        if (writer < 0)
+          break;
+        const plan::Instruction &w = p.programs(0).instructions(writer);
+        impl->lossInstruction = writer;
+        if (w.kernel() != "all_reduce" || w.inputs_size() != 1)
+          break;
+        id = w.inputs(0);
+      }
+    }
   if (!impl->loadWeights(err))
     return nullptr;
   if (options.backend == "cuda" && !impl->openDevice(err))
@@ -683,11 +768,63 @@ bool Executor::run(RunStats &stats, std::string &err) {
   const plan::Program &prog = p.programs(0);
   uint64_t runSeed = fnv1a64(&impl->runs, sizeof(impl->runs),
                              0xcbf29ce484222325ULL ^ impl->options.seed);
+  impl->lastRunSeed = runSeed;
   ++impl->runs;
   impl->stepState = {};
   for (uint64_t r : impl->options.injectOverflow)
     impl->stepState.inject |= r == impl->runs;
-  for (int i = 0; i < prog.instructions_size(); ++i) {
+  stats.nanLoss = false;
+  stats.firstNan.clear();
+  if (!impl->runInstructions(0, prog.instructions_size(), runSeed, false,
+                             stats, err))
+    return false;
+  if (stats.nanLoss) {
+    // Stopped before any update: drain what is in flight; the run counts
+    // as skipped (the optimizer's step counter does not move).
+    if (!impl->drain(err))
+      return false;
+    ++impl->skipped;
+    stats.milliseconds = std::chrono::duration<double, std::milli>(
+                             std::chrono::steady_clock::now() - t0)
+                             .count();
+    return true;
+  }
+  if (impl->device && !impl->device->synchronize(err)) {
+    err = "the step failed on " + impl->device->describe() + ": " + err;
+    return false;
+  }
+  if (impl->stepState.overflow)
+    ++impl->skipped;
+  if (!impl->inflight.empty()) {
+    err = "the plan started " + std::to_string(impl->inflight.size()) +
+          " collective(s) it never waited for";
+    return false;
+  }
+  stats.milliseconds = std::chrono::duration<double, std::milli>(
+                           std::chrono::steady_clock::now() - t0)
+                           .count();
+  return true;
+}
+
+bool Executor::scanForNan(RunStats &stats, std::string &err) {
+  stats.firstNan.clear();
+  int end = impl->lossInstruction >= 0 ? impl->lossInstruction + 1
+                                       : impl->p().programs(0).instructions_size();
+  bool guard = impl->options.nanGuard;
+  impl->options.nanGuard = false;
+  bool ok = impl->runInstructions(0, end, impl->lastRunSeed, true, stats, err) &&
+            impl->drain(err);
+  impl->options.nanGuard = guard;
+  return ok;
+}
+
+bool Executor::Impl::runInstructions(int from, int to, uint64_t runSeed,
+                                     bool scan, RunStats &stats,
+                                     std::string &err) {
+  const plan::Plan &p = this->p();
+  const plan::Program &prog = p.programs(0);
+  Impl *impl = this;
+  for (int i = from; i < to; ++i) {
     const plan::Instruction &ins = prog.instructions(i);
     const KernelInfo *k = impl->kernels[i];
     KernelContext ctx{{}, {}, Attrs(&ins), 0, {}, NAN, nullptr};
@@ -741,21 +878,25 @@ bool Executor::run(RunStats &stats, std::string &err) {
         entry.flops += 2.0 * static_cast<double>(ctx.out[0].numel()) * k;
       }
     }
+    // Scanning goes on to the end (other ranks run the same collectives).
+    if (scan && stats.firstNan.empty() &&
+        !firstNonFinite(i, ctx, stats.firstNan, err))
+      return false;
+    if (i == lossInstruction && options.nanGuard) {
+      // Every rank checks its local loss; all stop if one is not finite.
+      bool bad = false;
+      if (!lossIsBad(ctx.out[0], bad, err))
+        return false;
+      float flag = bad ? 1.0f : 0.0f;
+      if (options.comm && options.comm->size() > 1 &&
+          !options.comm->allReduce(&flag, 1, DType::F32, false, err))
+        return false;
+      if (flag > 0.0f) {
+        stats.nanLoss = true;
+        return true;
+      }
+    }
   }
-  if (impl->device && !impl->device->synchronize(err)) {
-    err = "the step failed on " + impl->device->describe() + ": " + err;
-    return false;
-  }
-  if (impl->stepState.overflow)
-    ++impl->skipped;
-  if (!impl->inflight.empty()) {
-    err = "the plan started " + std::to_string(impl->inflight.size()) +
-          " collective(s) it never waited for";
-    return false;
-  }
-  stats.milliseconds = std::chrono::duration<double, std::milli>(
-                           std::chrono::steady_clock::now() - t0)
-                           .count();
   return true;
 }
 

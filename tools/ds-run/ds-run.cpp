@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
@@ -86,6 +87,13 @@ usage: ds-run PLAN [options]
                         auto takes a visible CUDA device when the CUDA
                         backend has every kernel the plan needs, else the
                         CPU (with a note saying why)
+  --on-nan=M            when a step's loss is NaN or infinite (checked as
+                        soon as the forward pass computes it, agreed over
+                        ranks, before any update): stop (default: exit 1
+                        naming the step and the first kernel result that is
+                        not finite, found by running the forward pass again),
+                        skip (the step changes nothing and is counted as
+                        skipped) or continue (no check)
   --no-progress-bar     a line per step even on a terminal (by default a run
                         of more than 20 steps on a terminal shows a bar with
                         the ETA and a full line every tenth of the run); every
@@ -195,6 +203,7 @@ int run(int argc, char **argv) {
   std::vector<std::string> inputSpecs;
   bool forwardOnly = false, profile = false, noProgressBar = false;
   std::string backend = "auto";
+  std::string onNan = "stop";
   std::string saveDir, resumeDir, consolidateDir, consolidateOut;
   long long saveEvery = 0;
   std::vector<uint64_t> injectOverflow;
@@ -239,6 +248,11 @@ int run(int argc, char **argv) {
       profile = true;
     } else if (a == "--no-progress-bar") {
       noProgressBar = true;
+    } else if (flag == "--on-nan") {
+      if (!value(onNan))
+        return fail("--on-nan needs stop, skip or continue");
+      if (onNan != "stop" && onNan != "skip" && onNan != "continue")
+        return fail("--on-nan='" + onNan + "' is not one of stop, skip, continue");
     } else if (flag == "--backend") {
       if (!value(backend))
         return fail("--backend needs auto, cpu or cuda");
@@ -389,6 +403,7 @@ int run(int argc, char **argv) {
   options.lr = lrOverride;
   options.comm = comm.get();
   options.injectOverflow = injectOverflow;
+  options.nanGuard = trainingPlan && onNan != "continue";
   if (!injectOverflow.empty() && !info.lossScaling)
     return fail("--inject-overflow needs an fp16 plan (ds-opt --precision=fp16)");
   // The backend: auto runs on a visible CUDA device when the CUDA backend
@@ -583,6 +598,10 @@ int run(int argc, char **argv) {
     double firstLoss = NAN, lastLoss = NAN, totalMs = 0;
     long long stepsDone = 0;
     int64_t accum = std::max<int64_t>(1, info.accumSteps);
+    if (onNan == "skip" && accum > 1)
+      return fail("--on-nan=skip with gradient accumulation is not supported "
+                  "yet (a skipped micro-batch would leave the accumulated "
+                  "gradient partial); use --on-nan=stop");
     // What this rank holds and hands to collectives, measured, against
     // the plan's figures.
     Footprint planned = footprintOf(*plan);
@@ -647,6 +666,7 @@ int run(int argc, char **argv) {
     bool progressBar = isatty(STDOUT_FILENO) && !noProgressBar &&
                        steps - firstStep + 1 > 20;
     for (long long s = firstStep; s <= steps; ++s) {
+     bool nanStep = false;
      double lossSum = 0, msSum = 0;
      uint64_t comm0 = comm->collectiveBytes;
      uint64_t highWater = 0;
@@ -710,10 +730,39 @@ int run(int argc, char **argv) {
         if (!exec->setInput("ds.loss_scale", std::move(scaleIn), err))
           return fail(err);
       }
+      // Fault injection for the tests (docs/reliability.md): rank
+      // DS_FAULT_RANK (default 1) dies as step K starts, while the others
+      // are inside it.
+      if (const char *fault = std::getenv("DS_FAULT");
+          fault && std::strncmp(fault, "kill-at-step:", 13) == 0 &&
+          std::atoll(fault + 13) == s &&
+          comm->rank() == (std::getenv("DS_FAULT_RANK")
+                               ? std::atoi(std::getenv("DS_FAULT_RANK"))
+                               : 1))
+        std::raise(SIGKILL);
       if (!exec->run(stats, err)) {
         if (log)
           std::fclose(log);
         return fail("step " + std::to_string(s) + ": " + err);
+      }
+      if (stats.nanLoss) {
+        // The loss is not finite: nothing was updated.
+        if (onNan == "skip") {
+          if (lead)
+            std::printf("step %lld/%lld | loss is not finite: step skipped "
+                        "(no update)\n", s, steps);
+          nanStep = true;
+          break;
+        }
+        std::string where;
+        if (!exec->scanForNan(stats, err))
+          return fail("step " + std::to_string(s) + ": " + err);
+        return fail("step " + std::to_string(s) +
+                    ": the loss is not finite (--on-nan=stop); " +
+                    (stats.firstNan.empty()
+                         ? std::string("on this rank every forward result is "
+                                       "finite (another rank's is not)")
+                         : "the first non-finite result: " + stats.firstNan));
       }
       HostTensor l;
       double microLoss = NAN;
@@ -727,6 +776,8 @@ int run(int argc, char **argv) {
       msSum += stats.milliseconds;
       highWater = std::max<uint64_t>(highWater, stats.arenaHighWater);
      }
+     if (nanStep)
+       continue;
       stepComm = comm->collectiveBytes - comm0;
       if (stepComm > plannedComm)
         return fail("step " + std::to_string(s) + " handed " +

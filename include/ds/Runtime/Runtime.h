@@ -124,6 +124,10 @@ struct ExecutorOptions {
   std::vector<uint64_t> injectOverflow;
   /// "cpu" or "cuda": where the arena, parameters and kernels live.
   std::string backend = "cpu";
+  /// Check the loss as soon as the forward pass has computed it (agreed
+  /// over ranks) and stop the run before any update when it is not finite
+  /// (ds-run --on-nan).
+  bool nanGuard = false;
 };
 
 struct RunStats {
@@ -138,6 +142,14 @@ struct RunStats {
     double flops = 0;
   };
   std::map<std::string, KernelTime> kernelTimes;
+  /// With ExecutorOptions::nanGuard: the run stopped once the loss was
+  /// computed because it is NaN or infinite on some rank; no parameter or
+  /// state changed (the optimizer kernels come later).
+  bool nanLoss = false;
+  /// With scanForNan: the first kernel whose result holds a NaN or an
+  /// infinity ("instruction 12 (matmul, node '/h.0/...'): result 0 of 4x64
+  /// holds NaN at element 3"), empty when none did.
+  std::string firstNan;
 };
 
 /// Runs a plan: owns the arena (allocated once at the planned size), the
@@ -152,6 +164,11 @@ public:
   bool setInput(const std::string &name, HostTensor tensor, std::string &err);
   /// Runs the forward program once.
   bool run(RunStats &stats, std::string &err);
+  /// Runs the forward pass of the last run again, as it was (same inputs,
+  /// same random draws), checking each kernel's results for NaN and
+  /// infinity; the first found goes to stats.firstNan. For a run that
+  /// nanGuard stopped: the parameters are those it read.
+  bool scanForNan(RunStats &stats, std::string &err);
   /// A copy of graph output `name` after run().
   bool output(const std::string &name, HostTensor &out, std::string &err) const;
   std::vector<std::string> inputNames() const;
