@@ -8,9 +8,12 @@
 #include "FuzzFile.h"
 #include "ds/Runtime/Runtime.h"
 
+#include <google/protobuf/stubs/logging.h>
+
 #include <map>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  google::protobuf::SetLogHandler(nullptr); // errors come back as values
   std::string path = fuzzFile(data, size, ".data");
   std::string err, name;
   std::map<std::string, ds::rt::HostTensor> arrays;

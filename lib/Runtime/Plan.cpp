@@ -19,6 +19,18 @@ DType toDType(plan::DType t) { return static_cast<DType>(static_cast<int>(t)); }
 
 static bool validDType(int t) { return t >= 1 && t <= 6; }
 
+/// `n * d` when it stays below 2^56 (no tensor is that large); false
+/// otherwise, so a crafted shape cannot overflow a size.
+static bool mulSize(uint64_t &n, int64_t d) {
+  constexpr uint64_t kLimit = uint64_t(1) << 56;
+  if (d < 0)
+    return false;
+  if (d != 0 && n > kLimit / static_cast<uint64_t>(d))
+    return false;
+  n *= static_cast<uint64_t>(d);
+  return true;
+}
+
 static bool checkPlan(const plan::Plan &p, std::string &err) {
   auto fail = [&](const std::string &m) {
     err = "inconsistent plan: " + m;
@@ -33,20 +45,19 @@ static bool checkPlan(const plan::Plan &p, std::string &err) {
     if (!validDType(param.dtype()))
       return fail("parameter '" + param.name() + "' has no valid dtype");
     uint64_t n = dtypeSize(toDType(param.dtype()));
-    for (int64_t d : param.shape()) {
-      if (d < 0)
-        return fail("parameter '" + param.name() + "' has a negative dimension");
-      n *= static_cast<uint64_t>(d);
-    }
+    for (int64_t d : param.shape())
+      if (!mulSize(n, d))
+        return fail("parameter '" + param.name() +
+                    "' has a negative or too large dimension");
     if (param.sharded()) {
       // Shard size S = ceil(numel / world) of the whole tensor.
-      int64_t whole = 1, world = std::max<int64_t>(1, p.world_size());
-      for (int64_t d : param.full_shape()) {
-        if (d < 0 || d > (int64_t(1) << 40))
+      uint64_t wholeN = 1;
+      int64_t world = std::max<int64_t>(1, p.world_size());
+      for (int64_t d : param.full_shape())
+        if (!mulSize(wholeN, d))
           return fail("parameter '" + param.name() +
                       "' has an invalid whole shape");
-        whole *= d;
-      }
+      int64_t whole = static_cast<int64_t>(wholeN);
       if (param.shape_size() != 1 || param.shape(0) != (whole + world - 1) / world)
         return fail("parameter '" + param.name() + "' is not a shard of " +
                     std::to_string(whole) + " elements over " +
@@ -82,9 +93,8 @@ static bool checkPlan(const plan::Plan &p, std::string &err) {
       return fail(id + " has no valid dtype");
     uint64_t n = dtypeSize(toDType(b.dtype()));
     for (int64_t d : b.shape()) {
-      if (d < 0 || d > (int64_t(1) << 40))
+      if (!mulSize(n, d))
         return fail(id + " has an invalid dimension");
-      n *= static_cast<uint64_t>(d);
     }
     if (n != b.bytes())
       return fail(id + " holds " + std::to_string(b.bytes()) +

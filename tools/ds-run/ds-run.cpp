@@ -12,6 +12,8 @@
 #include "ds/Runtime/Runtime.h"
 #include "ds/Runtime/Schedule.h"
 
+#include <google/protobuf/stubs/logging.h>
+
 #include <algorithm>
 #include <cmath>
 #include <csignal>
@@ -193,6 +195,9 @@ std::string clockText(double seconds) {
 }
 
 int main(int argc, char **argv) {
+  // Malformed plans and models are reported by ds-run in one line each;
+  // protobuf's own log lines would repeat them.
+  google::protobuf::SetLogHandler(nullptr);
   int rc = run(argc, argv);
   comm.reset(); // MPI_Finalize
   return rc;
