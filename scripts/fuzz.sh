@@ -10,7 +10,7 @@
 #
 # Builds build-fuzz/ (clang-22, -fsanitize=fuzzer,address,undefined), then
 # runs each target for SECONDS_EACH from fuzz/corpus/<target> (new inputs
-# that widen coverage are added to it). A crash, leak, hang (>10 s) or UBSan
+# that widen coverage go to build-fuzz/corpus-<target>). A crash, leak, hang (>10 s) or UBSan
 # report stops the target and leaves the input in fuzz/artifacts/; the
 # summary line per target gives executions and coverage. Two targets run at
 # a time.
@@ -21,10 +21,11 @@ shift || true
 TARGETS=("$@")
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=(onnx plan config npz)
 B="$ROOT/build-fuzz"
-SAN="-fsanitize=address,undefined,fuzzer-no-link -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g -O1"
+SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g -O1"
 if [ ! -f "$B/build.ninja" ]; then
   cmake -G Ninja -S "$ROOT" -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DDS_ENABLE_CUDA=OFF -DCMAKE_C_FLAGS="$SAN" -DCMAKE_CXX_FLAGS="$SAN" \
+    -DDS_ENABLE_CUDA=OFF -DDS_FUZZ_COVERAGE=ON \
+    -DCMAKE_C_FLAGS="$SAN" -DCMAKE_CXX_FLAGS="$SAN" \
     -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" > "$B.cmake.log"
 fi
 ninja -C "$B" $(printf 'ds-fuzz-%s ' "${TARGETS[@]}")
@@ -33,7 +34,10 @@ export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 run() {
   local t="$1"
-  "$B/bin/ds-fuzz-$t" "$ROOT/fuzz/corpus/$t" -max_total_time="$SECS" \
+  # New inputs go to build-fuzz/corpus-<target>; the committed seeds and
+  # regression inputs in fuzz/corpus/<target> are read only.
+  mkdir -p "$B/corpus-$t"
+  "$B/bin/ds-fuzz-$t" "$B/corpus-$t" "$ROOT/fuzz/corpus/$t" -max_total_time="$SECS" \
     -timeout=10 -rss_limit_mb=4096 -max_len=1000000 \
     -artifact_prefix="$ROOT/fuzz/artifacts/$t-" -print_final_stats=1 \
     > "$B/fuzz-$t.log" 2>&1 && status=ok || status=FAILED

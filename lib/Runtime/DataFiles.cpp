@@ -92,11 +92,23 @@ bool parseNpy(const std::string &bytes, const std::string &what, HostTensor &t,
     size_t b = dim.find_first_not_of(" "), e = dim.find_last_not_of(" L");
     if (b == std::string::npos)
       continue;
-    t.shape.push_back(std::strtoll(dim.substr(b, e - b + 1).c_str(), nullptr, 10));
+    long long v = std::strtoll(dim.substr(b, e - b + 1).c_str(), nullptr, 10);
+    if (v < 0 || v > (1LL << 40))
+      return bad("dimension " + dim + " of the shape is negative or too large");
+    t.shape.push_back(v);
+  }
+  // The element count (dimensions checked above) must stay below 2^56.
+  {
+    unsigned long long count = 1;
+    for (int64_t d : t.shape)
+      if (d != 0 && count > (1ULL << 56) / static_cast<unsigned long long>(d))
+        return bad("the shape holds too many elements");
+      else
+        count *= static_cast<unsigned long long>(d);
   }
   bool f64 = false;
   char order = descr.empty() ? '?' : descr[0];
-  std::string kind = descr.substr(1);
+  std::string kind = descr.size() > 1 ? descr.substr(1) : "";
   if (order == '>')
     return bad("big-endian arrays are not supported");
   if (kind == "f4") t.dtype = DType::F32;
@@ -121,7 +133,7 @@ bool parseNpy(const std::string &bytes, const std::string &what, HostTensor &t,
       float f = static_cast<float>(v);
       std::memcpy(t.data.data() + 4 * i, &f, 4);
     }
-  } else {
+  } else if (!t.data.empty()) {
     std::memcpy(t.data.data(), bytes.data() + data, t.data.size());
   }
   return true;
@@ -456,8 +468,33 @@ bool readTensorProto(const std::string &path, std::string &name,
     return false;
   }
   out.shape.assign(t.dims().begin(), t.dims().end());
+  // The shape is checked, and the values it needs must be there, before
+  // anything is allocated.
+  unsigned long long count = 1;
+  for (int64_t d : out.shape) {
+    if (d < 0 || d > (int64_t(1) << 40) ||
+        (d != 0 && count > (1ULL << 56) / static_cast<unsigned long long>(d))) {
+      err = "'" + path + "' has an invalid shape";
+      return false;
+    }
+    count *= static_cast<unsigned long long>(d);
+  }
   int64_t n = out.numel();
   size_t es = dtypeSize(out.dtype);
+  {
+    bool isDouble = t.data_type() == onnx::TensorProto::DOUBLE;
+    unsigned long long have =
+        t.has_raw_data() ? t.raw_data().size() / (isDouble ? 8 : es)
+        : isDouble       ? t.double_data_size()
+        : out.dtype == DType::F32 ? t.float_data_size()
+        : out.dtype == DType::I64 ? t.int64_data_size()
+                                  : t.int32_data_size();
+    if (have < static_cast<unsigned long long>(n)) {
+      err = "'" + path + "' holds " + std::to_string(have) +
+            " values, its shape needs " + std::to_string(n);
+      return false;
+    }
+  }
   out.data.assign(n * es, 0);
   if (t.data_type() == onnx::TensorProto::DOUBLE) {
     for (int64_t i = 0; i < n; ++i) {

@@ -82,6 +82,8 @@ struct AlignedFree {
 using AlignedBlock = std::unique_ptr<unsigned char, AlignedFree>;
 
 AlignedBlock alignedAlloc(uint64_t bytes) {
+  if (bytes > (uint64_t(1) << 60)) // no machine has it; the rounding below
+    return AlignedBlock();         // must not wrap
   uint64_t size = (std::max<uint64_t>(bytes, 1) + 63) / 64 * 64;
   return AlignedBlock(static_cast<unsigned char *>(std::aligned_alloc(64, size)));
 }
@@ -384,8 +386,17 @@ struct Executor::Impl {
       offsets.push_back(total);
       sizes.push_back(n);
       total += (n + 63) / 64 * 64;
+      if (total > (uint64_t(1) << 60)) { // sizes are checked below 2^56 each
+        err = "the plan's parameters need more than 2^60 bytes";
+        return false;
+      }
     }
     params = alignedAlloc(total);
+    if (!params) {
+      err = "cannot allocate " + std::to_string(total) +
+            " bytes for the plan's parameters and optimizer state";
+      return false;
+    }
     paramBytes = total;
     paramOffsets = offsets;
     for (uint64_t off : offsets)

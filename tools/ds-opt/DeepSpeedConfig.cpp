@@ -369,8 +369,8 @@ bool readDeepSpeedConfig(llvm::StringRef path, DeepSpeedConfig &config,
                                                            : "min-loss-scale";
         bool whole = flag == "initial-scale-power" ||
                      flag == "loss-scale-window" || flag == "hysteresis";
-        if (whole && *d != std::floor(*d)) {
-          ok = r.fail(fk, "expects a whole number");
+        if (whole && (*d != std::floor(*d) || *d < 0 || *d > 9e18)) {
+          ok = r.fail(fk, "expects a whole number from 0 to 9e18");
           break;
         }
         set(flag, whole ? std::to_string(static_cast<int64_t>(*d)) : fmt(*d),
@@ -484,10 +484,16 @@ bool readDeepSpeedConfig(llvm::StringRef path, DeepSpeedConfig &config,
           set("recompute", *s, dk);
         } else {
           std::optional<std::string> s;
-          if (auto d = dkv.second.getAsNumber())
+          if (auto d = dkv.second.getAsNumber()) {
+            if (!(*d >= 0 && *d < 9e18)) {
+              ok = r.fail(dk, "expects a size in bytes (0 to 9e18) or a string "
+                              "such as \"80GiB\"");
+              break;
+            }
             s = std::to_string(static_cast<int64_t>(*d));
-          else
+          } else {
             s = r.string(dkv.second, dk);
+          }
           if (!(ok = s.has_value()))
             break;
           set("device-memory", *s, dk);

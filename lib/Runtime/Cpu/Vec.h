@@ -41,6 +41,7 @@ namespace ds::rt {
 inline float fastExp(float x) {
   const float hi = 88.7228f, lo = -87.3365f;
   float xc = x > hi ? hi : (x < lo ? lo : x);
+  xc = xc == xc ? xc : 0.0f; // NaN: a finite n below (the result is x)
   // Round to nearest by adding and removing 1.5 * 2^23 (|v| < 2^22 here):
   // vectorizes without SSE4.1's round instruction.
   const float magic = 12582912.0f;
