@@ -243,6 +243,12 @@ bool readNpz(const std::string &path, std::map<std::string, HostTensor> &out,
     if (method == 0) {
       npy = z.substr(data, csize);
     } else if (method == 8) {
+      // Deflate expands at most 1032:1; a larger claim is a broken file
+      // (and would be allocated before anything is read).
+      if (usize > 1032 * static_cast<uint64_t>(csize) + 1024 ||
+          usize > 0xffffffffULL)
+        return bad("entry '" + name + "' claims " + std::to_string(usize) +
+                   " bytes from " + std::to_string(csize) + " compressed");
       npy.resize(usize);
       z_stream s{};
       if (inflateInit2(&s, -MAX_WBITS) != Z_OK)

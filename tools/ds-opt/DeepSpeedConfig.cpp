@@ -190,17 +190,20 @@ bool readDeepSpeedConfig(llvm::StringRef path, DeepSpeedConfig &config,
     const Value &v = kv.second;
     if (key == "train_batch_size") {
       auto n = r.integer(v, key);
-      ok = n && (*n > 0 || r.fail(key, "must be at least 1"));
+      ok = n && ((*n > 0 && *n <= (int64_t(1) << 31)) ||
+                 r.fail(key, "must be from 1 to 2^31"));
       if (ok)
         config.trainBatch = *n;
     } else if (key == "train_micro_batch_size_per_gpu") {
       auto n = r.integer(v, key);
-      ok = n && (*n > 0 || r.fail(key, "must be at least 1"));
+      ok = n && ((*n > 0 && *n <= (int64_t(1) << 31)) ||
+                 r.fail(key, "must be from 1 to 2^31"));
       if (ok)
         config.microBatch = *n;
     } else if (key == "gradient_accumulation_steps") {
       auto n = r.integer(v, key);
-      ok = n && (*n > 0 || r.fail(key, "must be at least 1"));
+      ok = n && ((*n > 0 && *n <= (int64_t(1) << 31)) ||
+                 r.fail(key, "must be from 1 to 2^31"));
       if (ok)
         config.accumSteps = *n;
     } else if (key == "gradient_clipping") {
@@ -514,6 +517,12 @@ bool readDeepSpeedConfig(llvm::StringRef path, DeepSpeedConfig &config,
 
 bool resolveBatch(DeepSpeedConfig &c, int64_t world, int64_t &micro,
                   int64_t &accum, std::string &err) {
+  // Each size is at most 2^31 (checked when read): products of two of them
+  // and the world size stay within int64 for up to 2^31 ranks.
+  if (world < 1 || world > (int64_t(1) << 31)) {
+    err = "the world size " + std::to_string(world) + " is out of range";
+    return false;
+  }
   auto text = [&]() {
     std::string s = "train_batch_size " +
                     (c.trainBatch ? std::to_string(*c.trainBatch) : "-") +
@@ -524,11 +533,18 @@ bool resolveBatch(DeepSpeedConfig &c, int64_t world, int64_t &micro,
                     " on " + std::to_string(world) + " rank(s)";
     return s;
   };
+  auto product = [](int64_t a, int64_t b, int64_t w, int64_t &out) {
+    return !__builtin_mul_overflow(a, b, &out) &&
+           !__builtin_mul_overflow(out, w, &out);
+  };
   if (c.trainBatch && c.microBatch && c.accumSteps) {
-    if (*c.trainBatch != *c.microBatch * *c.accumSteps * world) {
+    int64_t want = 0;
+    if (!product(*c.microBatch, *c.accumSteps, world, want))
+      want = 0; // overflowed: they cannot agree
+    if (*c.trainBatch != want) {
       err = "the batch sizes disagree: " + text() +
-            " (train_batch_size must be micro x accumulation x ranks = " +
-            std::to_string(*c.microBatch * *c.accumSteps * world) + ")";
+            " (train_batch_size must be micro x accumulation x ranks" +
+            (want ? " = " + std::to_string(want) : std::string()) + ")";
       return false;
     }
     micro = *c.microBatch;
@@ -563,8 +579,12 @@ bool resolveBatch(DeepSpeedConfig &c, int64_t world, int64_t &micro,
     micro = 0; // the model's own batch
     accum = c.accumSteps.value_or(1);
   }
-  c.trainBatch = micro ? std::optional<int64_t>(micro * accum * world)
-                       : std::nullopt;
+  int64_t total = 0;
+  if (micro && !product(micro, accum, world, total)) {
+    err = "the batch sizes overflow: " + text();
+    return false;
+  }
+  c.trainBatch = micro ? std::optional<int64_t>(total) : std::nullopt;
   return true;
 }
 
