@@ -50,13 +50,8 @@ namespace {
 /// communicator's.
 bool shardCount(KernelContext &ctx, const TensorView &whole,
                 const TensorView &shard, int64_t &count) {
-  int world = ctx.comm ? ctx.comm->size() : 1;
-  count = shard.numel();
-  if (whole.numel() != count * world)
-    return ctx.fail("a " + std::to_string(whole.numel()) +
-                    "-element tensor is not " + std::to_string(world) +
-                    " shards of " + std::to_string(count));
-  return true;
+  return checkShards(ctx, whole, shard, ctx.comm ? ctx.comm->size() : 1,
+                     count);
 }
 } // namespace
 

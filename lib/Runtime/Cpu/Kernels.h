@@ -86,6 +86,37 @@ struct KernelInfo {
 
 const KernelInfo *findKernel(const std::string &name);
 
+// Operand checks shared by the CPU kernels and their CUDA twins (they read
+// shapes and types only, never data).
+
+/// A collective's whole tensor is `world` shards of `shard`'s size;
+/// `count` gets the shard's elements.
+inline bool checkShards(KernelContext &ctx, const TensorView &whole,
+                        const TensorView &shard, int world, int64_t &count) {
+  count = shard.numel();
+  if (whole.numel() != count * world)
+    return ctx.fail("a " + std::to_string(whole.numel()) +
+                    "-element tensor is not " + std::to_string(world) +
+                    " shards of " + std::to_string(count));
+  return true;
+}
+
+/// An optimizer's operands: f32 of the parameter's size, a scalar step
+/// after the parameter, gradient and `states` state tensors.
+inline bool checkOptimizerOperands(KernelContext &ctx, size_t states) {
+  const TensorView &p = ctx.in[0];
+  size_t stepIndex = 2 + states;
+  for (size_t i = 0; i < ctx.in.size(); ++i) {
+    if (i == stepIndex)
+      continue;
+    if (ctx.in[i].dtype != DType::F32 || ctx.in[i].numel() != p.numel())
+      return ctx.fail("optimizer operands must be f32 of the parameter's size");
+  }
+  if (ctx.in[stepIndex].numel() != 1)
+    return ctx.fail("optimizer step must be a scalar");
+  return true;
+}
+
 // 16-bit float storage.
 inline float halfToFloat(uint16_t h) {
   uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;

@@ -19,17 +19,7 @@ namespace ds::rt {
 /// Operands: param, grad, `states` state tensors, step, then the optional
 /// gradient accumulator.
 static bool checkOptimizer(KernelContext &ctx, size_t states) {
-  const TensorView &p = ctx.in[0];
-  size_t stepIndex = 2 + states;
-  for (size_t i = 0; i < ctx.in.size(); ++i) {
-    if (i == stepIndex)
-      continue;
-    if (ctx.in[i].dtype != DType::F32 || ctx.in[i].numel() != p.numel())
-      return ctx.fail("optimizer operands must be f32 of the parameter's size");
-  }
-  if (ctx.in[stepIndex].numel() != 1)
-    return ctx.fail("optimizer step must be a scalar");
-  return true;
+  return checkOptimizerOperands(ctx, states);
 }
 
 /// Gradient accumulation over `accum_steps` micro-steps. Returns true when

@@ -575,17 +575,7 @@ __global__ void sgdKernel(const float *P, const float *G, const float *B,
 }
 
 bool checkOptimizer(KernelContext &ctx, size_t states) {
-  const TensorView &p = ctx.in[0];
-  size_t stepIndex = 2 + states;
-  for (size_t i = 0; i < ctx.in.size(); ++i) {
-    if (i == stepIndex)
-      continue;
-    if (ctx.in[i].dtype != DType::F32 || ctx.in[i].numel() != p.numel())
-      return ctx.fail("optimizer operands must be f32 of the parameter's size");
-  }
-  if (ctx.in[stepIndex].numel() != 1)
-    return ctx.fail("optimizer step must be a scalar");
-  return true;
+  return checkOptimizerOperands(ctx, states);
 }
 
 /// The CPU's accumulateOnly: true when this run only accumulates (or the
@@ -764,13 +754,8 @@ bool copyDevice(KernelContext &ctx, const void *src, void *dst, size_t bytes) {
 
 bool shardCount(KernelContext &ctx, const TensorView &whole,
                 const TensorView &shard, int64_t &count) {
-  int world = ctx.comm ? ctx.comm->size() : 1;
-  count = shard.numel();
-  if (whole.numel() != count * world)
-    return ctx.fail("a " + std::to_string(whole.numel()) +
-                    "-element tensor is not " + std::to_string(world) +
-                    " shards of " + std::to_string(count));
-  return true;
+  return checkShards(ctx, whole, shard, ctx.comm ? ctx.comm->size() : 1,
+                     count);
 }
 
 __global__ void nonFinite(const void *x, int xt, int64_t n, int *flag) {
@@ -915,49 +900,37 @@ bool kSliceGrad(KernelContext &ctx) {
   return launched(ctx);
 }
 
-bool kConcat(KernelContext &ctx) {
-  TensorView &out = ctx.out[0];
+namespace {
+/// Concat (`split` false: the inputs into the output) or split (the input
+/// into the outputs) along `axis`: chunks of each narrow tensor placed in
+/// turn along the wide one.
+bool chunks(KernelContext &ctx, const TensorView &wide,
+            std::vector<TensorView> &narrow, bool split) {
+  const char *what = split ? "split" : "concat";
   int64_t axis = ctx.attrs.getInt("axis", 0);
-  if (axis < 0 || axis >= out.rank())
-    return ctx.fail("concat axis out of range");
-  int64_t es = dtypeSize(out.dtype);
-  int64_t outer = prodOf(out.shape, 0, axis);
-  int64_t inner = prodOf(out.shape, axis + 1, out.shape.size());
-  int64_t wide = out.shape[axis] * inner, at = 0;
-  for (const TensorView &in : ctx.in) {
-    int64_t chunk = in.shape[axis] * inner;
-    if (at + chunk > wide || in.numel() != outer * chunk)
-      return ctx.fail("concat operands do not fit the result");
+  if (axis < 0 || axis >= wide.rank())
+    return ctx.fail(std::string(what) + " axis out of range");
+  int64_t es = dtypeSize(wide.dtype);
+  int64_t outer = prodOf(wide.shape, 0, axis);
+  int64_t inner = prodOf(wide.shape, axis + 1, wide.shape.size());
+  int64_t width = wide.shape[axis] * inner, at = 0;
+  for (TensorView &t : narrow) {
+    int64_t chunk = t.shape[axis] * inner;
+    if (at + chunk > width || t.numel() != outer * chunk)
+      return ctx.fail(std::string(what) + " operands do not fit");
+    const char *src = static_cast<const char *>(split ? wide.data : t.data);
+    char *dst = static_cast<char *>(split ? t.data : wide.data);
     if (outer * chunk)
       chunkKernel<<<blocksFor(outer * chunk), 256, 0, gStream>>>(
-          static_cast<const char *>(in.data), static_cast<char *>(out.data),
-          outer, chunk, wide, at, es, false);
+          src, dst, outer, chunk, width, at, es, split);
     at += chunk;
   }
   return launched(ctx);
 }
+} // namespace
 
-bool kSplit(KernelContext &ctx) {
-  const TensorView &in = ctx.in[0];
-  int64_t axis = ctx.attrs.getInt("axis", 0);
-  if (axis < 0 || axis >= in.rank())
-    return ctx.fail("split axis out of range");
-  int64_t es = dtypeSize(in.dtype);
-  int64_t outer = prodOf(in.shape, 0, axis);
-  int64_t inner = prodOf(in.shape, axis + 1, in.shape.size());
-  int64_t wide = in.shape[axis] * inner, at = 0;
-  for (TensorView &out : ctx.out) {
-    int64_t chunk = out.shape[axis] * inner;
-    if (at + chunk > wide || out.numel() != outer * chunk)
-      return ctx.fail("split results do not fit the input");
-    if (outer * chunk)
-      chunkKernel<<<blocksFor(outer * chunk), 256, 0, gStream>>>(
-          static_cast<const char *>(in.data), static_cast<char *>(out.data),
-          outer, chunk, wide, at, es, true);
-    at += chunk;
-  }
-  return launched(ctx);
-}
+bool kConcat(KernelContext &ctx) { return chunks(ctx, ctx.out[0], ctx.in, false); }
+bool kSplit(KernelContext &ctx) { return chunks(ctx, ctx.in[0], ctx.out, true); }
 
 bool kTrilu(KernelContext &ctx) {
   const TensorView &in = ctx.in[0];
