@@ -534,7 +534,6 @@ std::string formatFootprint(const Footprint &f) {
   return out;
 }
 
-namespace {
 std::string jsonString(const std::string &v) {
   std::string out = "\"";
   for (char c : v) {
@@ -550,7 +549,6 @@ std::string jsonString(const std::string &v) {
   }
   return out + "\"";
 }
-} // namespace
 
 std::string formatFootprintJson(const Footprint &f) {
   const int s = f.stage;

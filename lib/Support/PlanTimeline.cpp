@@ -156,13 +156,19 @@ Timeline timeline(const plan::Plan &p, const CostModel &m) {
 }
 
 namespace {
-std::string escape(const std::string &v) {
+/// `v` as SVG (XML) text.
+std::string xmlText(const std::string &v) {
   std::string out;
   for (char c : v) {
-    if (c == '"' || c == '\\')
-      out += '\\';
-    if (static_cast<unsigned char>(c) >= 0x20)
-      out += c;
+    switch (c) {
+    case '&': out += "&amp;"; break;
+    case '<': out += "&lt;"; break;
+    case '>': out += "&gt;"; break;
+    case '"': out += "&quot;"; break;
+    default:
+      if (static_cast<unsigned char>(c) >= 0x20)
+        out += c;
+    }
   }
   return out;
 }
@@ -192,10 +198,10 @@ std::string traceJson(const Timeline &t, int world) {
     for (const TimelineEvent &e : t.events) {
       sep();
       o << R"({"ph": "X", "pid": )" << r << R"(, "tid": )" << e.track
-        << R"(, "name": ")" << escape(e.kernel) << R"(", "ts": )"
+        << R"(, "name": )" << jsonString(e.kernel) << R"(, "ts": )"
         << e.start * 1e6 << R"(, "dur": )" << e.duration * 1e6
         << R"(, "args": {"instruction": )" << e.instruction
-        << R"(, "node": ")" << escape(e.node) << R"(", "flops": )" << e.flops
+        << R"(, "node": )" << jsonString(e.node) << R"(, "flops": )" << e.flops
         << R"(, "bytes": )" << e.bytes << "}}";
     }
   }
@@ -226,7 +232,7 @@ std::string memorySvg(const Footprint &f, uint64_t budget,
     << R"(" height=")" << H << R"(" font-family="sans-serif" font-size="12">)"
     << "\n";
   o << R"(<rect width="100%" height="100%" fill="white"/>)" << "\n";
-  o << R"(<text x=")" << left << R"(" y="22" font-size="15">)" << escape(title)
+  o << R"(<text x=")" << left << R"(" y="22" font-size="15">)" << xmlText(title)
     << "</text>\n";
   // Stacked areas, bottom up: persistent storage, saved activations, other
   // transients, workspace, collective buffers.
@@ -288,7 +294,7 @@ std::string memorySvg(const Footprint &f, uint64_t budget,
       << R"(" stroke-width="1.5" stroke-dasharray="6,3"/>)" << "\n";
     o << R"(<text x=")" << (atLeft ? left + 4 : left + pw - 4) << R"(" y=")"
       << Y(v) - 4 << R"(" text-anchor=")" << (atLeft ? "start" : "end")
-      << R"(" fill=")" << color << R"(">)" << escape(label) << "</text>\n";
+      << R"(" fill=")" << color << R"(">)" << xmlText(label) << "</text>\n";
   };
   hline(base + static_cast<double>(f.arena), "#333",
         "planned peak " + mib(base + static_cast<double>(f.arena)), false);
@@ -300,7 +306,7 @@ std::string memorySvg(const Footprint &f, uint64_t budget,
       << Y(py) << R"(" r="4" fill="black"/>)" << "\n";
     o << R"(<text x=")" << X(f.peakInstruction + 0.5) + 6 << R"(" y=")"
       << Y(py) - 6 << R"(">fullest: )" << mib(py) << " at "
-      << escape(f.peakKernel) << "</text>\n";
+      << xmlText(f.peakKernel) << "</text>\n";
   }
   // Legend.
   for (int k = 0; k < 5; ++k) {

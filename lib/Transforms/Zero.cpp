@@ -127,7 +127,7 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
         Value g = ret->getOperand(i);
         // In the communication type: a gradient cast up from it (mixed
         // precision) is reduced before its cast, others are cast down.
-        if (commType && getElementTypeOrSelf(g.getType()) != commType) {
+        if (getElementTypeOrSelf(g.getType()) != commType) {
           auto c = g.getDefiningOp<CastOp>();
           if (c && getElementTypeOrSelf(c.getInput().getType()) == commType)
             g = c.getInput();

@@ -776,6 +776,10 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
   OwningOpRef<ModuleOp> result;
   std::string searchLog;
   int64_t peak = -1;
+  // The budget search's lowered plan of the chosen mode, and its peak: the
+  // plan to write when a plan is what --emit asks for (not compiled again).
+  OwningOpRef<ModuleOp> searched;
+  int64_t searchedPeak = -1;
   if (emitKind == "mlir-import") {
     result = OwningOpRef<ModuleOp>((**module).clone());
   } else if (rMode == "budget" || rMode == "auto") {
@@ -795,6 +799,8 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
       int64_t peakNone = perRankPeak(*none);
       if (peakNone <= *budget) {
         rMode = "none";
+        searched = std::move(none);
+        searchedPeak = peakNone;
         searchLog = "recompute " + recomputeSpec + ": every activation "
                     "kept, the peak " + mib(peakNone) + " fits " +
                     mib(*budget) + "\n";
@@ -822,6 +828,8 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
           int64_t p = perRankPeak(*trial);
           if (p <= *budget) {
             rMode = "budget";
+            searched = std::move(trial);
+            searchedPeak = p;
             break;
           }
           // Lower by the overshoot, and below what this plan keeps, so that
@@ -841,15 +849,24 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
                          : std::string("no cheaper plan fits: full")) +
                     "\n";
         budget = target;
+        if (rMode == "full") {
+          searched = std::move(full);
+          searchedPeak = peakFull;
+        }
       }
     }
   }
   if (emitKind != "mlir-import") {
-    if (failed(compile(result, rMode, budget.value_or(0), lowerFinal)))
+    if (searched && lowerFinal) {
+      result = std::move(searched);
+    } else if (failed(compile(result, rMode, budget.value_or(0), lowerFinal))) {
       return 1;
+    }
     if (lowerFinal)
       peak = perRankPeak(*result);
-    if (!lowerFinal && limit) {
+    else if (searchedPeak >= 0)
+      peak = searchedPeak;
+    if (!lowerFinal && limit && peak < 0) {
       OwningOpRef<ModuleOp> probe;
       if (failed(compile(probe, rMode, budget.value_or(0), true)))
         return 1;

@@ -108,6 +108,10 @@ std::string formatFootprint(const Footprint &f);
 /// formulas' values beside them.
 std::string formatFootprintJson(const Footprint &f);
 
+/// `v` as a quoted JSON string (quotes, backslashes and control characters
+/// escaped).
+std::string jsonString(const std::string &v);
+
 } // namespace ds
 
 #endif // DS_SUPPORT_PLANFOOTPRINT_H

@@ -261,6 +261,36 @@ std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape);
 std::vector<int64_t> broadcastStrides(const std::vector<int64_t> &in,
                                       size_t outRank);
 
+/// A strided slice of `whole` (attributes starts, steps) that has the shape
+/// of `part`: the strides of `part`'s dimensions in `whole` and the offset
+/// of its first element. Fails, naming `what`, when the attributes do not
+/// fit or the slice leaves `whole`. Shared by slice and slice_grad (CPU and
+/// CUDA).
+inline bool sliceGeometry(KernelContext &ctx, const char *what,
+                          const TensorView &whole, const TensorView &part,
+                          std::vector<int64_t> &strides, int64_t &base) {
+  std::vector<int64_t> starts = ctx.attrs.getInts("starts");
+  std::vector<int64_t> steps = ctx.attrs.getInts("steps");
+  if (static_cast<int64_t>(starts.size()) != whole.rank() ||
+      static_cast<int64_t>(steps.size()) != whole.rank() ||
+      part.rank() != whole.rank())
+    return ctx.fail(std::string(what) + " needs a start and step per dimension");
+  std::vector<int64_t> wholeStrides = stridesOf(whole.shape);
+  strides.assign(whole.rank(), 0);
+  base = 0;
+  for (int64_t d = 0; d < whole.rank(); ++d) {
+    if (part.shape[d] > 0) {
+      int64_t last = starts[d] + (part.shape[d] - 1) * steps[d];
+      if (starts[d] < 0 || starts[d] >= whole.shape[d] || last < 0 ||
+          last >= whole.shape[d])
+        return ctx.fail(std::string(what) + " leaves its input");
+    }
+    strides[d] = wholeStrides[d] * steps[d];
+    base += starts[d] * wholeStrides[d];
+  }
+  return true;
+}
+
 // Kernel entry points, by file.
 #define DS_KERNEL(name) bool name(KernelContext &ctx)
 // Elementwise.cpp

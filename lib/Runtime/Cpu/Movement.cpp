@@ -150,23 +150,10 @@ bool kTranspose(KernelContext &ctx) {
 bool kSlice(KernelContext &ctx) {
   const TensorView &in = ctx.in[0];
   TensorView &out = ctx.out[0];
-  std::vector<int64_t> starts = ctx.attrs.getInts("starts");
-  std::vector<int64_t> steps = ctx.attrs.getInts("steps");
-  if (static_cast<int64_t>(starts.size()) != in.rank() ||
-      static_cast<int64_t>(steps.size()) != in.rank())
-    return ctx.fail("slice needs a start and step per dimension");
-  std::vector<int64_t> inStrides = stridesOf(in.shape), st(in.rank());
+  std::vector<int64_t> st;
   int64_t base = 0;
-  for (int64_t d = 0; d < in.rank(); ++d) {
-    if (out.shape[d] > 0) {
-      int64_t last = starts[d] + (out.shape[d] - 1) * steps[d];
-      if (starts[d] < 0 || starts[d] >= in.shape[d] || last < 0 ||
-          last >= in.shape[d])
-        return ctx.fail("slice leaves its input");
-    }
-    st[d] = inStrides[d] * steps[d];
-    base += starts[d] * inStrides[d];
-  }
+  if (!sliceGeometry(ctx, "slice", in, out, st, base))
+    return false;
   stridedCopy(in, out,
               [&](int64_t r) { return rowOffset(out.shape, st, r, base); },
               st.empty() ? 0 : st.back());

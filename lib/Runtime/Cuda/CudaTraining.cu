@@ -33,13 +33,6 @@ __device__ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-int64_t prodOf(const std::vector<int64_t> &s, size_t from, size_t to) {
-  int64_t p = 1;
-  for (size_t i = from; i < to && i < s.size(); ++i)
-    p *= s[i];
-  return p;
-}
-
 /// One device scratch word: an index found out of range (or none).
 __device__ long long gBadIndex;
 
@@ -182,13 +175,6 @@ Layout contiguousLayout(const std::vector<int64_t> &shape,
     l.strides[0][d] = strides[d];
   }
   return l;
-}
-
-std::vector<int64_t> stridesOfShape(const std::vector<int64_t> &shape) {
-  std::vector<int64_t> s(shape.size(), 1);
-  for (int64_t d = static_cast<int64_t>(shape.size()) - 2; d >= 0; --d)
-    s[d] = s[d + 1] * shape[d + 1];
-  return s;
 }
 
 //===----------------------------------------------------------------------===//
@@ -780,8 +766,8 @@ bool kGather(KernelContext &ctx) {
   int64_t axis = ctx.attrs.getInt("axis", 0);
   if (axis < 0 || axis >= data.rank())
     return ctx.fail("gather axis out of range");
-  int64_t outer = prodOf(data.shape, 0, axis), dim = data.shape[axis];
-  int64_t inner = prodOf(data.shape, axis + 1, data.shape.size());
+  int64_t outer = prod(data.shape, 0, axis), dim = data.shape[axis];
+  int64_t inner = prod(data.shape, axis + 1, data.shape.size());
   int64_t count = idx.numel();
   if (out.numel() != outer * count * inner)
     return ctx.fail("gather sizes do not match");
@@ -802,8 +788,8 @@ bool kGatherGrad(KernelContext &ctx) {
   int64_t axis = ctx.attrs.getInt("axis", 0);
   if (axis < 0 || axis >= out.rank())
     return ctx.fail("gather_grad axis out of range");
-  int64_t outer = prodOf(out.shape, 0, axis), dim = out.shape[axis];
-  int64_t inner = prodOf(out.shape, axis + 1, out.shape.size());
+  int64_t outer = prod(out.shape, 0, axis), dim = out.shape[axis];
+  int64_t inner = prod(out.shape, axis + 1, out.shape.size());
   int64_t count = idx.numel();
   if (g.numel() != outer * count * inner)
     return ctx.fail("gather_grad sizes do not match");
@@ -843,23 +829,12 @@ bool kExpand(KernelContext &ctx) {
 bool kSlice(KernelContext &ctx) {
   const TensorView &in = ctx.in[0];
   TensorView &out = ctx.out[0];
-  std::vector<int64_t> starts = ctx.attrs.getInts("starts");
-  std::vector<int64_t> steps = ctx.attrs.getInts("steps");
-  if (static_cast<int64_t>(starts.size()) != in.rank() ||
-      static_cast<int64_t>(steps.size()) != in.rank() || in.rank() > kMaxRank)
-    return ctx.fail("slice needs a start and step per dimension");
-  std::vector<int64_t> inStrides = stridesOfShape(in.shape), st(in.rank());
+  std::vector<int64_t> st;
   int64_t base = 0;
-  for (int64_t d = 0; d < in.rank(); ++d) {
-    if (out.shape[d] > 0) {
-      int64_t last = starts[d] + (out.shape[d] - 1) * steps[d];
-      if (starts[d] < 0 || starts[d] >= in.shape[d] || last < 0 ||
-          last >= in.shape[d])
-        return ctx.fail("slice leaves its input");
-    }
-    st[d] = inStrides[d] * steps[d];
-    base += starts[d] * inStrides[d];
-  }
+  if (in.rank() > kMaxRank)
+    return ctx.fail("slice: rank above 8");
+  if (!sliceGeometry(ctx, "slice", in, out, st, base))
+    return false;
   if (out.numel())
     stridedKernel<<<blocksFor(out.numel()), 256, 0, gStream>>>(
         contiguousLayout(out.shape, st), out.numel(),
@@ -871,24 +846,12 @@ bool kSlice(KernelContext &ctx) {
 bool kSliceGrad(KernelContext &ctx) {
   const TensorView &g = ctx.in[0];
   TensorView &out = ctx.out[0];
-  std::vector<int64_t> starts = ctx.attrs.getInts("starts");
-  std::vector<int64_t> steps = ctx.attrs.getInts("steps");
-  if (static_cast<int64_t>(starts.size()) != out.rank() ||
-      static_cast<int64_t>(steps.size()) != out.rank() ||
-      g.rank() != out.rank() || out.rank() > kMaxRank)
-    return ctx.fail("slice_grad needs a start and step per dimension");
-  std::vector<int64_t> outStrides = stridesOfShape(out.shape), st(out.rank());
+  std::vector<int64_t> st;
   int64_t base = 0;
-  for (int64_t d = 0; d < out.rank(); ++d) {
-    if (g.shape[d] > 0) {
-      int64_t last = starts[d] + (g.shape[d] - 1) * steps[d];
-      if (starts[d] < 0 || starts[d] >= out.shape[d] || last < 0 ||
-          last >= out.shape[d])
-        return ctx.fail("slice_grad leaves its result");
-    }
-    st[d] = outStrides[d] * steps[d];
-    base += starts[d] * outStrides[d];
-  }
+  if (out.rank() > kMaxRank)
+    return ctx.fail("slice_grad: rank above 8");
+  if (!sliceGeometry(ctx, "slice_grad", out, g, st, base))
+    return false;
   size_t es = dtypeSize(out.dtype);
   if (cudaMemsetAsync(out.data, 0, out.numel() * es, gStream) != cudaSuccess)
     return launched(ctx);
@@ -911,8 +874,8 @@ bool chunks(KernelContext &ctx, const TensorView &wide,
   if (axis < 0 || axis >= wide.rank())
     return ctx.fail(std::string(what) + " axis out of range");
   int64_t es = dtypeSize(wide.dtype);
-  int64_t outer = prodOf(wide.shape, 0, axis);
-  int64_t inner = prodOf(wide.shape, axis + 1, wide.shape.size());
+  int64_t outer = prod(wide.shape, 0, axis);
+  int64_t inner = prod(wide.shape, axis + 1, wide.shape.size());
   int64_t width = wide.shape[axis] * inner, at = 0;
   for (TensorView &t : narrow) {
     int64_t chunk = t.shape[axis] * inner;
@@ -1013,8 +976,8 @@ bool kLayerNorm(KernelContext &ctx) {
   double eps = ctx.attrs.getFloat("epsilon", 1e-5);
   if (axis < 0 || axis >= x.rank())
     return ctx.fail("layer_norm axis out of range");
-  int64_t rows = prodOf(x.shape, 0, axis);
-  int64_t cols = prodOf(x.shape, axis, x.shape.size());
+  int64_t rows = prod(x.shape, 0, axis);
+  int64_t cols = prod(x.shape, axis, x.shape.size());
   if (scale.numel() != cols || (bias && bias->numel() != cols))
     return ctx.fail("layer_norm scale/bias size does not match");
   if (rows * cols)
@@ -1032,8 +995,8 @@ bool kLayerNormGrad(KernelContext &ctx) {
   double eps = ctx.attrs.getFloat("epsilon", 1e-5);
   if (axis < 0 || axis >= x.rank())
     return ctx.fail("layer_norm_grad axis out of range");
-  int64_t rows = prodOf(x.shape, 0, axis);
-  int64_t cols = prodOf(x.shape, axis, x.shape.size());
+  int64_t rows = prod(x.shape, 0, axis);
+  int64_t cols = prod(x.shape, axis, x.shape.size());
   if (scale.numel() != cols)
     return ctx.fail("layer_norm_grad scale size does not match");
   if (rows * cols == 0)
@@ -1058,8 +1021,8 @@ bool kSoftmaxGrad(KernelContext &ctx) {
   int64_t axis = ctx.attrs.getInt("axis", -1);
   if (axis < 0 || axis >= y.rank())
     return ctx.fail("softmax_grad axis out of range");
-  int64_t outer = prodOf(y.shape, 0, axis), dim = y.shape[axis];
-  int64_t inner = prodOf(y.shape, axis + 1, y.shape.size());
+  int64_t outer = prod(y.shape, 0, axis), dim = y.shape[axis];
+  int64_t inner = prod(y.shape, axis + 1, y.shape.size());
   int64_t rows = outer * inner;
   if (rows && dim)
     softmaxGradKernel<<<blocksFor(rows), 256, 0, gStream>>>(
@@ -1075,7 +1038,7 @@ bool lossImpl(KernelContext &ctx, bool softmax) {
   if (scores.rank() < 2)
     return ctx.fail("scores need rank >= 2");
   int64_t N = scores.shape[0], C = scores.shape[1];
-  int64_t D = prodOf(scores.shape, 2, scores.shape.size());
+  int64_t D = prod(scores.shape, 2, scores.shape.size());
   std::string reduction = ctx.attrs.getString("reduction", "mean");
   bool hasIgnore = ctx.attrs.has("ignore_index");
   long long ignore = ctx.attrs.getInt("ignore_index", 0);
@@ -1114,7 +1077,7 @@ bool kLossGrad(KernelContext &ctx) {
   if (scores.rank() < 2)
     return ctx.fail("scores need rank >= 2");
   int64_t N = scores.shape[0], C = scores.shape[1];
-  int64_t D = prodOf(scores.shape, 2, scores.shape.size());
+  int64_t D = prod(scores.shape, 2, scores.shape.size());
   std::string reduction = ctx.attrs.getString("reduction", "mean");
   int mode = reduction == "mean" ? 0 : reduction == "sum" ? 1 : 2;
   bool hasIgnore = ctx.attrs.has("ignore_index");
