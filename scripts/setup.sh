@@ -11,7 +11,7 @@ PKGS=(
   # model format
   libonnx-dev libonnx-testdata protobuf-compiler libprotobuf-dev
   # runtime
-  libopenblas-dev openmpi-bin libopenmpi-dev
+  libopenblas-dev openmpi-bin libopenmpi-dev liburing-dev
   # tests and model generation
   python3 python3-torch python3-onnx python3-numpy
 )

@@ -12,6 +12,7 @@
 #include "Cpu/Kernels.h"
 #include "PlanImpl.h"
 #include "Device.h"
+#include "Nvme/NvmeStore.h"
 #include "ds/Runtime/Comm.h"
 #include "ds/Support/PlanFormat.h"
 
@@ -350,6 +351,15 @@ struct Executor::Impl {
   std::shared_ptr<const Plan> plan;
   ExecutorOptions options;
   AlignedBlock arena, params;
+  // Offload: the host arena and host-stored parameters and state, apart
+  // from the device's; NVMe-stored ones live in `nvme`, with a host copy
+  // (`nvmeShadow`) only while loading, checkpointing or resuming.
+  AlignedBlock hostArena, hostParams, nvmeShadow;
+  std::unique_ptr<NvmeStore> nvme;
+  std::vector<int> location;   // per parameter: 0 device, 1 host, 2 NVMe
+  std::vector<int> nvmeSlot;   // per parameter: its NVMe slot, or -1
+  std::vector<uint64_t> paramSize;
+  uint64_t hostParamBytes = 0, nvmeBytes = 0, hostArenaHighWater = 0;
   // The CUDA backend: the arena, parameters, constants and inputs in device
   // memory; `params` stays the host copy that loading, checkpoints and
   // outputs go through.
@@ -377,30 +387,61 @@ struct Executor::Impl {
   bool loadWeights(std::string &err) {
     const plan::Plan &pp = p();
     int rank = options.comm ? options.comm->rank() : 0;
-    uint64_t total = 0;
+    // One block per location: device, host, and the NVMe slots' host copy
+    // (freed once they are written to the swap file).
+    uint64_t totals[3] = {0, 0, 0};
     std::vector<uint64_t> offsets, sizes;
+    std::vector<uint64_t> slotBytes;
     for (const plan::Parameter &param : pp.parameters()) {
       uint64_t n = dtypeSize(toDType(param.dtype()));
       for (int64_t d : param.shape())
         n *= d;
-      offsets.push_back(total);
+      int loc = static_cast<int>(param.location());
+      location.push_back(loc);
+      nvmeSlot.push_back(loc == 2 ? static_cast<int>(slotBytes.size()) : -1);
+      if (loc == 2)
+        slotBytes.push_back(n);
+      offsets.push_back(totals[loc]);
       sizes.push_back(n);
-      total += (n + 63) / 64 * 64;
-      if (total > (uint64_t(1) << 60)) { // sizes are checked below 2^56 each
+      totals[loc] += (n + 63) / 64 * 64;
+      if (totals[loc] > (uint64_t(1) << 60)) { // each size is below 2^56
         err = "the plan's parameters need more than 2^60 bytes";
         return false;
       }
     }
-    params = alignedAlloc(total);
-    if (!params) {
-      err = "cannot allocate " + std::to_string(total) +
+    paramSize = sizes;
+    if (!slotBytes.empty()) {
+      // Refused before anything is loaded: a missing, read-only or full
+      // folder.
+      NvmeOptions no;
+      no.dir = options.nvmePath.empty() ? pp.nvme().path() : options.nvmePath;
+      no.blockSize = pp.nvme().block_size();
+      no.queueDepth = pp.nvme().queue_depth();
+      no.rank = rank;
+      no.pretendFree = options.nvmePretendFree;
+      nvme = NvmeStore::open(no, slotBytes, err);
+      if (!nvme)
+        return false;
+    }
+    params = alignedAlloc(totals[0]);
+    hostParams = alignedAlloc(totals[1]);
+    if (totals[2])
+      nvmeShadow = alignedAlloc(totals[2]);
+    if (!params || !hostParams || (totals[2] && !nvmeShadow)) {
+      err = "cannot allocate " +
+            std::to_string(totals[0] + totals[1] + totals[2]) +
             " bytes for the plan's parameters and optimizer state";
       return false;
     }
-    paramBytes = total;
+    paramBytes = totals[0];
+    hostParamBytes = totals[1];
+    nvmeBytes = totals[2];
     paramOffsets = offsets;
-    for (uint64_t off : offsets)
-      paramPtr.push_back(params.get() + off);
+    for (size_t i = 0; i < offsets.size(); ++i)
+      paramPtr.push_back((location[i] == 0   ? params.get()
+                          : location[i] == 1 ? hostParams.get()
+                                             : nvmeShadow.get()) +
+                         offsets[i]);
     if (pp.parameters_size() == 0)
       return true;
     if (pp.weights().path().empty()) {
@@ -484,7 +525,50 @@ struct Executor::Impl {
       for (int64_t e = 0; e < count; ++e)
         storeD(paramPtr[i], dt, e, loadD(tmp.data(), fileType, e));
     }
+    return nvme ? pushShadow(err) : true;
+  }
+
+  /// NVMe: the host copies into the swap file, then the copies freed.
+  bool pushShadow(std::string &err) {
+    if (!nvme || !nvmeShadow)
+      return true;
+    for (size_t i = 0; i < nvmeSlot.size(); ++i) {
+      if (nvmeSlot[i] < 0)
+        continue;
+      int ticket;
+      if (!nvme->write(nvmeSlot[i], paramPtr[i], paramSize[i], ticket, err))
+        return false;
+    }
+    if (!nvme->waitAll(err))
+      return false;
+    nvmeShadow.reset();
+    for (size_t i = 0; i < nvmeSlot.size(); ++i)
+      if (nvmeSlot[i] >= 0)
+        paramPtr[i] = nullptr;
     return true;
+  }
+
+  /// NVMe: a host copy of every slot (checkpoints and weights read it).
+  bool pullShadow(std::string &err) {
+    if (!nvme || nvmeShadow)
+      return true;
+    if (!nvme->waitAll(err))
+      return false;
+    nvmeShadow = alignedAlloc(nvmeBytes);
+    if (!nvmeShadow) {
+      err = "cannot allocate " + std::to_string(nvmeBytes) +
+            " bytes to read the NVMe-offloaded state";
+      return false;
+    }
+    for (size_t i = 0; i < nvmeSlot.size(); ++i) {
+      if (nvmeSlot[i] < 0)
+        continue;
+      paramPtr[i] = nvmeShadow.get() + paramOffsets[i];
+      int ticket;
+      if (!nvme->read(nvmeSlot[i], paramPtr[i], paramSize[i], ticket, err))
+        return false;
+    }
+    return nvme->waitAll(err);
   }
 
   std::unique_ptr<DeviceBlock> deviceAlloc(uint64_t bytes, std::string &err) {
@@ -607,11 +691,15 @@ struct Executor::Impl {
       if (!device && options.comm && !options.comm->finish(handle, err))
         return false;
     inflight.clear();
+    if (nvme && !nvme->waitAll(err))
+      return false;
     return !device || device->synchronize(err);
   }
 
   /// Device parameters into the host copy.
   bool pullParams(std::string &err) {
+    if (!pullShadow(err))
+      return false;
     return !device ||
            device->toHost(params.get(), deviceParams->ptr, paramBytes, err);
   }
@@ -642,7 +730,9 @@ struct Executor::Impl {
     }
     switch (b.space()) {
     case plan::ARENA: return arena.get() + b.offset();
-    case plan::PARAM: return paramPtr[b.slot()] + b.offset();
+    case plan::HOST_ARENA: return hostArena.get() + b.offset();
+    case plan::PARAM:
+      return paramPtr[b.slot()] ? paramPtr[b.slot()] + b.offset() : nullptr;
     case plan::INPUT: return inputs[b.slot()].data.data() + b.offset();
     case plan::CONST:
       return const_cast<char *>(p().constants(b.slot()).data()) + b.offset();
@@ -669,6 +759,20 @@ std::unique_ptr<Executor> Executor::create(std::shared_ptr<const Plan> plan,
           std::to_string(p.programs(0).arena_bytes()) + " bytes";
     return nullptr;
   }
+  impl->hostArena = alignedAlloc(p.programs(0).host_arena_bytes());
+  if (!impl->hostArena) {
+    err = "cannot allocate the host arena of " +
+          std::to_string(p.programs(0).host_arena_bytes()) + " bytes";
+    return nullptr;
+  }
+  bool offload = p.programs(0).host_arena_bytes() > 0;
+  for (const plan::Parameter &param : p.parameters())
+    offload |= param.location() != plan::DEVICE;
+  if (offload && options.backend == "cuda") {
+    err = "this plan offloads to host memory or NVMe, which the CUDA "
+          "backend does not run yet; run it with --backend=cpu";
+    return nullptr;
+  }
   impl->inputs.resize(p.inputs_size());
   impl->inputSet.assign(p.inputs_size(), false);
   for (const plan::Instruction &ins : p.programs(0).instructions()) {
@@ -678,6 +782,9 @@ std::unique_ptr<Executor> Executor::create(std::shared_ptr<const Plan> plan,
       if (b.space() == plan::ARENA)
         impl->arenaHighWater =
             std::max<uint64_t>(impl->arenaHighWater, b.offset() + b.bytes());
+      if (b.space() == plan::HOST_ARENA)
+        impl->hostArenaHighWater = std::max<uint64_t>(
+            impl->hostArenaHighWater, b.offset() + b.bytes());
     }
   }
   // The instruction that writes the loss: the loss output's writer, or
@@ -762,6 +869,10 @@ bool Executor::run(RunStats &stats, std::string &err) {
       return false;
     }
   }
+  // A host copy of the NVMe state (a checkpoint read it) is stale once the
+  // step runs: written back if a resume changed it, then freed.
+  if (impl->nvmeShadow && !impl->pushShadow(err))
+    return false;
   impl->bufferPtr.resize(p.buffers_size());
   for (int i = 0; i < p.buffers_size(); ++i)
     impl->bufferPtr[i] = impl->pointer(p.buffers(i));
@@ -775,6 +886,10 @@ bool Executor::run(RunStats &stats, std::string &err) {
     }
   stats.arenaPlanned = p.programs(0).arena_bytes();
   stats.arenaHighWater = impl->arenaHighWater;
+  stats.hostArenaPlanned = p.programs(0).host_arena_bytes();
+  stats.hostArenaHighWater = impl->hostArenaHighWater;
+  stats.toHostBytes = stats.toDeviceBytes = 0;
+  stats.nvmeReadBytes = stats.nvmeWriteBytes = 0;
   auto t0 = std::chrono::steady_clock::now();
   const plan::Program &prog = p.programs(0);
   uint64_t runSeed = fnv1a64(&impl->runs, sizeof(impl->runs),
@@ -804,6 +919,8 @@ bool Executor::run(RunStats &stats, std::string &err) {
     err = "the step failed on " + impl->device->describe() + ": " + err;
     return false;
   }
+  if (impl->nvme && !impl->nvme->waitAll(err))
+    return false;
   if (impl->stepState.overflow)
     ++impl->skipped;
   if (!impl->inflight.empty()) {
@@ -863,7 +980,52 @@ bool Executor::Impl::runInstructions(int from, int to, uint64_t runSeed,
     ctx.inflight = &impl->inflight;
     ctx.step = &impl->stepState;
     auto k0 = std::chrono::steady_clock::now();
-    if (!k->fn(ctx)) {
+    // NVMe: wait for the reads and writes whose host bytes this
+    // instruction touches; start its own if it is an NVMe transfer.
+    if (impl->nvme && !impl->nvme->pending().empty()) {
+      auto touches = [&](const TensorView &v) {
+        auto *b = static_cast<const unsigned char *>(v.data);
+        auto *e = b + v.numel() * dtypeSize(v.dtype);
+        for (const NvmeStore::Pending &q : impl->nvme->pending())
+          if (b && q.begin < e && b < q.end)
+            return q.ticket;
+        return 0;
+      };
+      for (int pass = 0; pass < 2; ++pass)
+        for (const TensorView &v : pass ? ctx.out : ctx.in)
+          for (int t; (t = touches(v)) != 0;)
+            if (!impl->nvme->wait(t, err))
+              return false;
+    }
+    bool handled = false;
+    if (ins.kernel() == "transfer") {
+      const plan::Buffer &from = p.buffers(ins.inputs(0));
+      const plan::Buffer &to = p.buffers(ins.outputs(0));
+      auto nvmeSlotOf = [&](const plan::Buffer &b) {
+        return b.space() == plan::PARAM ? impl->nvmeSlot[b.slot()] : -1;
+      };
+      int readSlot = nvmeSlotOf(from), writeSlot = nvmeSlotOf(to);
+      int ticket;
+      uint64_t bytes = from.bytes();
+      if (readSlot >= 0) {
+        if (!impl->nvme->read(readSlot, ctx.out[0].data, bytes, ticket, err))
+          return false;
+        stats.nvmeReadBytes += bytes;
+        handled = true;
+      } else if (writeSlot >= 0) {
+        if (!impl->nvme->write(writeSlot, ctx.in[0].data, bytes, ticket, err))
+          return false;
+        stats.nvmeWriteBytes += bytes;
+        handled = true;
+      } else if (to.space() == plan::HOST_ARENA ||
+                 (to.space() == plan::PARAM &&
+                  p.parameters(to.slot()).location() == plan::HOST)) {
+        stats.toHostBytes += bytes;
+      } else {
+        stats.toDeviceBytes += bytes;
+      }
+    }
+    if (!handled && !k->fn(ctx)) {
       err = "instruction " + std::to_string(i) + " (" + ins.kernel() +
             (ins.location().empty() ? "" : ", node '" + ins.location() + "'") +
             "): " + ctx.error;
@@ -986,6 +1148,8 @@ bool Executor::parameter(const std::string &name, HostTensor &out,
 }
 
 bool Executor::commitStorage(std::string &err) {
+  if (!impl->pushShadow(err))
+    return false;
   return !impl->device ||
          impl->device->toDevice(impl->deviceParams->ptr, impl->params.get(),
                                 impl->paramBytes, err);
@@ -1011,6 +1175,7 @@ std::vector<Executor::Storage> Executor::storage() {
     s.sharded = param.sharded();
     s.state = param.state();
     s.trainable = param.trainable();
+    s.location = static_cast<int>(param.location());
     s.data = impl->paramPtr[i];
     s.bytes = dtypeSize(s.dtype);
     for (int64_t d : s.shape)

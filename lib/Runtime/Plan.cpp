@@ -102,6 +102,7 @@ static bool checkPlan(const plan::Plan &p, std::string &err) {
     uint64_t limit = 0;
     switch (b.space()) {
     case plan::ARENA: limit = prog.arena_bytes(); break;
+    case plan::HOST_ARENA: limit = prog.host_arena_bytes(); break;
     case plan::PARAM:
       if (b.slot() >= paramBytes.size())
         return fail(id + " names parameter " + std::to_string(b.slot()) +
@@ -169,10 +170,65 @@ static bool checkPlan(const plan::Plan &p, std::string &err) {
         return fail(id + ": output buffer " + std::to_string(b) + " of " +
                     std::to_string(p.buffers_size()));
       plan::Space s = p.buffers(b).space();
-      if (s != plan::ARENA && !(s == plan::PARAM && p.updates_parameters()))
+      if (s != plan::ARENA && s != plan::HOST_ARENA &&
+          !(s == plan::PARAM && p.updates_parameters()))
         return fail(id + " writes a buffer outside the arena");
     }
+    // Offload: host kernels touch host memory, device kernels device
+    // memory; only a transfer crosses, and only a transfer touches NVMe.
+    auto where = [&](uint32_t id) -> int { // 0 device, 1 host, 2 nvme, 3 both
+      const plan::Buffer &b = p.buffers(id);
+      if (b.space() == plan::HOST_ARENA)
+        return 1;
+      if (b.space() == plan::PARAM)
+        return static_cast<int>(p.parameters(b.slot()).location());
+      if (b.space() == plan::ARENA)
+        return 0;
+      return 3; // inputs and constants: the runtime keeps both copies
+    };
+    bool transfer = ins.kernel() == "transfer";
+    std::vector<uint32_t> all(ins.inputs().begin(), ins.inputs().end());
+    all.insert(all.end(), ins.outputs().begin(), ins.outputs().end());
+    for (uint32_t b : all) {
+      int w = where(b);
+      if (w == 3 || transfer)
+        continue;
+      if (w == 2)
+        return fail(id + " reads or writes NVMe storage directly (only a "
+                         "transfer may)");
+      if (w != (ins.on_host() ? 1 : 0))
+        return fail(id + std::string(" runs on the ") +
+                    (ins.on_host() ? "host" : "device") +
+                    " but touches buffer " + std::to_string(b) + " in " +
+                    (w == 1 ? "host" : "device") + " memory");
+    }
+    if (transfer) {
+      if (ins.inputs_size() != 1 || ins.outputs_size() != 1)
+        return fail(id + ": a transfer has one input and one output");
+      const plan::Buffer &from = p.buffers(ins.inputs(0));
+      const plan::Buffer &to = p.buffers(ins.outputs(0));
+      if (from.bytes() != to.bytes() || from.dtype() != to.dtype())
+        return fail(id + ": a transfer keeps its bytes and type");
+      int wf = where(ins.inputs(0)), wt = where(ins.outputs(0));
+      if ((wf == 2 || wt == 2) && (wf != 1 && wt != 1))
+        return fail(id + ": NVMe is read into and written from host memory "
+                         "only");
+      if ((wf == 2 || wt == 2) &&
+          ((wf == 2 && from.offset() != 0) || (wt == 2 && to.offset() != 0)))
+        return fail(id + ": an NVMe transfer moves a whole slot");
+    }
   }
+  bool nvme = false;
+  for (const plan::Parameter &param : p.parameters()) {
+    if (!plan::Location_IsValid(param.location()))
+      return fail("parameter '" + param.name() + "' has no valid location");
+    nvme |= param.location() == plan::NVME;
+  }
+  if (nvme && (p.nvme().path().empty() || p.nvme().block_size() < 4096 ||
+               p.nvme().block_size() % 4096 || p.nvme().queue_depth() < 1 ||
+               p.nvme().queue_depth() > 1024))
+    return fail("storage is on NVMe but the plan's NVMe options are "
+                "missing or invalid");
   return true;
 }
 

@@ -57,6 +57,10 @@ Footprint footprint(const plan::Plan &p) {
   int trainable = 0, states = 0;
   for (const plan::Parameter &param : p.parameters()) {
     uint64_t bytes = product(param.shape()) * elementBytes(param.dtype());
+    if (param.location() == plan::HOST)
+      f.hostStorage += bytes;
+    else if (param.location() == plan::NVME)
+      f.nvmeStorage += bytes;
     if (param.state()) {
       f.state += bytes;
       ++states;
@@ -76,9 +80,40 @@ Footprint footprint(const plan::Plan &p) {
     if (v.name() == "ds.loss_scale" &&
         v.buffer() < static_cast<uint32_t>(p.buffers_size()))
       f.lossScalerBytes += p.buffers(v.buffer()).bytes();
+  if (auto it = p.options().find("offload_optimizer"); it != p.options().end())
+    f.offloadOptimizer = it->second;
+  if (auto it = p.options().find("offload_param"); it != p.options().end())
+    f.offloadParam = it->second;
   if (p.programs_size() == 0)
     return f;
   const plan::Program &prog = p.programs(0);
+  f.hostArena = prog.host_arena_bytes();
+  for (const plan::Instruction &ins : prog.instructions()) {
+    if (ins.kernel() != "transfer" || ins.inputs_size() != 1 ||
+        ins.outputs_size() != 1 ||
+        ins.inputs(0) >= static_cast<uint32_t>(p.buffers_size()) ||
+        ins.outputs(0) >= static_cast<uint32_t>(p.buffers_size()))
+      continue;
+    auto where = [&](uint32_t id) {
+      const plan::Buffer &b = p.buffers(id);
+      if (b.space() == plan::HOST_ARENA)
+        return 1;
+      if (b.space() == plan::PARAM &&
+          b.slot() < static_cast<uint32_t>(p.parameters_size()))
+        return static_cast<int>(p.parameters(b.slot()).location());
+      return 0;
+    };
+    uint64_t bytes = p.buffers(ins.inputs(0)).bytes();
+    int from = where(ins.inputs(0)), to = where(ins.outputs(0));
+    if (from == 2)
+      f.nvmeReadBytes += bytes;
+    else if (to == 2)
+      f.nvmeWriteBytes += bytes;
+    else if (to == 1)
+      f.toHostBytes += bytes;
+    else
+      f.toDeviceBytes += bytes;
+  }
   auto bytesOf = [&](uint32_t id) -> uint64_t {
     return id < static_cast<uint32_t>(p.buffers_size()) ? p.buffers(id).bytes()
                                                          : 0;
@@ -469,10 +504,38 @@ std::string formatFootprint(const Footprint &f) {
   }
   std::snprintf(line, sizeof line,
                 "  %-22s %14llu %12s   (parameters, buffers, optimizer state "
-                "and the arena)\n",
+                "and the arena%s)\n",
                 "total per rank", static_cast<unsigned long long>(f.total()),
-                mib(f.total()).c_str());
+                mib(f.total()).c_str(),
+                f.hostStorage + f.nvmeStorage ? ", less what is offloaded"
+                                              : "");
   out += line;
+  if (f.hostStorage + f.nvmeStorage + f.hostArena) {
+    std::snprintf(line, sizeof line,
+                  "offload (optimizer: %s, parameters: %s), per rank and "
+                  "step:\n",
+                  f.offloadOptimizer.c_str(), f.offloadParam.c_str());
+    out += line;
+    auto row = [&](const char *what, uint64_t v, const char *note) {
+      std::snprintf(line, sizeof line, "  %-22s %14llu %12s   %s\n", what,
+                    static_cast<unsigned long long>(v), mib(v).c_str(), note);
+      out += line;
+    };
+    row("device peak", f.total(), "(the total above)");
+    row("host storage", f.hostStorage,
+        "(offloaded parameters and optimizer state, pinned)");
+    row("host arena", f.hostArena,
+        "(gradients and updates in flight on the host)");
+    row("host peak", f.hostTotal(), "(host storage and arena)");
+    if (f.nvmeStorage)
+      row("nvme storage", f.nvmeStorage, "(the rank's swap file)");
+    row("device -> host", f.toHostBytes, "(bytes moved per step)");
+    row("host -> device", f.toDeviceBytes, "");
+    if (f.nvmeStorage) {
+      row("nvme -> host", f.nvmeReadBytes, "");
+      row("host -> nvme", f.nvmeWriteBytes, "");
+    }
+  }
   if (f.accumSteps > 1) {
     std::snprintf(line, sizeof line,
                   "  gradient accumulation: %lld runs per optimizer step; the "
@@ -575,6 +638,17 @@ std::string formatFootprintJson(const Footprint &f) {
   kv("arena", f.arena);
   kv("loss_scaler", f.lossScalerBytes);
   kv("total", f.total(), false);
+  o << "}, \"offload\": {";
+  kv("optimizer", jsonString(f.offloadOptimizer));
+  kv("param", jsonString(f.offloadParam));
+  kv("host_storage", f.hostStorage);
+  kv("nvme_storage", f.nvmeStorage);
+  kv("host_arena", f.hostArena);
+  kv("host_peak", f.hostTotal());
+  kv("device_to_host_bytes", f.toHostBytes);
+  kv("host_to_device_bytes", f.toDeviceBytes);
+  kv("nvme_read_bytes", f.nvmeReadBytes);
+  kv("nvme_write_bytes", f.nvmeWriteBytes, false);
   o << "}, \"formula\": {";
   kv("parameters", formulas.params);
   kv("gradients", formulas.grads);

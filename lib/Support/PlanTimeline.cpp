@@ -97,6 +97,25 @@ Timeline timeline(const plan::Plan &p, const CostModel &m) {
   }
   double compute = 0, comm = 0;
   std::map<uint32_t, double> commEnds; // collective output -> when it ends
+  // Offload: when each transfer's or host kernel's output is ready, and
+  // the copy engine's, the NVMe queue's and the host's clocks.
+  std::map<uint32_t, double> ready, copyTime; // copyTime: a transfer's own
+  double copyClock = 0, nvmeClock = 0, host = 0;
+  auto locationOf = [&](uint32_t id) {
+    const plan::Buffer &b = p.buffers(id);
+    if (b.space() == plan::HOST_ARENA)
+      return 1;
+    if (b.space() == plan::PARAM &&
+        b.slot() < static_cast<uint32_t>(p.parameters_size()))
+      return static_cast<int>(p.parameters(b.slot()).location());
+    return 0;
+  };
+  auto inputsReady = [&](const plan::Instruction &ins, double base) {
+    for (uint32_t id : ins.inputs())
+      if (auto it = ready.find(id); it != ready.end())
+        base = std::max(base, it->second);
+    return base;
+  };
   for (int i = 0; i < prog.instructions_size(); ++i) {
     const plan::Instruction &ins = prog.instructions(i);
     const std::string &k = ins.kernel();
@@ -110,6 +129,51 @@ Timeline timeline(const plan::Plan &p, const CostModel &m) {
     for (uint32_t id : ins.outputs())
       if (id < static_cast<uint32_t>(p.buffers_size()))
         e.bytes += static_cast<double>(p.buffers(id).bytes());
+    if (k == "transfer" && ins.inputs_size() == 1 && ins.outputs_size() == 1 &&
+        ins.inputs(0) < static_cast<uint32_t>(p.buffers_size()) &&
+        ins.outputs(0) < static_cast<uint32_t>(p.buffers_size())) {
+      int from = locationOf(ins.inputs(0)), to = locationOf(ins.outputs(0));
+      bool nvme = from == 2 || to == 2;
+      double &clock = nvme ? nvmeClock : copyClock;
+      double bytes = static_cast<double>(p.buffers(ins.inputs(0)).bytes());
+      e.track = nvme ? 4 : 2;
+      e.bytes = bytes;
+      // Issued in program order: a device source is ready when the device
+      // reaches the transfer.
+      e.start = std::max(clock, inputsReady(ins, from == 0 ? compute : 0));
+      e.duration = bytes / (nvme ? m.nvmeBytesPerSecond : m.pcieBytesPerSecond);
+      clock = e.start + e.duration;
+      ready[ins.outputs(0)] = clock;
+      copyTime[ins.outputs(0)] = e.duration;
+      t.transferSeconds += e.duration;
+      t.events.push_back(e);
+      continue;
+    }
+    if (ins.on_host()) {
+      e.flops = kernelFlops(p, ins);
+      e.track = 3;
+      e.start = std::max(host, inputsReady(ins, 0));
+      e.duration = e.bytes / m.hostBytesPerSecond;
+      host = e.start + e.duration;
+      for (uint32_t id : ins.outputs())
+        ready[id] = host;
+      t.hostSeconds += e.duration;
+      t.flops += e.flops;
+      t.events.push_back(e);
+      continue;
+    }
+    // A device kernel waits for the transfers it reads; of the wait, at
+    // most the copy's own time is the copy's (the rest is what it waited
+    // for, such as the host optimizer).
+    if (double r = inputsReady(ins, compute); r > compute) {
+      double own = 0;
+      for (uint32_t id : ins.inputs())
+        if (auto it = ready.find(id); it != ready.end() && it->second > compute)
+          own = std::max(own, std::min(it->second - compute, copyTime[id]));
+      t.exposedTransferSeconds += own;
+      t.offloadWaitSeconds += r - compute;
+      compute = r;
+    }
     bool collective = isOneOf(k, {"all_reduce", "all_gather", "reduce_scatter"});
     if (collective && world > 1 && ins.outputs_size() == 1) {
       const plan::Buffer &out = p.buffers(ins.outputs(0));
@@ -152,6 +216,16 @@ Timeline timeline(const plan::Plan &p, const CostModel &m) {
     t.events.push_back(e);
   }
   t.stepSeconds = std::max(compute, comm);
+  // Offload work still running when the device is done delays the step.
+  double copiesEnd = std::max(copyClock, nvmeClock);
+  double computeEnd = std::max(t.stepSeconds, host);
+  if (copiesEnd > computeEnd)
+    t.exposedTransferSeconds += copiesEnd - computeEnd;
+  double offloadEnd = std::max(copiesEnd, host);
+  if (offloadEnd > t.stepSeconds) {
+    t.offloadWaitSeconds += offloadEnd - t.stepSeconds;
+    t.stepSeconds = offloadEnd;
+  }
   return t;
 }
 

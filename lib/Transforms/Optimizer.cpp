@@ -222,8 +222,10 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
       // copy, optimizer state of the gradient's shape (this rank's shard
       // with ZeRO 1-3), which starts as the weight's initializer.
       auto paramType = cast<RankedTensorType>(param.getType());
-      bool master = !paramType.getElementType().isF32() &&
-                    isa<FloatType>(paramType.getElementType());
+      // Offload gives an f32 weight its master copy too: the host keeps
+      // the f32 partition and the device weight is its copy.
+      bool master = isa<FloatType>(paramType.getElementType()) &&
+                    (!paramType.getElementType().isF32() || masterWeights);
       if (master && sharded) {
         fullShape = func.getArgAttrOfType<DenseI64ArrayAttr>(
             param.getArgNumber(), kFullShapeAttr);
@@ -269,11 +271,12 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
           // The master goes back to its state; the weight is its cast down.
           results.push_back(updated);
           resultAttrs.push_back(update(masterName));
-          updated = CastOp::create(
-              b, loc,
-              cast<RankedTensorType>(updated.getType())
-                  .clone(paramType.getElementType()),
-              updated);
+          if (!paramType.getElementType().isF32())
+            updated = CastOp::create(
+                b, loc,
+                cast<RankedTensorType>(updated.getType())
+                    .clone(paramType.getElementType()),
+                updated);
         }
         if (cast<RankedTensorType>(updated.getType()).getShape() !=
             paramType.getShape())

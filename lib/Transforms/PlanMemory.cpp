@@ -106,7 +106,11 @@ struct PlanMemoryPass : impl::PlanMemoryPassBase<PlanMemoryPass> {
       visit(alloc.getResult(), alloc);
     });
 
-    Arena arena;
+    // Two arenas: the device's, and the host's (offload).
+    Arena arena, hostArena;
+    auto arenaOf = [&](AllocOp a) -> Arena & {
+      return a->hasAttr("dsrt.host") ? hostArena : arena;
+    };
     llvm::DenseMap<Operation *, int64_t> offset;
     llvm::DenseMap<int64_t, SmallVector<AllocOp>> dyingAt;
     for (AllocOp a : allocs)
@@ -139,6 +143,7 @@ struct PlanMemoryPass : impl::PlanMemoryPassBase<PlanMemoryPass> {
             auto src = dyn_cast_or_null<AllocOp>(
                 dsrt::rootOf(kernel.getIns()[in]));
             if (!src || !offset.count(src) || handedOver.count(src) ||
+                src->hasAttr("dsrt.host") != alloc->hasAttr("dsrt.host") ||
                 lastUse.lookup(src) != s ||
                 dsrt::bufferBytes(src.getType()) != bytes)
               continue;
@@ -158,12 +163,12 @@ struct PlanMemoryPass : impl::PlanMemoryPassBase<PlanMemoryPass> {
           }
         }
         if (!offset.count(alloc))
-          offset[alloc] = arena.allocate(bytes);
+          offset[alloc] = arenaOf(alloc).allocate(bytes);
       }
       // Free what died here.
       for (AllocOp a : dyingAt.lookup(s))
         if (offset.count(a) && !handedOver.count(a))
-          arena.release(offset[a], dsrt::bufferBytes(a.getType()));
+          arenaOf(a).release(offset[a], dsrt::bufferBytes(a.getType()));
     }
 
     OpBuilder b(func.getContext());
@@ -175,6 +180,9 @@ struct PlanMemoryPass : impl::PlanMemoryPassBase<PlanMemoryPass> {
       a.setOffsetAttr(b.getI64IntegerAttr(offset[a]));
     }
     func->setAttr(dsrt::kArenaBytes, b.getI64IntegerAttr(arena.peak));
+    if (hostArena.peak > 0)
+      func->setAttr("dsrt.host_arena_bytes",
+                    b.getI64IntegerAttr(hostArena.peak));
 
     // Check: buffers live at the same time never share bytes, except an
     // in-place output and the input it replaced.
@@ -183,7 +191,8 @@ struct PlanMemoryPass : impl::PlanMemoryPassBase<PlanMemoryPass> {
     for (size_t i = 0; i < allocs.size(); ++i) {
       for (size_t j = i + 1; j < allocs.size(); ++j) {
         Operation *x = allocs[i], *y = allocs[j];
-        if (allowed.count({x, y}) || allowed.count({y, x}))
+        if (allowed.count({x, y}) || allowed.count({y, x}) ||
+            x->hasAttr("dsrt.host") != y->hasAttr("dsrt.host"))
           continue;
         bool timeOverlap = firstUse[x] <= lastUse[y] &&
                            firstUse[y] <= lastUse[x];

@@ -264,6 +264,54 @@ llvm::cl::opt<std::string> recomputeSpec(
                    "--device-memory)"),
     llvm::cl::value_desc("none|full|every-layer|auto|budget=SIZE"),
     llvm::cl::init("none"), llvm::cl::cat(memoryCategory));
+llvm::cl::opt<std::string> offloadOptimizer(
+    "offload-optimizer",
+    llvm::cl::desc("Where the optimizer state and the f32 master weights "
+                   "live: none (the device), cpu (host memory; the "
+                   "optimizer step runs on the host) or nvme:PATH (a swap "
+                   "file per rank in folder PATH, read and written with "
+                   "asynchronous I/O)"),
+    llvm::cl::value_desc("none|cpu|nvme:PATH"), llvm::cl::init("none"),
+    llvm::cl::cat(memoryCategory));
+llvm::cl::opt<std::string> offloadParam(
+    "offload-param",
+    llvm::cl::desc("Where the ZeRO-3 parameter shards live: none, cpu or "
+                   "nvme:PATH (needs --zero=3); each is copied to the "
+                   "device just before its all-gather"),
+    llvm::cl::value_desc("none|cpu|nvme:PATH"), llvm::cl::init("none"),
+    llvm::cl::cat(memoryCategory));
+llvm::cl::opt<std::string> offloadMode(
+    "offload",
+    llvm::cl::desc("none: offload only as --offload-optimizer and "
+                   "--offload-param say; auto: when --device-memory "
+                   "cannot be met with recompute alone, offload the "
+                   "optimizer state to cpu, then (ZeRO-3) the parameters"),
+    llvm::cl::value_desc("none|auto"), llvm::cl::init("none"),
+    llvm::cl::cat(memoryCategory));
+llvm::cl::opt<std::string> pcieBandwidth(
+    "pcie-bandwidth",
+    llvm::cl::desc("Host-device copy rate the cost model assumes, bytes/s "
+                   "(e.g. 25GB, 12GiB); default 25 GB/s, PCIe 4.0 x16 in "
+                   "practice"),
+    llvm::cl::value_desc("SIZE"), llvm::cl::init("25GB"),
+    llvm::cl::cat(memoryCategory));
+llvm::cl::opt<std::string> nvmeBandwidth(
+    "nvme-bandwidth",
+    llvm::cl::desc("NVMe read/write rate the cost model assumes, bytes/s; "
+                   "default 3 GB/s, one PCIe 4.0 NVMe drive"),
+    llvm::cl::value_desc("SIZE"), llvm::cl::init("3GB"),
+    llvm::cl::cat(memoryCategory));
+llvm::cl::opt<std::string> aioBlockSize(
+    "aio-block-size",
+    llvm::cl::desc("NVMe offload: bytes per I/O request (DeepSpeed's "
+                   "aio.block_size); default 1MiB"),
+    llvm::cl::value_desc("SIZE"), llvm::cl::init("1MiB"),
+    llvm::cl::cat(memoryCategory));
+llvm::cl::opt<int> aioQueueDepth(
+    "aio-queue-depth",
+    llvm::cl::desc("NVMe offload: I/O requests in flight (DeepSpeed's "
+                   "aio.queue_depth); default 8"),
+    llvm::cl::init(8), llvm::cl::cat(memoryCategory));
 llvm::cl::opt<std::string> deviceMemory(
     "device-memory",
     llvm::cl::desc("Memory of one rank's device (e.g. 80GiB, 512MiB, "
@@ -391,7 +439,11 @@ int64_t perRankPeak(ModuleOp module) {
   module.walk([&](func::FuncOp f) {
     if (auto a = f->getAttrOfType<IntegerAttr>(dsrt::kArenaBytes))
       total += a.getInt();
-    f.walk([&](dsrt::ParamOp p) { total += dsrt::bufferBytes(p.getType()); });
+    // Device memory only: offloaded storage lives on the host or NVMe.
+    f.walk([&](dsrt::ParamOp p) {
+      if (!p->hasAttr("dsrt.space"))
+        total += dsrt::bufferBytes(p.getType());
+    });
   });
   return total;
 }
@@ -663,6 +715,57 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
     return 0;
   }
 
+  // Offload: where the optimizer state and ZeRO-3 parameters live (none,
+  // host or nvme) and the NVMe folder.
+  std::string offOpt = "none", offParam = "none", nvmePath;
+  auto parseOffload = [&](StringRef flag, StringRef spec,
+                          std::string &space) -> bool {
+    if (spec == "none" || spec == "cpu" || spec == "host") {
+      space = spec == "none" ? "none" : "host";
+      return true;
+    }
+    if (spec.starts_with("nvme:") && spec.size() > 5) {
+      std::string path = spec.drop_front(5).str();
+      if (!nvmePath.empty() && nvmePath != path) {
+        llvm::errs() << "error: --offload-optimizer and --offload-param "
+                        "name two NVMe folders ('"
+                     << nvmePath << "', '" << path << "'); give one\n";
+        return false;
+      }
+      nvmePath = path;
+      space = "nvme";
+      return true;
+    }
+    llvm::errs() << "error: --" << flag << "='" << spec
+                 << "' is not none, cpu or nvme:PATH\n";
+    return false;
+  };
+  if (!parseOffload("offload-optimizer", offloadOptimizer, offOpt) ||
+      !parseOffload("offload-param", offloadParam, offParam))
+    return 1;
+  if (offloadMode != "none" && offloadMode != "auto") {
+    llvm::errs() << "error: --offload='" << offloadMode
+                 << "' is not none or auto\n";
+    return 1;
+  }
+  std::optional<int64_t> pcieRate = parseBytes(pcieBandwidth),
+                         nvmeRate = parseBytes(nvmeBandwidth),
+                         aioBlock = parseBytes(aioBlockSize);
+  if (!pcieRate || *pcieRate <= 0 || !nvmeRate || *nvmeRate <= 0) {
+    llvm::errs() << "error: --pcie-bandwidth and --nvme-bandwidth are "
+                    "positive sizes per second (e.g. 25GB), got '"
+                 << pcieBandwidth << "' and '" << nvmeBandwidth << "'\n";
+    return 1;
+  }
+  if (!aioBlock || *aioBlock < 4096 || *aioBlock % 4096 ||
+      *aioBlock > (int64_t(1) << 30) || aioQueueDepth < 1 ||
+      aioQueueDepth > 1024) {
+    llvm::errs() << "error: --aio-block-size must be a multiple of 4096 "
+                    "bytes up to 1GiB and --aio-queue-depth 1..1024 (got '"
+                 << aioBlockSize << "' and " << aioQueueDepth << ")\n";
+    return 1;
+  }
+
   // The pipeline on a copy of the imported module, with a recompute mode
   // (and for "budget" its activation budget); `lower` through the memory
   // plan.
@@ -715,10 +818,17 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
         opt.gradClip = gradClip;
         opt.gradAccum = gradAccum;
         opt.allgatherBucketSize = allgatherBucketSize;
+        opt.masterWeights = offOpt != "none";
         pm.addNestedPass<func::FuncOp>(ds::createOptimizerPass(opt));
       }
       pm.addPass(createCanonicalizerPass());
       pm.addPass(createCSEPass());
+      if (training && (offOpt != "none" || offParam != "none")) {
+        ds::OffloadPassOptions off;
+        off.optimizer = offOpt;
+        off.param = offParam;
+        pm.addNestedPass<func::FuncOp>(ds::createOffloadPass(off));
+      }
     }
     if (failed(config.setupPassPipeline(pm)))
       return failure();
@@ -780,13 +890,54 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
   // plan to write when a plan is what --emit asks for (not compiled again).
   OwningOpRef<ModuleOp> searched;
   int64_t searchedPeak = -1;
+  if (!training && (offOpt != "none" || offParam != "none")) {
+    llvm::errs() << "error: offload is for training (give --optimizer=...)\n";
+    return 1;
+  }
+  if (offloadMode == "auto" && emitKind != "mlir-import") {
+    // Offload only what recompute alone cannot fit: the optimizer state
+    // first (DeepSpeed's ZeRO-Offload), then at ZeRO-3 the parameters.
+    if (!limit || !training) {
+      llvm::errs() << "error: --offload=auto fits --device-memory in a "
+                      "training plan: give both --device-memory and "
+                      "--optimizer\n";
+      return 1;
+    }
+    StringRef probeMode = (rMode == "auto" || rMode == "budget")
+                              ? StringRef("full") : StringRef(rMode);
+    OwningOpRef<ModuleOp> probe;
+    if (failed(compile(probe, probeMode, 0, true)))
+      return 1;
+    int64_t before = perRankPeak(*probe), now = before;
+    std::string chose;
+    if (now > *limit && offOpt == "none") {
+      offOpt = "host";
+      chose = "--offload-optimizer=cpu";
+      if (failed(compile(probe, probeMode, 0, true)))
+        return 1;
+      now = perRankPeak(*probe);
+    }
+    if (now > *limit && offParam == "none" && zeroStage == 3) {
+      offParam = "host";
+      chose += chose.empty() ? "--offload-param=cpu" : " --offload-param=cpu";
+      if (failed(compile(probe, probeMode, 0, true)))
+        return 1;
+      now = perRankPeak(*probe);
+    }
+    searchLog += "offload auto: " +
+                 (chose.empty() ? std::string("nothing offloaded, ") +
+                                      mib(before) + " fits with recompute"
+                                : "chose " + chose + ": the device peak " +
+                                      mib(before) + " became " + mib(now)) +
+                 " (--recompute=" + probeMode.str() + ")\n";
+  }
   if (emitKind == "mlir-import") {
     result = OwningOpRef<ModuleOp>((**module).clone());
   } else if (rMode == "budget" || rMode == "auto") {
     if (!budget) {
       // auto without a device size: nothing to fit.
       rMode = "none";
-      searchLog = "recompute auto: no --device-memory, every activation "
+      searchLog += "recompute auto: no --device-memory, every activation "
                   "is kept\n";
     } else {
       // Keep everything if it fits; else the least recompute whose planned
@@ -801,7 +952,7 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
         rMode = "none";
         searched = std::move(none);
         searchedPeak = peakNone;
-        searchLog = "recompute " + recomputeSpec + ": every activation "
+        searchLog += "recompute " + recomputeSpec + ": every activation "
                     "kept, the peak " + mib(peakNone) + " fits " +
                     mib(*budget) + "\n";
       } else {
@@ -838,7 +989,7 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
               recomputeSummary(*trial).getAs<DenseI64ArrayAttr>("chosen")[0];
           target = std::min(target - (p - *budget), kept - 1);
         }
-        searchLog = "recompute " + recomputeSpec + ": budget " +
+        searchLog += "recompute " + recomputeSpec + ": budget " +
                     mib(*budget) + "; none peaks at " + mib(peakNone) +
                     ", full at " + mib(peakFull) + "; " +
                     (rMode == "budget"
@@ -917,6 +1068,15 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
       planOptions.compileOptions["min_loss_scale"] = std::to_string(minLossScale);
     }
     planOptions.worldSize = worldSize;
+    planOptions.nvmePath = nvmePath;
+    planOptions.aioBlockSize = static_cast<uint32_t>(*aioBlock);
+    planOptions.aioQueueDepth = static_cast<uint32_t>(aioQueueDepth);
+    planOptions.views.pcieBytesPerSecond = static_cast<double>(*pcieRate);
+    planOptions.views.nvmeBytesPerSecond = static_cast<double>(*nvmeRate);
+    if (offOpt != "none" || offParam != "none") {
+      planOptions.compileOptions["offload_optimizer"] = offOpt;
+      planOptions.compileOptions["offload_param"] = offParam;
+    }
     for (const std::string &spec : inputShapes)
       planOptions.compileOptions["input-shape:" + spec] = spec;
     std::string reportText;

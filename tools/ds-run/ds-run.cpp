@@ -611,9 +611,18 @@ int run(int argc, char **argv) {
     // the plan's figures.
     Footprint planned = footprintOf(*plan);
     uint64_t measuredParams = 0, measuredBuffers = 0, measuredState = 0;
-    for (const Executor::Storage &st : exec->storage())
+    // Offload: what lives in host memory and on NVMe instead of the device.
+    uint64_t measuredHost = 0, measuredNvme = 0;
+    for (const Executor::Storage &st : exec->storage()) {
       (st.state ? measuredState : st.trainable ? measuredParams : measuredBuffers) +=
           st.bytes;
+      (st.location == 1 ? measuredHost : st.location == 2 ? measuredNvme
+                                                          : measuredState) +=
+          st.location ? st.bytes : 0;
+    }
+    // A run moves what the plan's transfers say; measured per step.
+    uint64_t stepToHost = 0, stepToDevice = 0, stepNvmeRead = 0,
+             stepNvmeWrite = 0;
     if (measuredParams > planned.params || measuredBuffers > planned.buffers ||
         measuredState > planned.state)
       return fail("parameter storage exceeds the plan (" +
@@ -784,6 +793,12 @@ int run(int argc, char **argv) {
      if (nanStep)
        continue;
       stepComm = comm->collectiveBytes - comm0;
+      stepToHost = stats.toHostBytes;
+      stepToDevice = stats.toDeviceBytes;
+      stepNvmeRead = stats.nvmeReadBytes;
+      stepNvmeWrite = stats.nvmeWriteBytes;
+      if (stats.hostArenaHighWater > stats.hostArenaPlanned)
+        return fail("the host arena high-water mark exceeds the plan");
       if (stepComm > plannedComm)
         return fail("step " + std::to_string(s) + " handed " +
                     std::to_string(stepComm) +
@@ -941,10 +956,9 @@ int run(int argc, char **argv) {
       long long ran = steps - firstStep + 1;
       double seconds = totalMs / 1e3;
       double sampleRate = seconds > 0 ? samples * accum * ran / seconds : 0;
-      uint64_t plannedPeak = planned.params + planned.buffers + planned.state +
-                             planned.arena;
+      uint64_t plannedPeak = planned.total();
       uint64_t measuredPeak = measuredParams + measuredBuffers + measuredState +
-                              stats.arenaHighWater;
+                              stats.arenaHighWater - measuredHost - measuredNvme;
       std::printf("summary: %lld steps in %s; mean %.1f samples/s",
                   ran, clockText(seconds).c_str(), sampleRate);
       if (tokensPerSample > 0)
@@ -954,6 +968,26 @@ int run(int argc, char **argv) {
                   static_cast<unsigned long long>(measuredPeak),
                   static_cast<unsigned long long>(plannedPeak),
                   static_cast<unsigned long long>(exec->skippedRuns()));
+      if (planned.hostTotal() + planned.nvmeStorage > 0)
+        std::printf("offload: host memory per rank %llu bytes measured, %llu "
+                    "planned (storage %llu, host arena %llu); NVMe %llu bytes; "
+                    "per step device->host %llu, host->device %llu, NVMe "
+                    "read %llu, written %llu bytes (planned %llu, %llu, %llu, "
+                    "%llu)\n",
+                    static_cast<unsigned long long>(measuredHost +
+                                                    stats.hostArenaHighWater),
+                    static_cast<unsigned long long>(planned.hostTotal()),
+                    static_cast<unsigned long long>(measuredHost),
+                    static_cast<unsigned long long>(stats.hostArenaHighWater),
+                    static_cast<unsigned long long>(measuredNvme),
+                    static_cast<unsigned long long>(stepToHost),
+                    static_cast<unsigned long long>(stepToDevice),
+                    static_cast<unsigned long long>(stepNvmeRead),
+                    static_cast<unsigned long long>(stepNvmeWrite),
+                    static_cast<unsigned long long>(planned.toHostBytes),
+                    static_cast<unsigned long long>(planned.toDeviceBytes),
+                    static_cast<unsigned long long>(planned.nvmeReadBytes),
+                    static_cast<unsigned long long>(planned.nvmeWriteBytes));
     }
     return 0;
   }

@@ -128,11 +128,20 @@ struct ExecutorOptions {
   /// over ranks) and stop the run before any update when it is not finite
   /// (ds-run --on-nan).
   bool nanGuard = false;
+  /// NVMe offload: the swap folder (empty: the plan's), and a test hook
+  /// that pretends the folder has only this many free bytes (0: off).
+  std::string nvmePath;
+  uint64_t nvmePretendFree = 0;
 };
 
 struct RunStats {
   uint64_t arenaPlanned = 0;   // bytes the plan reserves
   uint64_t arenaHighWater = 0; // highest arena byte any kernel wrote
+  /// Offload: the host arena, planned and reached; bytes transfers moved
+  /// this run between device and host, and between host and NVMe.
+  uint64_t hostArenaPlanned = 0, hostArenaHighWater = 0;
+  uint64_t toHostBytes = 0, toDeviceBytes = 0, nvmeReadBytes = 0,
+           nvmeWriteBytes = 0;
   double milliseconds = 0;
   /// With profile: per kernel id, total milliseconds, calls and FLOPs (the
   /// FLOPs are counted for matmul and gemm: 2*M*N*K).
@@ -184,6 +193,9 @@ public:
     DType dtype = DType::F32;
     std::vector<int64_t> shape, fullShape;
     bool sharded = false, state = false, trainable = false;
+    /// Where it is stored: 0 device, 1 host, 2 NVMe (then `data` is a
+    /// host copy read for this call; commitStorage writes it back).
+    int location = 0;
     void *data = nullptr;
     uint64_t bytes = 0;
   };

@@ -93,8 +93,20 @@ struct Footprint {
   /// backward instruction (-1: none). The memory plot draws these.
   std::vector<std::array<uint64_t, 4>> liveByKind;
   int backwardStart = -1;
-  /// Per-rank total: parameters, buffers, optimizer state and the arena.
-  uint64_t total() const { return params + buffers + state + arena; }
+  /// Offload: bytes of parameters and state stored on the host and on
+  /// NVMe (included in params/buffers/state above, not on the device),
+  /// the host arena's peak, and the bytes transfers move per run.
+  uint64_t hostStorage = 0, nvmeStorage = 0, hostArena = 0;
+  uint64_t toHostBytes = 0, toDeviceBytes = 0, nvmeReadBytes = 0,
+           nvmeWriteBytes = 0;
+  std::string offloadOptimizer = "none", offloadParam = "none";
+  /// Per-rank device total: parameters, buffers, optimizer state and the
+  /// arena, less what is offloaded.
+  uint64_t total() const {
+    return params + buffers + state + arena - hostStorage - nvmeStorage;
+  }
+  /// Host memory the plan uses: offloaded storage and the host arena.
+  uint64_t hostTotal() const { return hostStorage + hostArena; }
 };
 
 Footprint footprint(const plan::Plan &plan);

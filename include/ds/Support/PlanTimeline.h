@@ -26,12 +26,16 @@ struct CostModel {
   double flopsPerSecond = 180e9;   // dense f32 GEMM rate
   double bytesPerSecond = 20e9;    // memory bandwidth
   double linkBytesPerSecond = 5e9; // per-rank collective bandwidth
+  // Offload: host<->device copies, NVMe reads and writes, and host kernels
+  // (the offloaded optimizer; memory-bound, so bytes over this rate).
+  double pcieBytesPerSecond = 25e9, nvmeBytesPerSecond = 3e9,
+         hostBytesPerSecond = 10e9;
 };
 
 struct TimelineEvent {
   int instruction = 0;
   std::string kernel, node;
-  int track = 0; // 0 compute, 1 communication, 2 copies
+  int track = 0; // 0 compute, 1 communication, 2 copies, 3 host, 4 NVMe
   double start = 0, duration = 0; // seconds
   double flops = 0, bytes = 0;
 };
@@ -40,6 +44,13 @@ struct Timeline {
   std::vector<TimelineEvent> events;
   double stepSeconds = 0;   // when the last kernel ends
   double computeSeconds = 0, commSeconds = 0, exposedCommSeconds = 0;
+  /// Offload: time of the transfers (copies and NVMe I/O), and the part of
+  /// it the device waits for (its kernels stalled on a transfer, or the
+  /// step's end pushed past the device's last kernel); host kernel time.
+  double transferSeconds = 0, exposedTransferSeconds = 0, hostSeconds = 0;
+  /// All the time the device waits on offload (transfers and the host
+  /// optimizer), the step's tail included.
+  double offloadWaitSeconds = 0;
   double flops = 0;         // per rank, per step (run)
   int64_t tokens = 0;       // per rank: elements of the first integer input,
                             // else its leading dimension (samples)

@@ -192,6 +192,9 @@ def OptimizerPass : Pass<"ds-optimizer", "func::FuncOp"> {
     unscaled in f32 after its cast.
   }];
   let options = [
+    Option<"masterWeights", "master-weights", "bool", "false",
+           "give f32 parameters an f32 master copy in the optimizer state "
+           "too (offload keeps it on the host)">,
     Option<"optimizer", "optimizer", "std::string", "\"adam\"",
            "adam, adamw, sgd or lamb">,
     Option<"lr", "lr", "double", "1e-3", "learning rate">,
@@ -240,6 +243,37 @@ def LowerToDsRtPass : Pass<"ds-lower-to-dsrt", "ModuleOp"> {
     ```
   }];
   let dependentDialects = ["::mlir::dsrt::DsRtDialect"];
+}
+
+def OffloadPass : Pass<"ds-offload", "func::FuncOp"> {
+  let summary = "Keep optimizer state and parameter shards in host memory or on NVMe";
+  let description = [{
+    Runs after `--ds-optimizer` (and ZeRO). With `optimizer=host|nvme` the
+    optimizer state, f32 master copies included, is stored there (argument
+    attribute `ds.space`), and the optimizer ops that read it run on the
+    host (`ds.on_host`), as does every op whose tensors are all on the
+    host; a cast or scale whose only users are host ops moves to the host
+    too, so a gradient crosses in its own type. With `param=host|nvme`
+    (ZeRO-3 only) the parameter shards are stored there as well.
+
+    Explicit `ds.transfer` ops move values between spaces: to the host
+    right after the device value is made (the copy overlaps what follows),
+    to the device right before a device op reads a host value, NVMe reads
+    one optimizer op ahead of their reader, and NVMe writes right after
+    the update. Values are unchanged: losses are bit-identical with and
+    without offload.
+
+    ```mlir
+    %gh = ds.transfer %g {to = "host"} : tensor<64xf32>
+    %p, %m, %v = ds.adam %w, %gh, %m0, %v0, %step {ds.on_host, ...}
+    ```
+  }];
+  let options = [
+    Option<"optimizer", "optimizer", "std::string", "\"none\"",
+           "where the optimizer state lives: none (device), host or nvme">,
+    Option<"param", "param", "std::string", "\"none\"",
+           "where ZeRO-3 parameter shards live: none (device), host or nvme">,
+  ];
 }
 
 def OverlapCommPass : Pass<"dsrt-overlap-comm", "func::FuncOp"> {

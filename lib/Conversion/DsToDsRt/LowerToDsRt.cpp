@@ -98,6 +98,8 @@ struct LowerToDsRtPass : impl::LowerToDsRtPassBase<LowerToDsRtPass> {
             state ? b.getUnitAttr() : nullptr,
             func.getArgAttrOfType<DenseI64ArrayAttr>(i, "ds.full_shape"),
             func.getArgAttrOfType<StringAttr>(i, "ds.master_of"));
+        if (auto space = func.getArgAttrOfType<StringAttr>(i, "ds.space"))
+          op->setAttr("dsrt.space", space);
         buffer = op;
         storage[(name ? name : state).getValue()] = buffer;
       } else if (func.getArgAttr(i, "ds.step")) {
@@ -211,6 +213,11 @@ struct LowerToDsRtPass : impl::LowerToDsRtPassBase<LowerToDsRtPass> {
       SmallVector<Value> ins, outs;
       NamedAttrList params(op.getAttrDictionary());
       params.erase("ds.recompute"); // a compiler mark, not a kernel parameter
+      // Offload: a host op's results live in the host arena, and so does
+      // what a transfer to the host makes.
+      bool onHost = params.erase("ds.on_host") != nullptr;
+      auto transfer = dyn_cast<TransferOp>(op);
+      bool hostResults = onHost || (transfer && transfer.getTo() == "host");
       for (auto [index, v] : llvm::enumerate(op.getOperands())) {
         if (Value source = transposedFrom.lookup(v)) {
           ins.push_back(source);
@@ -223,8 +230,10 @@ struct LowerToDsRtPass : impl::LowerToDsRtPassBase<LowerToDsRtPass> {
         ins.push_back(m);
       }
       for (Value r : op.getResults()) {
-        Value alloc = dsrt::AllocOp::create(b, loc, bufferType(r.getType()),
-                                            IntegerAttr());
+        auto alloc = dsrt::AllocOp::create(b, loc, bufferType(r.getType()),
+                                           IntegerAttr());
+        if (hostResults)
+          alloc->setAttr("dsrt.host", b.getUnitAttr());
         map.map(r, alloc);
         outs.push_back(alloc);
       }
@@ -242,11 +251,13 @@ struct LowerToDsRtPass : impl::LowerToDsRtPassBase<LowerToDsRtPass> {
       }
       StringRef kernel = op.getName().stripDialect();
       SmallVector<int64_t> inplace = inplaceOperands(&op);
-      dsrt::KernelOp::create(b, loc, b.getStringAttr(kernel), ins, outs,
-                             params.getDictionary(b.getContext()),
-                             inplace.empty()
-                                 ? DenseI64ArrayAttr()
-                                 : b.getDenseI64ArrayAttr(inplace));
+      auto kernelOp = dsrt::KernelOp::create(
+          b, loc, b.getStringAttr(kernel), ins, outs,
+          params.getDictionary(b.getContext()),
+          inplace.empty() ? DenseI64ArrayAttr()
+                          : b.getDenseI64ArrayAttr(inplace));
+      if (onHost)
+        kernelOp->setAttr("dsrt.host", b.getUnitAttr());
       toErase.push_back(&op);
     }
     // Erase the tensor program, users first.

@@ -566,6 +566,7 @@ const KernelInfo kCudaKernels[] = {
     {"transpose", 1, 1, 1, 1, kTranspose},
     {"reshape", 1, 1, 1, 1, kCopyBytes},
     {"copy", 1, 1, 1, 1, kCopyBytes},
+    {"transfer", 1, 1, 1, 1, kCopyBytes}, // offload plans are refused on CUDA
     {"reduce_sum", 1, 1, 1, 1, kReduce<0>},
     {"reduce_mean", 1, 1, 1, 1, kReduce<1>},
     {"reduce_max", 1, 1, 1, 1, kReduce<2>},

@@ -137,6 +137,8 @@ LogicalResult writeViews(ModuleOp module, const pb::Plan &p,
   model.flopsPerSecond = v.flopsPerSecond;
   model.bytesPerSecond = v.bytesPerSecond;
   model.linkBytesPerSecond = v.linkBytesPerSecond;
+  model.pcieBytesPerSecond = v.pcieBytesPerSecond;
+  model.nvmeBytesPerSecond = v.nvmeBytesPerSecond;
   ::ds::Timeline tl = ::ds::timeline(p, model);
   ::ds::Footprint fp = ::ds::footprint(p);
   if (v.costReport) {
@@ -157,6 +159,23 @@ LogicalResult writeViews(ModuleOp module, const pb::Plan &p,
       os << " (ratio " << llvm::format("%.3f", tl.flops / bound)
          << "; the bound omits attention and counts every parameter once)";
     os << "\n";
+    if (tl.transferSeconds > 0 || tl.hostSeconds > 0) {
+      double hidden = std::max(0.0, tl.transferSeconds - tl.exposedTransferSeconds);
+      os << "  offload transfers " << llvm::format("%.3f", tl.transferSeconds * 1e3)
+         << " ms at " << llvm::format("%.3g", model.pcieBytesPerSecond)
+         << " B/s PCIe, " << llvm::format("%.3g", model.nvmeBytesPerSecond)
+         << " B/s NVMe: " << llvm::format("%.3f", hidden * 1e3)
+         << " ms hidden behind compute ("
+         << llvm::format("%.0f", tl.transferSeconds > 0
+                                     ? 100.0 * hidden / tl.transferSeconds
+                                     : 100.0)
+         << "%), " << llvm::format("%.3f", tl.exposedTransferSeconds * 1e3)
+         << " ms exposed; host optimizer "
+         << llvm::format("%.3f", tl.hostSeconds * 1e3) << " ms at "
+         << llvm::format("%.3g", model.hostBytesPerSecond)
+         << " B/s; the device waits " << llvm::format("%.3f", tl.offloadWaitSeconds * 1e3)
+         << " ms on offload in all\n";
+    }
   }
   if (v.costJson) {
     double bound = 6.0 * static_cast<double>(fp.psi) *
@@ -169,6 +188,10 @@ LogicalResult writeViews(ModuleOp module, const pb::Plan &p,
        << ", \"kernel_seconds\": " << tl.computeSeconds
        << ", \"collective_seconds\": " << tl.commSeconds
        << ", \"exposed_collective_seconds\": " << tl.exposedCommSeconds
+       << ", \"transfer_seconds\": " << tl.transferSeconds
+       << ", \"exposed_transfer_seconds\": " << tl.exposedTransferSeconds
+       << ", \"host_seconds\": " << tl.hostSeconds
+       << ", \"offload_wait_seconds\": " << tl.offloadWaitSeconds
        << ", \"flops\": " << tl.flops << ", \"tokens\": " << tl.tokens
        << ", \"flops_bound_6_psi_tokens\": " << bound
        << ", \"flops_ratio\": " << (bound > 0 ? tl.flops / bound : 0) << "}";
@@ -205,6 +228,8 @@ LogicalResult mlir::ds::writePlan(ModuleOp module, StringRef planPath,
   pb::Program *prog = p.add_programs();
   prog->set_name("forward");
   prog->set_arena_bytes(arena.getInt());
+  if (auto host = func->getAttrOfType<IntegerAttr>("dsrt.host_arena_bytes"))
+    prog->set_host_arena_bytes(host.getInt());
 
   llvm::DenseMap<Value, uint32_t> ids;
   auto addBuffer = [&](Value v, pb::Space space, uint64_t offset,
@@ -234,7 +259,9 @@ LogicalResult mlir::ds::writePlan(ModuleOp module, StringRef planPath,
     if (auto a = dyn_cast<dsrt::AllocOp>(op)) {
       if (!a.getOffset())
         return a.emitOpError("has no offset (run --dsrt-plan-memory)");
-      if (failed(addBuffer(a, pb::ARENA, *a.getOffset(), 0)))
+      if (failed(addBuffer(a, a->hasAttr("dsrt.host") ? pb::HOST_ARENA
+                                                       : pb::ARENA,
+                           *a.getOffset(), 0)))
         return failure();
     } else if (auto pr = dyn_cast<dsrt::ParamOp>(op)) {
       if (failed(addBuffer(pr, pb::PARAM, 0, pr.getIndex())))
@@ -254,6 +281,8 @@ LogicalResult mlir::ds::writePlan(ModuleOp module, StringRef planPath,
       }
       if (auto master = pr.getMasterOfAttr())
         param.set_master_of(master.getValue().str());
+      if (auto space = pr->getAttrOfType<StringAttr>("dsrt.space"))
+        param.set_location(space.getValue() == "nvme" ? pb::NVME : pb::HOST);
       params[pr.getIndex()] = param;
     } else if (auto in = dyn_cast<dsrt::InputOp>(op)) {
       if (failed(addBuffer(in, pb::INPUT, 0, in.getIndex())))
@@ -273,6 +302,7 @@ LogicalResult mlir::ds::writePlan(ModuleOp module, StringRef planPath,
       pb::Instruction *ins = prog->add_instructions();
       ins->set_kernel(k.getKernel().str());
       ins->set_location(where);
+      ins->set_on_host(k->hasAttr("dsrt.host"));
       for (Value v : k.getIns())
         ins->add_inputs(ids.lookup(v));
       for (Value v : k.getOuts()) {
@@ -300,10 +330,21 @@ LogicalResult mlir::ds::writePlan(ModuleOp module, StringRef planPath,
              << ::ds::kPlanFormatVersion;
     }
   }
+  bool nvme = false;
   for (auto &[index, param] : params) {
     if (index != p.parameters_size())
       return func.emitError("parameter indices are not dense");
+    nvme |= param.location() == pb::NVME;
     *p.add_parameters() = param;
+  }
+  if (nvme) {
+    if (options.nvmePath.empty())
+      return func.emitError("storage is on NVMe but no folder was given "
+                            "(--offload-optimizer=nvme:PATH)");
+    p.mutable_nvme()->set_path(options.nvmePath);
+    p.mutable_nvme()->set_block_size(options.aioBlockSize);
+    p.mutable_nvme()->set_queue_depth(options.aioQueueDepth);
+    p.mutable_nvme()->set_bandwidth(options.views.nvmeBytesPerSecond);
   }
 
   // The weights source: the ONNX file relative to the plan, and its hash.

@@ -21,6 +21,10 @@ struct PlanWriteOptions {
   std::map<std::string, std::string> compileOptions;
   /// Ranks the plan is compiled for (mpirun -np must match).
   int64_t worldSize = 1;
+  /// NVMe offload: the swap files' folder and the I/O shape (written when
+  /// some storage is on NVMe).
+  std::string nvmePath;
+  uint32_t aioBlockSize = 1 << 20, aioQueueDepth = 8;
   /// When set, receives the plan's per-rank memory and communication
   /// report (ds-opt --report).
   std::string *report = nullptr;
@@ -32,6 +36,8 @@ struct PlanWriteOptions {
   struct Views {
     double flopsPerSecond = 180e9, bytesPerSecond = 20e9,
            linkBytesPerSecond = 5e9;
+    /// Offload transfers: host<->device and NVMe rates.
+    double pcieBytesPerSecond = 25e9, nvmeBytesPerSecond = 3e9;
     std::string tracePath, memoryPlotPath, plotTitle;
     uint64_t budget = 0;
     std::string *costReport = nullptr; // receives the estimate's lines

@@ -519,6 +519,16 @@ LogicalResult AllGatherOp::verify() {
   return verifyShardPair(*this, getInput().getType(), getType());
 }
 
+LogicalResult TransferOp::verify() {
+  if (getTo() != "host" && getTo() != "device" && getTo() != "nvme")
+    return emitOpError("moves to 'host', 'device' or 'nvme', not '")
+           << getTo() << "'";
+  if (getInput().getType() != getResult().getType())
+    return emitOpError("keeps its type: ")
+           << getInput().getType() << " became " << getResult().getType();
+  return success();
+}
+
 LogicalResult ShardOp::verify() {
   return verifyShardPair(*this, getType(), getInput().getType());
 }
@@ -658,6 +668,7 @@ int64_t ReduceScatterOp::getFlops() {
   return numElements(getInput().getType());
 }
 int64_t ShardOp::getFlops() { return 0; }
+int64_t TransferOp::getFlops() { return 0; }
 int64_t CheckOverflowOp::getFlops() {
   int64_t n = 0;
   for (Value g : getGrads())

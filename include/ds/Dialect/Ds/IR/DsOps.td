@@ -770,4 +770,24 @@ def Ds_CheckOverflowOp : Ds_Op<"check_overflow", [Ds_Collective]> {
   let hasVerifier = 1;
 }
 
+def Ds_TransferOp : Ds_Op<"transfer", [AllTypesMatch<["input", "result"]>]> {
+  let summary = "copy a tensor to another memory space (offload)";
+  let description = [{
+    The same tensor in memory space `to`: `host` (pinned host memory, the
+    host arena), `device` (the device arena) or `nvme` (a file-backed
+    parameter or state slot; only as an update's writer). Inserted by
+    `--ds-offload`; the plan keeps it as an explicit, scheduled copy, so
+    the report can tell how much of its time hides behind compute. Not
+    `Pure`: where it is placed is the schedule.
+
+    ```mlir
+    %h = ds.transfer %g {to = "host"} : tensor<64xbf16>
+    ```
+  }];
+  let arguments = (ins Ds_Tensor:$input, StrAttr:$to);
+  let results = (outs Ds_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
 #endif // DS_DIALECT_DS_IR_DSOPS_TD
