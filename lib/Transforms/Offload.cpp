@@ -207,6 +207,7 @@ struct OffloadPass : impl::OffloadPassBase<OffloadPass> {
       if (name)
         storedByName[name.getValue()] = where;
     }
+    llvm::DenseSet<Value> hostUpdates;
     for (OpOperand &use : ret->getOpOperands()) {
       Value v = use.get();
       unsigned i = use.getOperandNumber();
@@ -217,8 +218,16 @@ struct OffloadPass : impl::OffloadPassBase<OffloadPass> {
             it != storedByName.end())
           want = it->second;
       bool host = onHost.contains(v);
-      if (want == "host" && host)
+      if (want == "host" && host) {
+        // One value updating two host tensors (an f32 master and the f32
+        // shard it is, with both offloaded): the second gets its copy.
+        if (!hostUpdates.insert(v).second) {
+          b.setInsertionPointAfterValue(v);
+          use.set(TransferOp::create(b, v.getLoc(), v.getType(), v,
+                                     b.getStringAttr("host")));
+        }
         continue;
+      }
       if (want == "device" && !host)
         continue;
       if (want == "device") {

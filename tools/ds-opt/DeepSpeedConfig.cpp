@@ -42,7 +42,6 @@ const std::map<std::string, std::string> &unsupported() {
       {"csv_monitor", "use ds-run --log-json"},
       {"comet", "use ds-run --log-json"},
       {"flops_profiler", "ds-opt --report gives the FLOPs"},
-      {"aio", "NVMe offload is not available yet"},
       {"pipeline", "pipeline parallelism is not available yet"},
       {"elasticity", "not available"},
       {"compression_training", "not available"},
@@ -50,7 +49,7 @@ const std::map<std::string, std::string> &unsupported() {
       {"curriculum_learning", "not available"},
       {"checkpoint", "use ds-run --save/--resume"},
       {"zero_allow_untested_optimizer", "not needed"},
-      {"zero_force_ds_cpu_optimizer", "CPU offload is not available yet"},
+      {"zero_force_ds_cpu_optimizer", "offload always runs ds's host optimizer"},
       {"sequence_parallel_size", "not available"},
       {"tensor_parallel", "tensor parallelism is not available yet"},
   };
@@ -62,7 +61,7 @@ const std::vector<std::string> topKeys = {
     "train_batch_size", "train_micro_batch_size_per_gpu",
     "gradient_accumulation_steps", "optimizer", "fp16", "bf16", "bfloat16",
     "gradient_clipping", "communication_data_type", "zero_optimization",
-    "activation_checkpointing", "ds"};
+    "activation_checkpointing", "aio", "ds"};
 
 struct Reader {
   std::string file, err;
@@ -382,8 +381,6 @@ bool readDeepSpeedConfig(llvm::StringRef path, DeepSpeedConfig &config,
     } else if (key == "zero_optimization") {
       const Object *o = r.object(v, key);
       std::map<std::string, std::string> known = {
-          {"offload_optimizer", "optimizer offload is not available yet"},
-          {"offload_param", "parameter offload is not available yet"},
           {"stage3_max_live_parameters", "ds plans stage-3 memory statically"},
           {"stage3_max_reuse_distance", "ds plans stage-3 memory statically"},
           {"sub_group_size", "ds updates each tensor separately"},
@@ -397,27 +394,59 @@ bool readDeepSpeedConfig(llvm::StringRef path, DeepSpeedConfig &config,
           {"elastic_checkpoint", "checkpoints re-partition anyway"},
           {"ignore_unused_parameters", "not needed"},
           {"load_from_fp32_weights", "checkpoints keep the masters"},
-          {"cpu_offload", "optimizer offload is not available yet"}};
+          {"cpu_offload", "use offload_optimizer: {\"device\": \"cpu\"}"}};
       std::vector<std::string> valid = {
           "stage", "contiguous_gradients", "reduce_scatter",
           "reduce_bucket_size", "allgather_partitions",
           "allgather_bucket_size", "overlap_comm",
-          "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold"};
-      // An offload section whose device is none is no offload.
-      for (const char *section : {"offload_optimizer", "offload_param"}) {
-        const Value *sv = o ? o->get(section) : nullptr;
-        const Object *so = sv ? sv->getAsObject() : nullptr;
-        const Value *dev = so ? so->get("device") : nullptr;
-        if (so && so->size() == 1 && dev && dev->getAsString() &&
-            *dev->getAsString() == "none")
-          valid.push_back(section);
-      }
+          "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
+          "offload_optimizer", "offload_param"};
       ok = o && r.checkKeys(*o, key, valid, known);
       for (const auto &zkv : (ok ? *o : Object())) {
         std::string zk = key + "." + zkv.first.str();
         llvm::StringRef name = zkv.first;
-        if (name == "offload_optimizer" || name == "offload_param")
-          continue; // device none
+        if (name == "offload_optimizer" || name == "offload_param") {
+          // {"device": "none"|"cpu"|"nvme", "nvme_path": ..., and
+          // DeepSpeed's buffer knobs, which a static plan does not need}.
+          const Object *so = r.object(zkv.second, zk);
+          std::vector<std::string> keys = {"device", "nvme_path", "pin_memory",
+                                           "buffer_count", "fast_init"};
+          if (name == "offload_param")
+            keys.insert(keys.end(), {"buffer_size", "max_in_cpu"});
+          else
+            keys.push_back("ratio");
+          if (!(ok = so && r.checkKeys(*so, zk, keys)))
+            break;
+          const Value *dv = so->get("device");
+          auto device = dv ? r.string(*dv, zk + ".device")
+                           : std::optional<std::string>("none");
+          if (!(ok = device.has_value()))
+            break;
+          std::string spec = *device;
+          if (*device == "nvme") {
+            const Value *pv = so->get("nvme_path");
+            auto path = pv ? r.string(*pv, zk + ".nvme_path")
+                           : std::optional<std::string>();
+            if (!path) {
+              ok = pv ? false : r.fail(zk, "device nvme needs \"nvme_path\"");
+              break;
+            }
+            spec = "nvme:" + *path;
+          } else if (*device != "none" && *device != "cpu") {
+            ok = r.fail(zk + ".device", "must be \"none\", \"cpu\" or \"nvme\"");
+            break;
+          }
+          if (const Value *ratio = so->get("ratio");
+              ratio && ratio->getAsNumber() && *ratio->getAsNumber() != 1.0) {
+            ok = r.fail(zk + ".ratio", "partial offload is not supported "
+                                       "(ds offloads all of the state or none)");
+            break;
+          }
+          set(name == "offload_optimizer" ? "offload-optimizer"
+                                          : "offload-param",
+              spec, zk);
+          continue;
+        }
         if (name == "contiguous_gradients" || name == "reduce_scatter" ||
             name == "allgather_partitions") {
           auto b = r.boolean(zkv.second, zk);
@@ -474,17 +503,35 @@ bool readDeepSpeedConfig(llvm::StringRef path, DeepSpeedConfig &config,
           break;
         }
       }
+    } else if (key == "aio") {
+      // DeepSpeed's async I/O: block size and queue depth shape ds's
+      // requests; its thread and submission knobs have no counterpart (one
+      // io_uring per rank), so they are accepted and have no effect.
+      const Object *o = r.object(v, key);
+      ok = o && r.checkKeys(*o, key,
+                            {"block_size", "queue_depth", "thread_count",
+                             "single_submit", "overlap_events", "use_gds"});
+      for (const auto &akv : (ok ? *o : Object())) {
+        std::string ak = key + "." + akv.first.str();
+        if (akv.first != "block_size" && akv.first != "queue_depth")
+          continue;
+        auto n = r.integer(akv.second, ak);
+        if (!(ok = n.has_value()))
+          break;
+        set(akv.first == "block_size" ? "aio-block-size" : "aio-queue-depth",
+            std::to_string(*n), ak);
+      }
     } else if (key == "ds") {
       // ds's own keys: what DeepSpeed leaves to the user's code.
       const Object *o = r.object(v, key);
-      ok = o && r.checkKeys(*o, key, {"recompute", "device_memory"});
+      ok = o && r.checkKeys(*o, key, {"recompute", "device_memory", "offload"});
       for (const auto &dkv : (ok ? *o : Object())) {
         std::string dk = key + "." + dkv.first.str();
-        if (dkv.first == "recompute") {
+        if (dkv.first == "recompute" || dkv.first == "offload") {
           auto s = r.string(dkv.second, dk);
           if (!(ok = s.has_value()))
             break;
-          set("recompute", *s, dk);
+          set(dkv.first.str(), *s, dk);
         } else {
           std::optional<std::string> s;
           if (auto d = dkv.second.getAsNumber()) {

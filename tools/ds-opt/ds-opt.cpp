@@ -712,6 +712,11 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
     show("overlap-comm", overlapComm ? "true" : "false");
     show("recompute", recomputeSpec);
     show("device-memory", deviceMemory);
+    show("offload-optimizer", offloadOptimizer);
+    show("offload-param", offloadParam);
+    show("offload", offloadMode);
+    show("aio-block-size", aioBlockSize);
+    show("aio-queue-depth", std::to_string(aioQueueDepth));
     return 0;
   }
 

@@ -89,6 +89,9 @@ usage: ds-run PLAN [options]
                         auto takes a visible CUDA device when the CUDA
                         backend has every kernel the plan needs, else the
                         CPU (with a note saying why)
+  --nvme-path DIR        NVMe offload: the folder of this run's swap files
+                        instead of the one the plan was compiled with
+                        (each rank writes one, removed when it ends)
   --on-nan=M            when a step's loss is NaN or infinite (checked as
                         soon as the forward pass computes it, agreed over
                         ranks, before any update): stop (default: exit 1
@@ -208,6 +211,7 @@ int run(int argc, char **argv) {
   std::vector<std::string> inputSpecs;
   bool forwardOnly = false, profile = false, noProgressBar = false;
   std::string backend = "auto";
+  std::string nvmePath;
   std::string onNan = "stop";
   std::string saveDir, resumeDir, consolidateDir, consolidateOut;
   long long saveEvery = 0;
@@ -258,6 +262,9 @@ int run(int argc, char **argv) {
         return fail("--on-nan needs stop, skip or continue");
       if (onNan != "stop" && onNan != "skip" && onNan != "continue")
         return fail("--on-nan='" + onNan + "' is not one of stop, skip, continue");
+    } else if (flag == "--nvme-path") {
+      if (!value(nvmePath) || nvmePath.empty())
+        return fail("--nvme-path needs a folder");
     } else if (flag == "--backend") {
       if (!value(backend))
         return fail("--backend needs auto, cpu or cuda");
@@ -413,8 +420,17 @@ int run(int argc, char **argv) {
     return fail("--inject-overflow needs an fp16 plan (ds-opt --precision=fp16)");
   // The backend: auto runs on a visible CUDA device when the CUDA backend
   // has every kernel the plan needs, else on the CPU.
+  options.nvmePath = nvmePath;
+  // Test hook: DS_FAULT=nvme-free:BYTES pretends the NVMe folder has only
+  // that much room.
+  if (const char *fault = std::getenv("DS_FAULT");
+      fault && std::strncmp(fault, "nvme-free:", 10) == 0)
+    options.nvmePretendFree = std::strtoull(fault + 10, nullptr, 10);
+  Footprint offload = footprintOf(*plan);
+  bool offloads = offload.hostTotal() + offload.nvmeStorage > 0;
   if (backend == "auto")
-    options.backend = builtWithCuda() && cudaDeviceVisible() ? "cuda" : "cpu";
+    options.backend = builtWithCuda() && cudaDeviceVisible() && !offloads
+                          ? "cuda" : "cpu";
   else
     options.backend = backend;
   std::unique_ptr<Executor> exec = Executor::create(plan, options, err);

@@ -209,17 +209,6 @@ std::unique_ptr<NvmeStore> NvmeStore::open(const NvmeOptions &opts,
     err = "the NVMe offload path '" + dir + "' is not a folder";
     return nullptr;
   }
-  struct statvfs fs;
-  uint64_t free = 0;
-  if (::statvfs(dir.c_str(), &fs) == 0)
-    free = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
-  if (opts.pretendFree)
-    free = opts.pretendFree;
-  if (free < s->total) {
-    err = "the NVMe offload folder '" + dir + "' has " + human(free) +
-          " free; this rank's offloaded storage needs " + human(s->total);
-    return nullptr;
-  }
   s->filePath = dir + "/ds-nvme-rank" + std::to_string(opts.rank) + "-" +
                 std::to_string(::getpid()) + ".swap";
   m.fd = ::open(s->filePath.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC,
@@ -232,6 +221,17 @@ std::unique_ptr<NvmeStore> NvmeStore::open(const NvmeOptions &opts,
   // Gone from the folder at once: the space is freed when the process
   // ends, however it ends, and no later run can find and trust the file.
   ::unlink(s->filePath.c_str());
+  struct statvfs fs;
+  uint64_t free = 0;
+  if (::statvfs(dir.c_str(), &fs) == 0)
+    free = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+  if (opts.pretendFree)
+    free = opts.pretendFree;
+  if (free < s->total) {
+    err = "the NVMe offload folder '" + dir + "' has " + human(free) +
+          " free; this rank's offloaded storage needs " + human(s->total);
+    return nullptr;
+  }
   if (s->total > 0) {
     int rc = ::posix_fallocate(m.fd, 0, static_cast<off_t>(s->total));
     if (rc == EOPNOTSUPP || rc == EINVAL)
