@@ -229,6 +229,7 @@ TEST(Cuda, CastWhereCopy) {
             0);
   EXPECT_EQ(compare("reshape", {random(DType::F32, {4, 6}, 15)}, {empty(DType::F32, {24})}), 0);
   EXPECT_EQ(compare("copy", {random(DType::BF16, {4, 6}, 16)}, {empty(DType::BF16, {4, 6})}), 0);
+  EXPECT_EQ(compare("transfer", {random(DType::F32, {3, 5}, 17)}, {empty(DType::F32, {3, 5})}), 0);
   EXPECT_EQ(compare("transpose", {random(DType::F32, {2, 3, 4, 5}, 17)},
                     {empty(DType::F32, {2, 4, 3, 5})}, {L("perm", {0, 2, 1, 3})}),
             0);
@@ -390,7 +391,7 @@ TEST(Cuda, EveryKernelTested) {
       "less_or_equal", "greater", "greater_or_equal", "and", "or", "xor",
       "neg", "abs", "exp", "log", "sqrt", "reciprocal", "erf", "tanh",
       "relu", "sigmoid", "not", "cast", "where", "matmul", "gemm",
-      "transpose", "reshape", "copy", "reduce_sum", "reduce_mean",
+      "transpose", "reshape", "copy", "transfer", "reduce_sum", "reduce_mean",
       "reduce_max", "softmax", "log_softmax", "gather", "gather_grad",
       "expand", "concat", "split", "slice", "slice_grad", "trilu", "range",
       "shard", "layer_norm", "layer_norm_grad", "softmax_grad",
