@@ -35,6 +35,18 @@ public:
                       std::string &err) = 0;
   /// Waits for every kernel launched so far; reports an asynchronous error.
   virtual bool synchronize(std::string &err) = 0;
+  /// Offload: page-locks host memory the device copies from and to (the
+  /// host arena, host storage); undone by unpinHost.
+  virtual bool pinHost(void *p, size_t bytes, std::string &err) = 0;
+  virtual void unpinHost(void *p) = 0;
+  /// Offload: copies `bytes` (either end host or device) on the copy
+  /// stream, after the work launched so far on the compute stream; `handle`
+  /// names its completion.
+  virtual bool copyAsync(void *dst, const void *src, size_t bytes,
+                         int &handle, std::string &err) = 0;
+  /// Waits for copy `handle`: the host blocks (`onHost`), or the compute
+  /// stream's later work waits; the handle is then free.
+  virtual bool waitCopy(int handle, bool onHost, std::string &err) = 0;
   /// The device kernel of a plan's kernel id, or null when it has none.
   virtual const KernelInfo *kernel(const std::string &name) const = 0;
   /// Kernel ids this device implements.

@@ -365,6 +365,24 @@ struct Executor::Impl {
   // outputs go through.
   std::unique_ptr<Device> device;
   std::unique_ptr<DeviceBlock> deviceArena, deviceParams;
+  // The CUDA backend with offload: host pointers of every buffer (host
+  // instructions run the CPU kernels on them), and the copies in flight on
+  // the copy stream with the bytes they read and write.
+  std::vector<void *> hostBufferPtr;
+  struct PendingCopy {
+    int handle;
+    const unsigned char *src, *srcEnd, *dst, *dstEnd;
+  };
+  std::vector<PendingCopy> copies;
+  std::vector<void *> pinned;
+  ~Impl() {
+    if (device) {
+      std::string ignored;
+      device->synchronize(ignored);
+      for (void *p : pinned)
+        device->unpinHost(p);
+    }
+  }
   std::vector<std::unique_ptr<DeviceBlock>> deviceConsts, deviceInputs;
   uint64_t paramBytes = 0;
   std::vector<uint64_t> paramOffsets;
@@ -590,6 +608,8 @@ struct Executor::Impl {
     const plan::Program &prog = p().programs(0);
     for (int i = 0; i < prog.instructions_size(); ++i) {
       const std::string &k = prog.instructions(i).kernel();
+      if (prog.instructions(i).on_host())
+        continue; // a host kernel: the CPU's, on host memory
       const KernelInfo *dk = device->kernel(k);
       if (!dk) {
         if (std::find(missing.begin(), missing.end(), k) == missing.end())
@@ -613,6 +633,18 @@ struct Executor::Impl {
         !(deviceParams = deviceAlloc(paramBytes, err)) ||
         !device->toDevice(deviceParams->ptr, params.get(), paramBytes, err))
       return false;
+    // Offload: the host arena and host storage are page-locked, so that
+    // the copy stream moves them asynchronously.
+    for (auto [ptr, bytes] :
+         {std::make_pair(static_cast<void *>(hostArena.get()),
+                         static_cast<uint64_t>(prog.host_arena_bytes())),
+          std::make_pair(static_cast<void *>(hostParams.get()), hostParamBytes)}) {
+      if (!bytes)
+        continue;
+      if (!device->pinHost(ptr, bytes, err))
+        return false;
+      pinned.push_back(ptr);
+    }
     for (int i = 0; i < p().constants_size(); ++i) {
       const std::string &c = p().constants(i);
       auto b = deviceAlloc(c.size(), err);
@@ -693,7 +725,16 @@ struct Executor::Impl {
     inflight.clear();
     if (nvme && !nvme->waitAll(err))
       return false;
-    return !device || device->synchronize(err);
+    return !device || (device->synchronize(err) && dropCopies(err));
+  }
+
+  /// After a synchronize: the finished copies' handles freed.
+  bool dropCopies(std::string &err) {
+    for (const PendingCopy &c : copies)
+      if (!device->waitCopy(c.handle, true, err))
+        return false;
+    copies.clear();
+    return true;
   }
 
   /// Device parameters into the host copy.
@@ -713,14 +754,19 @@ struct Executor::Impl {
     return -1;
   }
 
-  void *pointer(const plan::Buffer &b) {
-    if (device) {
+  void *pointer(const plan::Buffer &b, bool hostSide = false) {
+    if (device && !hostSide) {
       auto at = [&](void *base) {
         return static_cast<void *>(static_cast<char *>(base) + b.offset());
       };
       switch (b.space()) {
       case plan::ARENA: return at(deviceArena->ptr);
+      case plan::HOST_ARENA: return at(hostArena.get());
       case plan::PARAM:
+        if (location[b.slot()] == 1)
+          return at(paramPtr[b.slot()]);
+        if (location[b.slot()] == 2)
+          return paramPtr[b.slot()] ? at(paramPtr[b.slot()]) : nullptr;
         return at(static_cast<char *>(deviceParams->ptr) +
                   paramOffsets[b.slot()]);
       case plan::INPUT: return at(deviceInputs[b.slot()]->ptr);
@@ -763,14 +809,6 @@ std::unique_ptr<Executor> Executor::create(std::shared_ptr<const Plan> plan,
   if (!impl->hostArena) {
     err = "cannot allocate the host arena of " +
           std::to_string(p.programs(0).host_arena_bytes()) + " bytes";
-    return nullptr;
-  }
-  bool offload = p.programs(0).host_arena_bytes() > 0;
-  for (const plan::Parameter &param : p.parameters())
-    offload |= param.location() != plan::DEVICE;
-  if (offload && options.backend == "cuda") {
-    err = "this plan offloads to host memory or NVMe, which the CUDA "
-          "backend does not run yet; run it with --backend=cpu";
     return nullptr;
   }
   impl->inputs.resize(p.inputs_size());
@@ -876,6 +914,11 @@ bool Executor::run(RunStats &stats, std::string &err) {
   impl->bufferPtr.resize(p.buffers_size());
   for (int i = 0; i < p.buffers_size(); ++i)
     impl->bufferPtr[i] = impl->pointer(p.buffers(i));
+  if (impl->device) {
+    impl->hostBufferPtr.resize(p.buffers_size());
+    for (int i = 0; i < p.buffers_size(); ++i)
+      impl->hostBufferPtr[i] = impl->pointer(p.buffers(i), true);
+  }
   if (impl->device)
     for (int i = 0; i < p.inputs_size(); ++i) {
       const HostTensor &t = impl->inputs[i];
@@ -915,7 +958,8 @@ bool Executor::run(RunStats &stats, std::string &err) {
                              .count();
     return true;
   }
-  if (impl->device && !impl->device->synchronize(err)) {
+  if (impl->device &&
+      !(impl->device->synchronize(err) && impl->dropCopies(err))) {
     err = "the step failed on " + impl->device->describe() + ": " + err;
     return false;
   }
@@ -956,10 +1000,13 @@ bool Executor::Impl::runInstructions(int from, int to, uint64_t runSeed,
     const plan::Instruction &ins = prog.instructions(i);
     const KernelInfo *k = impl->kernels[i];
     KernelContext ctx{{}, {}, Attrs(&ins), 0, {}, NAN, nullptr};
+    // On the CUDA backend a host instruction reads host copies.
+    const std::vector<void *> &ptrs =
+        impl->device && ins.on_host() ? impl->hostBufferPtr : impl->bufferPtr;
     auto view = [&](uint32_t id) {
       const plan::Buffer &b = p.buffers(id);
       TensorView v;
-      v.data = impl->bufferPtr[id];
+      v.data = ptrs[id];
       v.dtype = toDType(b.dtype());
       v.shape.assign(b.shape().begin(), b.shape().end());
       return v;
@@ -997,8 +1044,55 @@ bool Executor::Impl::runInstructions(int from, int to, uint64_t runSeed,
             if (!impl->nvme->wait(t, err))
               return false;
     }
+    bool transferIns = ins.kernel() == "transfer";
+    bool nvmeIo = false;
+    if (transferIns)
+      for (uint32_t id : {ins.inputs(0), ins.outputs(0)}) {
+        const plan::Buffer &b = p.buffers(id);
+        nvmeIo |= b.space() == plan::PARAM && impl->nvmeSlot[b.slot()] >= 0;
+      }
+    // CUDA offload: wait for the copies whose bytes this instruction reads
+    // or writes (or whose source it overwrites). Copies after copies are
+    // ordered on the copy stream.
+    if (impl->device && !impl->copies.empty() && !(transferIns && !nvmeIo)) {
+      bool hostSide = ins.on_host() || nvmeIo;
+      auto range = [](const TensorView &v) {
+        auto *b = static_cast<const unsigned char *>(v.data);
+        return std::make_pair(b, b + (b ? v.numel() * dtypeSize(v.dtype) : 0));
+      };
+      auto hits = [](std::pair<const unsigned char *, const unsigned char *> r,
+                     const unsigned char *b, const unsigned char *e) {
+        return r.first && r.first < e && b < r.second;
+      };
+      for (size_t c = 0; c < impl->copies.size();) {
+        const Impl::PendingCopy &pc = impl->copies[c];
+        bool wait = false;
+        for (const TensorView &v : ctx.in)
+          wait |= hits(range(v), pc.dst, pc.dstEnd);
+        for (const TensorView &v : ctx.out)
+          wait |= hits(range(v), pc.dst, pc.dstEnd) ||
+                  hits(range(v), pc.src, pc.srcEnd);
+        if (!wait) {
+          ++c;
+          continue;
+        }
+        if (!impl->device->waitCopy(pc.handle, hostSide, err))
+          return false;
+        impl->copies.erase(impl->copies.begin() + static_cast<long>(c));
+      }
+    }
     bool handled = false;
-    if (ins.kernel() == "transfer") {
+    if (transferIns && impl->device && !nvmeIo) {
+      int handle;
+      const TensorView &from = ctx.in[0];
+      uint64_t bytes = from.numel() * dtypeSize(from.dtype);
+      if (!impl->device->copyAsync(ctx.out[0].data, from.data, bytes, handle, err))
+        return false;
+      auto *s = static_cast<const unsigned char *>(from.data);
+      auto *d = static_cast<const unsigned char *>(ctx.out[0].data);
+      impl->copies.push_back({handle, s, s + bytes, d, d + bytes});
+    }
+    if (transferIns) {
       const plan::Buffer &from = p.buffers(ins.inputs(0));
       const plan::Buffer &to = p.buffers(ins.outputs(0));
       auto nvmeSlotOf = [&](const plan::Buffer &b) {
@@ -1025,6 +1119,8 @@ bool Executor::Impl::runInstructions(int from, int to, uint64_t runSeed,
         stats.toDeviceBytes += bytes;
       }
     }
+    if (transferIns && impl->device && !nvmeIo)
+      handled = true;
     if (!handled && !k->fn(ctx)) {
       err = "instruction " + std::to_string(i) + " (" + ins.kernel() +
             (ins.location().empty() ? "" : ", node '" + ins.location() + "'") +

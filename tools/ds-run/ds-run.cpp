@@ -87,8 +87,9 @@ usage: ds-run PLAN [options]
                         the CUDA backend is built and a device is visible)
   --backend=B           auto (default), cpu or cuda: where the plan runs;
                         auto takes a visible CUDA device when the CUDA
-                        backend has every kernel the plan needs, else the
-                        CPU (with a note saying why)
+                        backend has every kernel the plan needs and the
+                        plan does not offload, else the CPU (with a note
+                        saying why)
   --nvme-path DIR        NVMe offload: the folder of this run's swap files
                         instead of the one the plan was compiled with
                         (each rank writes one, removed when it ends)
@@ -428,10 +429,14 @@ int run(int argc, char **argv) {
     options.nvmePretendFree = std::strtoull(fault + 10, nullptr, 10);
   Footprint offload = footprintOf(*plan);
   bool offloads = offload.hostTotal() + offload.nvmeStorage > 0;
-  if (backend == "auto")
-    options.backend = builtWithCuda() && cudaDeviceVisible() && !offloads
-                          ? "cuda" : "cpu";
-  else
+  if (backend == "auto") {
+    bool gpu = builtWithCuda() && cudaDeviceVisible();
+    options.backend = gpu && !offloads ? "cuda" : "cpu";
+    if (gpu && offloads && comm->rank() == 0)
+      std::fprintf(stderr, "note: running on the CPU: the plan offloads, and "
+                           "offload on the CUDA backend is not yet proven on "
+                           "a GPU (--backend=cuda runs it there)\n");
+  } else
     options.backend = backend;
   std::unique_ptr<Executor> exec = Executor::create(plan, options, err);
   if (!exec && backend == "auto" && options.backend == "cuda") {

@@ -624,20 +624,64 @@ public:
   void release(void *p) override { cudaFree(p); }
   bool toDevice(void *dst, const void *src, size_t bytes,
                 std::string &err) override {
-    return check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice,
+    // Default: UVA tells host from device (the host end may be pinned).
+    return check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault,
                                  gStream),
                  err) &&
            synchronize(err);
   }
   bool toHost(void *dst, const void *src, size_t bytes,
               std::string &err) override {
-    return check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost,
+    return check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault,
                                  gStream),
                  err) &&
            synchronize(err);
   }
   bool synchronize(std::string &err) override {
-    return check(cudaStreamSynchronize(gStream), err);
+    return check(cudaStreamSynchronize(gStream), err) &&
+           (!copyStream || check(cudaStreamSynchronize(copyStream), err));
+  }
+  bool pinHost(void *p, size_t bytes, std::string &err) override {
+    if (!p || bytes == 0)
+      return true;
+    return check(cudaHostRegister(p, bytes, cudaHostRegisterDefault), err);
+  }
+  void unpinHost(void *p) override {
+    if (p)
+      cudaHostUnregister(p);
+  }
+  bool copyAsync(void *dst, const void *src, size_t bytes, int &handle,
+                 std::string &err) override {
+    if (!copyStream &&
+        !check(cudaStreamCreateWithFlags(&copyStream, cudaStreamNonBlocking),
+               err))
+      return false;
+    // The copy starts once the compute stream's work so far is done.
+    cudaEvent_t after = event(err), done;
+    if (!after || !check(cudaEventRecord(after, gStream), err) ||
+        !check(cudaStreamWaitEvent(copyStream, after, 0), err))
+      return false;
+    recycle(after);
+    if (bytes &&
+        !check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, copyStream),
+               err))
+      return false;
+    if (!(done = event(err)) || !check(cudaEventRecord(done, copyStream), err))
+      return false;
+    handle = nextHandle++;
+    pending[handle] = done;
+    return true;
+  }
+  bool waitCopy(int handle, bool onHost, std::string &err) override {
+    auto it = pending.find(handle);
+    if (it == pending.end())
+      return true;
+    cudaEvent_t e = it->second;
+    pending.erase(it);
+    bool ok = onHost ? check(cudaEventSynchronize(e), err)
+                     : check(cudaStreamWaitEvent(gStream, e, 0), err);
+    recycle(e);
+    return ok;
   }
   const KernelInfo *kernel(const std::string &name) const override {
     for (const KernelInfo &k : kCudaKernels)
@@ -652,7 +696,30 @@ public:
     return names;
   }
 
+  ~CudaDevice() override {
+    for (auto &[h, e] : pending)
+      cudaEventDestroy(e);
+    for (cudaEvent_t e : spare)
+      cudaEventDestroy(e);
+  }
+
 private:
+  cudaStream_t copyStream = nullptr;
+  std::map<int, cudaEvent_t> pending;
+  std::vector<cudaEvent_t> spare; // events to reuse
+  int nextHandle = 1;
+  cudaEvent_t event(std::string &err) {
+    if (!spare.empty()) {
+      cudaEvent_t e = spare.back();
+      spare.pop_back();
+      return e;
+    }
+    cudaEvent_t e = nullptr;
+    if (!check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), err))
+      return nullptr;
+    return e;
+  }
+  void recycle(cudaEvent_t e) { spare.push_back(e); }
   static bool check(cudaError_t e, std::string &err) {
     if (e == cudaSuccess)
       return true;
