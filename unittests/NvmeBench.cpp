@@ -24,7 +24,7 @@ using namespace ds::rt;
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: ds-nvme-bench DIR [MiB] [SLOT_MiB] [BLOCK] [DEPTH]\n");
+    std::fprintf(stderr, "usage: ds-nvme-bench DIR [MiB] [SLOT_MiB] [BLOCK] [DEPTH] [RINGS]\n");
     return 2;
   }
   uint64_t mib = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 256;
@@ -33,6 +33,7 @@ int main(int argc, char **argv) {
   o.dir = argv[1];
   o.blockSize = argc > 4 ? static_cast<uint32_t>(std::strtoul(argv[4], nullptr, 10)) : 1 << 20;
   o.queueDepth = argc > 5 ? static_cast<uint32_t>(std::strtoul(argv[5], nullptr, 10)) : 8;
+  o.threads = argc > 6 ? static_cast<uint32_t>(std::strtoul(argv[6], nullptr, 10)) : 1;
   if (slotMib == 0 || mib < slotMib) {
     std::fprintf(stderr, "error: need MiB >= SLOT_MiB > 0\n");
     return 2;
@@ -125,11 +126,11 @@ int main(int argc, char **argv) {
   }
   double pw = std::chrono::duration<double>(p1 - p0).count();
   double pr = std::chrono::duration<double>(p2 - p1).count();
-  std::printf("ds-nvme: %llu MiB in %llu slots, block %u, depth %u, %s: write "
+  std::printf("ds-nvme: %llu MiB in %llu slots, block %u, depth %u, rings %u, %s: write "
               "%.1f MB/s, read %.1f MB/s; every byte read back equal\n",
               static_cast<unsigned long long>(slots * slotMib),
               static_cast<unsigned long long>(slots), o.blockSize,
-              o.queueDepth, store->async() ? "io_uring" : "synchronous",
+              o.queueDepth, o.threads, store->async() ? "io_uring" : "synchronous",
               total / w / 1e6, total / r / 1e6);
   std::printf("plain pwrite/pread of the same buffers (1 MiB requests): "
               "write %.1f MB/s, read %.1f MB/s; ratio ds/plain: write %.2f, "

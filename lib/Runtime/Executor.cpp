@@ -435,6 +435,7 @@ struct Executor::Impl {
       no.dir = options.nvmePath.empty() ? pp.nvme().path() : options.nvmePath;
       no.blockSize = pp.nvme().block_size();
       no.queueDepth = pp.nvme().queue_depth();
+      no.threads = std::max<uint32_t>(1, pp.nvme().threads());
       no.rank = rank;
       no.pretendFree = options.nvmePretendFree;
       nvme = NvmeStore::open(no, slotBytes, err);

@@ -226,7 +226,7 @@ static bool checkPlan(const plan::Plan &p, std::string &err) {
   }
   if (nvme && (p.nvme().path().empty() || p.nvme().block_size() < 4096 ||
                p.nvme().block_size() % 4096 || p.nvme().queue_depth() < 1 ||
-               p.nvme().queue_depth() > 1024))
+               p.nvme().queue_depth() > 1024 || p.nvme().threads() > 64))
     return fail("storage is on NVMe but the plan's NVMe options are "
                 "missing or invalid");
   return true;

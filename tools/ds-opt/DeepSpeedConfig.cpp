@@ -504,21 +504,24 @@ bool readDeepSpeedConfig(llvm::StringRef path, DeepSpeedConfig &config,
         }
       }
     } else if (key == "aio") {
-      // DeepSpeed's async I/O: block size and queue depth shape ds's
-      // requests; its thread and submission knobs have no counterpart (one
-      // io_uring per rank), so they are accepted and have no effect.
+      // DeepSpeed's async I/O: block size, queue depth and thread count
+      // shape ds's requests; its submission knobs have no counterpart, so
+      // they are accepted and have no effect.
       const Object *o = r.object(v, key);
       ok = o && r.checkKeys(*o, key,
                             {"block_size", "queue_depth", "thread_count",
                              "single_submit", "overlap_events", "use_gds"});
       for (const auto &akv : (ok ? *o : Object())) {
         std::string ak = key + "." + akv.first.str();
-        if (akv.first != "block_size" && akv.first != "queue_depth")
+        if (akv.first != "block_size" && akv.first != "queue_depth" &&
+            akv.first != "thread_count")
           continue;
         auto n = r.integer(akv.second, ak);
         if (!(ok = n.has_value()))
           break;
-        set(akv.first == "block_size" ? "aio-block-size" : "aio-queue-depth",
+        set(akv.first == "block_size"    ? "aio-block-size"
+            : akv.first == "queue_depth" ? "aio-queue-depth"
+                                         : "aio-threads",
             std::to_string(*n), ak);
       }
     } else if (key == "ds") {

@@ -312,6 +312,12 @@ llvm::cl::opt<int> aioQueueDepth(
     llvm::cl::desc("NVMe offload: I/O requests in flight (DeepSpeed's "
                    "aio.queue_depth); default 8"),
     llvm::cl::init(8), llvm::cl::cat(memoryCategory));
+llvm::cl::opt<int> aioThreads(
+    "aio-threads",
+    llvm::cl::desc("NVMe offload: io_uring instances the requests are dealt "
+                   "over, each with its own kernel workers (DeepSpeed's "
+                   "aio.thread_count); default 1"),
+    llvm::cl::init(1), llvm::cl::cat(memoryCategory));
 llvm::cl::opt<std::string> deviceMemory(
     "device-memory",
     llvm::cl::desc("Memory of one rank's device (e.g. 80GiB, 512MiB, "
@@ -717,6 +723,7 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
     show("offload", offloadMode);
     show("aio-block-size", aioBlockSize);
     show("aio-queue-depth", std::to_string(aioQueueDepth));
+    show("aio-threads", std::to_string(aioThreads));
     return 0;
   }
 
@@ -764,10 +771,12 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
   }
   if (!aioBlock || *aioBlock < 4096 || *aioBlock % 4096 ||
       *aioBlock > (int64_t(1) << 30) || aioQueueDepth < 1 ||
-      aioQueueDepth > 1024) {
+      aioQueueDepth > 1024 || aioThreads < 1 || aioThreads > 64) {
     llvm::errs() << "error: --aio-block-size must be a multiple of 4096 "
-                    "bytes up to 1GiB and --aio-queue-depth 1..1024 (got '"
-                 << aioBlockSize << "' and " << aioQueueDepth << ")\n";
+                    "bytes up to 1GiB, --aio-queue-depth 1..1024 and "
+                    "--aio-threads 1..64 (got '"
+                 << aioBlockSize << "', " << aioQueueDepth << " and "
+                 << aioThreads << ")\n";
     return 1;
   }
 
@@ -1076,6 +1085,7 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
     planOptions.nvmePath = nvmePath;
     planOptions.aioBlockSize = static_cast<uint32_t>(*aioBlock);
     planOptions.aioQueueDepth = static_cast<uint32_t>(aioQueueDepth);
+    planOptions.aioThreads = static_cast<uint32_t>(aioThreads);
     planOptions.views.pcieBytesPerSecond = static_cast<double>(*pcieRate);
     planOptions.views.nvmeBytesPerSecond = static_cast<double>(*nvmeRate);
     if (offOpt != "none" || offParam != "none") {

@@ -84,21 +84,27 @@ struct NvmeStore::Impl {
   int inFlight = 0;
 #ifdef DS_HAVE_LIBURING
   bool uring = false;
-  io_uring ring{};
+  // Parallelism: several rings (each with its own kernel workers), the
+  // requests' blocks dealt round-robin; in flight per ring.
+  std::vector<io_uring> rings;
+  std::vector<int> ringFlight;
+  size_t nextRing = 0;
 #endif
 
   ~Impl() {
 #ifdef DS_HAVE_LIBURING
     if (uring) {
       // Nothing may complete into freed buffers: drain first.
-      while (inFlight > 0) {
-        io_uring_cqe *cqe = nullptr;
-        if (io_uring_wait_cqe(&ring, &cqe) < 0)
-          break;
-        io_uring_cqe_seen(&ring, cqe);
-        --inFlight;
+      for (size_t k = 0; k < rings.size(); ++k) {
+        while (ringFlight[k] > 0) {
+          io_uring_cqe *cqe = nullptr;
+          if (io_uring_wait_cqe(&rings[k], &cqe) < 0)
+            break;
+          io_uring_cqe_seen(&rings[k], cqe);
+          --ringFlight[k];
+        }
+        io_uring_queue_exit(&rings[k]);
       }
-      io_uring_queue_exit(&ring);
     }
 #endif
     if (fd >= 0)
@@ -126,12 +132,16 @@ struct NvmeStore::Impl {
 
 #ifdef DS_HAVE_LIBURING
   void submit() {
-    bool any = false;
+    std::vector<bool> touched(rings.size(), false);
     while (inFlight < static_cast<int>(depth) && !queue.empty()) {
       Request &r = requests[queue.front()];
-      io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+      size_t k = nextRing;
+      io_uring_sqe *sqe = io_uring_get_sqe(&rings[k]);
       if (!sqe)
         break;
+      nextRing = (nextRing + 1) % rings.size();
+      touched[k] = true;
+      ++ringFlight[k];
       uint64_t n = std::min<uint64_t>(block, r.size - r.submitted);
       if (r.read)
         io_uring_prep_read(sqe, fd, r.buf + r.submitted, n,
@@ -143,21 +153,36 @@ struct NvmeStore::Impl {
       r.submitted += n;
       ++r.chunks;
       ++inFlight;
-      any = true;
       if (r.submitted == r.size)
         queue.pop_front();
     }
-    if (any)
-      io_uring_submit(&ring);
+    for (size_t k = 0; k < rings.size(); ++k)
+      if (touched[k])
+        io_uring_submit(&rings[k]);
   }
 
-  /// Reaps one completion (blocking).
+  /// Reaps one completion: any ring's that is ready, else waits on a ring
+  /// with blocks in flight (each of them completes, so this progresses).
   bool reap(std::string &err) {
     io_uring_cqe *cqe = nullptr;
-    int rc;
-    do
-      rc = io_uring_wait_cqe(&ring, &cqe);
-    while (rc == -EINTR);
+    int rc = -EAGAIN;
+    size_t k = 0;
+    for (; k < rings.size(); ++k)
+      if (ringFlight[k] > 0 && io_uring_peek_cqe(&rings[k], &cqe) == 0 && cqe) {
+        rc = 0;
+        break;
+      }
+    if (rc != 0) {
+      for (k = 0; k < rings.size() && ringFlight[k] == 0; ++k) {
+      }
+      if (k == rings.size()) {
+        err = "NVMe I/O: waiting with nothing in flight";
+        return false;
+      }
+      do
+        rc = io_uring_wait_cqe(&rings[k], &cqe);
+      while (rc == -EINTR);
+    }
     if (rc < 0) {
       err = std::string("NVMe I/O: waiting for a completion failed: ") +
             std::strerror(-rc);
@@ -165,8 +190,9 @@ struct NvmeStore::Impl {
     }
     uint64_t data = io_uring_cqe_get_data64(cqe);
     int res = cqe->res;
-    io_uring_cqe_seen(&ring, cqe);
+    io_uring_cqe_seen(&rings[k], cqe);
     --inFlight;
+    --ringFlight[k];
     int ticket = static_cast<int>(data >> 32);
     uint64_t n = data & 0xffffffffULL;
     auto it = requests.find(ticket);
@@ -256,8 +282,22 @@ std::unique_ptr<NvmeStore> NvmeStore::open(const NvmeOptions &opts,
     }
   }
 #ifdef DS_HAVE_LIBURING
-  m.uring = !std::getenv("DS_NVME_SYNC") &&
-            io_uring_queue_init(std::max<uint32_t>(m.depth, 1), &m.ring, 0) == 0;
+  if (!std::getenv("DS_NVME_SYNC")) {
+    uint32_t n = std::max<uint32_t>(opts.threads, 1);
+    m.rings.resize(n);
+    m.ringFlight.assign(n, 0);
+    uint32_t k = 0;
+    for (; k < n; ++k)
+      if (io_uring_queue_init(std::max<uint32_t>(m.depth, 1), &m.rings[k], 0) != 0)
+        break;
+    m.uring = k == n;
+    if (!m.uring) { // not allowed here: the synchronous path
+      for (uint32_t j = 0; j < k; ++j)
+        io_uring_queue_exit(&m.rings[j]);
+      m.rings.clear();
+      m.ringFlight.clear();
+    }
+  }
 #endif
   return s;
 }

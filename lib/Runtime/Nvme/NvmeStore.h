@@ -26,6 +26,9 @@ struct NvmeOptions {
   std::string dir;
   uint32_t blockSize = 1 << 20;
   uint32_t queueDepth = 8;
+  /// Rings (each with its own kernel workers) the blocks are dealt over;
+  /// the queue depth bounds the blocks in flight over all of them.
+  uint32_t threads = 1;
   int rank = 0;
   /// Test hook (DS_FAULT=nvme-free:BYTES): pretend the filesystem has only
   /// this many free bytes (0: ask the filesystem).

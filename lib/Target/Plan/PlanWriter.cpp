@@ -344,6 +344,7 @@ LogicalResult mlir::ds::writePlan(ModuleOp module, StringRef planPath,
     p.mutable_nvme()->set_path(options.nvmePath);
     p.mutable_nvme()->set_block_size(options.aioBlockSize);
     p.mutable_nvme()->set_queue_depth(options.aioQueueDepth);
+    p.mutable_nvme()->set_threads(options.aioThreads);
     p.mutable_nvme()->set_bandwidth(options.views.nvmeBytesPerSecond);
   }
 

@@ -24,7 +24,7 @@ struct PlanWriteOptions {
   /// NVMe offload: the swap files' folder and the I/O shape (written when
   /// some storage is on NVMe).
   std::string nvmePath;
-  uint32_t aioBlockSize = 1 << 20, aioQueueDepth = 8;
+  uint32_t aioBlockSize = 1 << 20, aioQueueDepth = 8, aioThreads = 1;
   /// When set, receives the plan's per-rank memory and communication
   /// report (ds-opt --report).
   std::string *report = nullptr;
