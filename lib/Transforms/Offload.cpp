@@ -177,21 +177,32 @@ struct OffloadPass : impl::OffloadPassBase<OffloadPass> {
       for (OpOperand &use : op->getOpOperands())
         if (!onHost.contains(use.get()))
           use.set(toHost(use.get()));
-    // To the device: right before each device op that reads a host value.
-    SmallVector<Operation *> deviceOps;
+    // To the device: for each device op that reads a host value, one such
+    // reader ahead (a parameter shard crosses while the previous layer
+    // computes), or right after the value is made if that is later.
+    SmallVector<Operation *> readers;
     for (Operation &op : body)
-      if (!hostOps.contains(&op) && !isa<TransferOp, func::ReturnOp>(op))
-        deviceOps.push_back(&op);
-    for (Operation *op : deviceOps) {
+      if (!hostOps.contains(&op) && !isa<TransferOp, func::ReturnOp>(op) &&
+          llvm::any_of(op.getOperands(),
+                       [&](Value v) { return onHost.contains(v); }))
+        readers.push_back(&op);
+    for (size_t k = 0; k < readers.size(); ++k) {
+      Operation *op = readers[k];
       llvm::DenseMap<Value, Value> copies;
       for (OpOperand &use : op->getOpOperands()) {
         if (!onHost.contains(use.get()))
           continue;
         Value &c = copies[use.get()];
         if (!c) {
-          b.setInsertionPoint(op);
-          c = TransferOp::create(b, op->getLoc(), use.get().getType(),
-                                 use.get(), b.getStringAttr("device"));
+          Value v = use.get();
+          Operation *at = k == 0 ? op : readers[k - 1];
+          Operation *def = v.getDefiningOp();
+          if (def && def->getBlock() == &body && !def->isBeforeInBlock(at))
+            b.setInsertionPointAfter(def);
+          else
+            b.setInsertionPoint(at);
+          c = TransferOp::create(b, op->getLoc(), v.getType(), v,
+                                 b.getStringAttr("device"));
         }
         use.set(c);
       }
