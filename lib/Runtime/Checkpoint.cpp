@@ -86,6 +86,7 @@ struct Manifest {
   struct Tensor {
     std::string name, kind; // kind: param, buffer, state
     bool sharded = false;
+    int tpAxis = 0, tpParts = 1; // a tensor-parallel slice per rank
     DType dtype = DType::F32;
     std::vector<int64_t> shape; // whole shape
   };
@@ -158,9 +159,22 @@ bool readManifest(const std::string &stepDir, Manifest &m, std::string &err) {
       ls >> t.kind >> sharded >> dtype >> shape;
       std::getline(ls >> std::ws, t.name);
       t.sharded = sharded == "sharded";
+      if (sharded.rfind("tp:", 0) == 0) {
+        // tp:AXIS:PARTS: rank r holds slice r along AXIS.
+        char *end = nullptr;
+        t.tpAxis = static_cast<int>(std::strtol(sharded.c_str() + 3, &end, 10));
+        t.tpParts = *end == ':' ? static_cast<int>(std::strtol(end + 1, &end, 10)) : 0;
+        if (*end || t.tpParts < 2 || t.tpAxis < 0)
+          return bad("bad tensor line '" + line + "'");
+      } else if (!t.sharded && sharded != "whole") {
+        return bad("bad tensor line '" + line + "'");
+      }
       if (t.name.empty() ||
           (t.kind != "param" && t.kind != "buffer" && t.kind != "state") ||
           !parseDType(dtype, t.dtype) || !parseShape(shape, t.shape))
+        return bad("bad tensor line '" + line + "'");
+      if (t.tpParts > 1 && (t.tpAxis >= static_cast<int>(t.shape.size()) ||
+                            t.shape[t.tpAxis] % t.tpParts))
         return bad("bad tensor line '" + line + "'");
       m.tensors.push_back(t);
     } else if (key == "state") {
@@ -236,16 +250,50 @@ bool wholeTensors(const std::string &stepDir, const Manifest &m, bool withState,
     w.dtype = t.dtype;
     w.shape = t.shape;
     size_t want = w.numel() * dtypeSize(t.dtype);
-    for (int r = 0; r < (t.sharded ? m.world : 1); ++r) {
+    int parts = t.sharded ? m.world : t.tpParts > 1 ? t.tpParts : 1;
+    if (t.tpParts > 1 && t.tpParts > m.world) {
+      err = "checkpoint tensor '" + t.name + "' is split over " +
+            std::to_string(t.tpParts) + " ranks, the checkpoint has " +
+            std::to_string(m.world);
+      return false;
+    }
+    std::vector<HostTensor *> slices;
+    for (int r = 0; r < parts; ++r) {
       auto it = shards[r].find(t.name);
       if (it == shards[r].end() || it->second.dtype != t.dtype) {
         err = "checkpoint shard of rank " + std::to_string(r) + " has no " +
               dtypeName(t.dtype) + " '" + t.name + "'";
         return false;
       }
-      w.data.insert(w.data.end(), it->second.data.begin(), it->second.data.end());
-      it->second.data.clear();
-      it->second.data.shrink_to_fit();
+      slices.push_back(&it->second);
+    }
+    if (t.tpParts > 1) {
+      // Join the slices along the axis.
+      int64_t outer = 1, inner = 1, part = t.shape[t.tpAxis] / t.tpParts;
+      for (int d = 0; d < t.tpAxis; ++d)
+        outer *= t.shape[d];
+      for (size_t d = t.tpAxis + 1; d < t.shape.size(); ++d)
+        inner *= t.shape[d];
+      size_t block = static_cast<size_t>(part * inner) * dtypeSize(t.dtype);
+      for (HostTensor *s : slices)
+        if (s->data.size() != block * outer) {
+          err = "checkpoint tensor '" + t.name + "' has a slice of " +
+                std::to_string(s->data.size()) + " bytes, not " +
+                std::to_string(block * outer);
+          return false;
+        }
+      w.data.resize(want);
+      for (int64_t o = 0; o < outer; ++o)
+        for (int r = 0; r < parts; ++r)
+          std::memcpy(w.data.data() + (o * parts + r) * block,
+                      slices[r]->data.data() + o * block, block);
+    } else {
+      for (HostTensor *s : slices)
+        w.data.insert(w.data.end(), s->data.begin(), s->data.end());
+    }
+    for (HostTensor *s : slices) {
+      s->data.clear();
+      s->data.shrink_to_fit();
     }
     if (w.data.size() < want) {
       err = "checkpoint tensor '" + t.name + "' holds " +
@@ -273,7 +321,7 @@ bool loadRepartitioned(const std::string &stepDir, const Manifest &m,
     const char *kind = st.state ? "state" : st.trainable ? "param" : "buffer";
     if (it == byName.end() || it->second->kind != kind ||
         it->second->dtype != st.dtype ||
-        it->second->shape != (st.sharded ? st.fullShape : st.shape)) {
+        it->second->shape != st.wholeShape()) {
       err = "checkpoint '" + stepDir + "' was saved by another plan (its "
             "tensors differ from this plan's at '" + st.name + "')";
       return false;
@@ -294,6 +342,21 @@ bool loadRepartitioned(const std::string &stepDir, const Manifest &m,
   for (const Executor::Storage &st : storage) {
     const HostTensor &t = *wholeByName.at(st.name);
     auto *dst = static_cast<unsigned char *>(st.data);
+    if (st.tpParts > 1) {
+      // This rank's slice along the axis.
+      std::vector<int64_t> ws = st.wholeShape();
+      int64_t outer = 1, inner = 1, part = st.shape[st.tpAxis];
+      for (int d = 0; d < st.tpAxis; ++d)
+        outer *= ws[d];
+      for (size_t d = st.tpAxis + 1; d < ws.size(); ++d)
+        inner *= ws[d];
+      size_t block = static_cast<size_t>(part * inner) * dtypeSize(st.dtype);
+      int r = rank % st.tpParts;
+      for (int64_t o = 0; o < outer; ++o)
+        std::memcpy(dst + o * block,
+                    t.data.data() + (o * st.tpParts + r) * block, block);
+      continue;
+    }
     if (!st.sharded) {
       std::memcpy(dst, t.data.data(), st.bytes);
       continue;
@@ -386,8 +449,11 @@ bool saveCheckpoint(const std::string &dir, Executor &exec, Communicator &comm,
     for (const Executor::Storage &st : storage)
       text += std::string("tensor ") +
               (st.state ? "state" : st.trainable ? "param" : "buffer") + " " +
-              (st.sharded ? "sharded" : "whole") + " " + dtypeName(st.dtype) +
-              " " + shapeText(st.sharded ? st.fullShape : st.shape) + " " +
+              (st.sharded       ? std::string("sharded")
+               : st.tpParts > 1 ? "tp:" + std::to_string(st.tpAxis) + ":" +
+                                      std::to_string(st.tpParts)
+                                : std::string("whole")) +
+              " " + dtypeName(st.dtype) + " " + shapeText(st.wholeShape()) + " " +
               st.name + "\n";
     written = writeAtomically(stepDir + "/" + kManifest, text, err) &&
               writeAtomically(dir + "/latest", std::string(name) + "\n", err);

@@ -499,7 +499,15 @@ struct Executor::Impl {
       const InitializerRef &ref = it->second;
       const onnx::TensorProto &t = ref.header;
       DType dt = toDType(param.dtype());
-      const auto &shape = param.sharded() ? param.full_shape() : param.shape();
+      // Tensor parallelism: this rank's slice along an axis (a master
+      // copy is sliced as its parameter is).
+      auto [tpAxis, tpParts] = tpSplitOf(i);
+      std::vector<int64_t> tpWhole(param.shape().begin(), param.shape().end());
+      if (tpParts > 1)
+        tpWhole[tpAxis] *= tpParts;
+      google::protobuf::RepeatedField<int64_t> wholeShape(tpWhole.begin(),
+                                                          tpWhole.end());
+      const auto &shape = param.sharded() ? param.full_shape() : wholeShape;
       bool dimsMatch = t.dims_size() == shape.size();
       int64_t total = 1;
       for (int d = 0; d < shape.size(); ++d) {
@@ -520,6 +528,29 @@ struct Executor::Impl {
         err = "parameter '" + source + "' in '" + path +
               "' differs in type or shape from the plan";
         return false;
+      }
+      if (tpParts > 1) {
+        // Read the whole tensor in the file's type, keep the slice.
+        DType ft = convert ? fileType : dt;
+        std::vector<unsigned char> whole(
+            static_cast<size_t>(std::max<int64_t>(total, 1)) * dtypeSize(ft));
+        if (!initializerBytes(ref, path, onnxDir, ft, total, 0, total,
+                              whole.data(), err))
+          return false;
+        int tpRank = rank % tpParts;
+        int64_t outer = 1, inner = 1;
+        for (int d = 0; d < tpAxis; ++d)
+          outer *= tpWhole[d];
+        for (size_t d = tpAxis + 1; d < tpWhole.size(); ++d)
+          inner *= tpWhole[d];
+        int64_t part = tpWhole[tpAxis] / tpParts, e = 0;
+        for (int64_t o = 0; o < outer; ++o)
+          for (int64_t a = 0; a < part; ++a)
+            for (int64_t in = 0; in < inner; ++in, ++e) {
+              int64_t src = (o * tpWhole[tpAxis] + tpRank * part + a) * inner + in;
+              storeD(paramPtr[i], dt, e, loadD(whole.data(), ft, src));
+            }
+        continue;
       }
       // A shard: elements [r*S, (r+1)*S) of the flattened tensor, zeros
       // past its end (padding).
@@ -744,6 +775,20 @@ struct Executor::Impl {
       return false;
     return !device ||
            device->toHost(params.get(), deviceParams->ptr, paramBytes, err);
+  }
+
+  /// Tensor parallelism: parameter i's slice axis and parts (a master copy
+  /// is sliced as its parameter); parts 1 when whole.
+  std::pair<int, int> tpSplitOf(int i) const {
+    const plan::Parameter &param = p().parameters(i);
+    const plan::Parameter *of = &param;
+    if (!param.master_of().empty())
+      for (const plan::Parameter &q : p().parameters())
+        if (q.name() == param.master_of())
+          of = &q;
+    if (of->tp_parts() <= 1)
+      return {0, 1};
+    return {of->tp_axis(), static_cast<int>(of->tp_parts())};
   }
 
   /// The index of the f32 master copy of parameter `i`, or -1.
@@ -1219,6 +1264,40 @@ bool Executor::parameter(const std::string &name, HostTensor &out,
       return false;
     const plan::Parameter &param = p.parameters(i);
     out.dtype = toDType(param.dtype());
+    if (auto [axis, parts] = impl->tpSplitOf(i); parts > 1) {
+      // Tensor parallelism: every rank's slice, joined along the axis (the
+      // group is the whole world: rank r holds slice r).
+      Communicator *comm = impl->options.comm;
+      if (!comm || comm->size() != parts) {
+        err = "'" + name + "' is split over " + std::to_string(parts) +
+              " tensor-parallel ranks, not the " +
+              std::to_string(comm ? comm->size() : 1) + " running";
+        return false;
+      }
+      std::vector<int64_t> shape(param.shape().begin(), param.shape().end());
+      int64_t n = 1;
+      for (int64_t d : shape)
+        n *= d;
+      size_t es = dtypeSize(out.dtype);
+      std::vector<unsigned char> all(static_cast<size_t>(n) * es * parts);
+      if (!comm->allGather(impl->paramPtr[i], all.data(), n, out.dtype, err))
+        return false;
+      int64_t outer = 1, inner = 1, part = shape[axis];
+      for (int d = 0; d < axis; ++d)
+        outer *= shape[d];
+      for (size_t d = axis + 1; d < shape.size(); ++d)
+        inner *= shape[d];
+      shape[axis] *= parts;
+      out.shape = shape;
+      out.data.resize(all.size());
+      for (int r = 0; r < parts; ++r)
+        for (int64_t o = 0; o < outer; ++o)
+          std::memcpy(out.data.data() +
+                          ((o * parts + r) * part * inner) * es,
+                      all.data() + ((r * outer + o) * part * inner) * es,
+                      static_cast<size_t>(part * inner) * es);
+      return true;
+    }
     if (!param.sharded()) {
       out.shape.assign(param.shape().begin(), param.shape().end());
       out.data.resize(out.numel() * dtypeSize(out.dtype));
@@ -1273,6 +1352,7 @@ std::vector<Executor::Storage> Executor::storage() {
     s.state = param.state();
     s.trainable = param.trainable();
     s.location = static_cast<int>(param.location());
+    std::tie(s.tpAxis, s.tpParts) = impl->tpSplitOf(i);
     s.data = impl->paramPtr[i];
     s.bytes = dtypeSize(s.dtype);
     for (int64_t d : s.shape)

@@ -218,6 +218,17 @@ static bool checkPlan(const plan::Plan &p, std::string &err) {
         return fail(id + ": an NVMe transfer moves a whole slot");
     }
   }
+  uint32_t tp = std::max<uint32_t>(1, p.tensor_parallel());
+  if ((p.world_size() ? p.world_size() : 1) % tp)
+    return fail("world size " + std::to_string(p.world_size()) +
+                " is not a multiple of the tensor-parallel size " +
+                std::to_string(tp));
+  for (const plan::Parameter &param : p.parameters())
+    if (param.tp_parts() > 1 &&
+        (param.tp_parts() != tp || param.tp_axis() < 0 ||
+         param.tp_axis() >= param.shape_size() || param.sharded()))
+      return fail("parameter '" + param.name() + "' has an invalid "
+                  "tensor-parallel split");
   bool nvme = false;
   for (const plan::Parameter &param : p.parameters()) {
     if (!plan::Location_IsValid(param.location()))
@@ -307,6 +318,8 @@ PlanInfo describe(const Plan &plan) {
     info.lossScaling |= v.name() == "ds.loss_scale";
   info.zeroStage = static_cast<int>(p.zero_stage());
   info.worldSize = p.world_size() == 0 ? 1 : static_cast<int>(p.world_size());
+  info.tensorParallel =
+      p.tensor_parallel() == 0 ? 1 : static_cast<int>(p.tensor_parallel());
   info.weightsPath = p.weights().path();
   if (!info.weightsPath.empty())
     info.weightsFile = plan.dir + "/" + info.weightsPath;

@@ -86,6 +86,11 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
     auto worldAttr = func->getAttrOfType<IntegerAttr>(kWorldSizeAttr);
     int64_t world = worldAttr ? worldAttr.getInt() : 1;
     bool sharded = stageAttr && stageAttr.getInt() >= 1;
+    if (func->hasAttr("ds.tensor_parallel") && optimizer == "lamb") {
+      func.emitError("lamb's trust ratio needs whole-tensor norms; it is "
+                     "not supported with --tensor-parallel yet");
+      return signalPassFailure();
+    }
     if (sharded && optimizer == "lamb") {
       func.emitError("lamb's trust ratio needs whole-tensor norms; it is "
                      "not supported with ZeRO stages 1-3 yet (use --zero=0)");
@@ -94,6 +99,8 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
     // The attribute of a state argument (with its parameter's whole shape
     // when it holds a shard).
     DenseI64ArrayAttr fullShape;
+    // Tensor parallelism: a state of a split parameter is split the same.
+    DenseI64ArrayAttr tpSplit;
     auto addArg = [&](Type type, NamedAttribute attr,
                       std::optional<NamedAttribute> extra = std::nullopt) {
       argTypes.push_back(type);
@@ -102,6 +109,8 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
         attrList.push_back(*extra);
       if (fullShape)
         attrList.push_back(b.getNamedAttr(kFullShapeAttr, fullShape));
+      if (tpSplit)
+        attrList.push_back(b.getNamedAttr("ds.tp_split", tpSplit));
       argAttrs.push_back(b.getDictionaryAttr(attrList));
       return body.addArgument(type, func.getLoc());
     };
@@ -154,10 +163,17 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
     // Clipping by the global norm of all gradients, as torch does.
     Value clipCoef;
     if (gradClip > 0) {
-      Value total;
+      // Tensor parallelism: a split parameter's gradient is in slices over
+      // the group; their squares add up over it (the replicated ones count
+      // once).
+      Value total, totalSplit;
       for (unsigned i = 0, e = results.size(); i < e; ++i) {
         if (!func.getResultAttr(i, "ds.grad"))
           continue;
+        BlockArgument gradParam = params.lookup(
+            func.getResultAttrOfType<StringAttr>(i, "ds.grad").getValue());
+        bool split = gradParam && func.getArgAttr(gradParam.getArgNumber(),
+                                                  "ds.tp_split");
         Value g = prepared(results[i]);
         auto t = cast<RankedTensorType>(g.getType());
         SmallVector<int64_t> axes;
@@ -170,8 +186,17 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
                         : Value(ReduceSumOp::create(
                               b, g.getLoc(), scalarType, sq,
                               b.getDenseI64ArrayAttr(axes), b.getBoolAttr(false)));
-        total = total ? Value(AddOp::create(b, g.getLoc(), scalarType, total, sum))
-                      : sum;
+        Value &acc = split ? totalSplit : total;
+        acc = acc ? Value(AddOp::create(b, g.getLoc(), scalarType, acc, sum))
+                  : sum;
+      }
+      if (totalSplit) {
+        Value summed = TpAllReduceOp::create(b, func.getLoc(),
+                                             totalSplit.getType(), totalSplit,
+                                             b.getI64IntegerAttr(0));
+        total = total ? Value(AddOp::create(b, func.getLoc(),
+                                            totalSplit.getType(), total, summed))
+                      : summed;
       }
       // Shards hold disjoint parts (padding is zero): the squares add up
       // over the ranks.
@@ -218,6 +243,8 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
       Type t = grad.getType();
       Value paramIn = param;
       fullShape = {};
+      tpSplit = func.getArgAttrOfType<DenseI64ArrayAttr>(param.getArgNumber(),
+                                                         "ds.tp_split");
       // A 16-bit weight (mixed precision) is updated through its f32 master
       // copy, optimizer state of the gradient's shape (this rank's shard
       // with ZeRO 1-3), which starts as the weight's initializer.

@@ -139,6 +139,14 @@ llvm::cl::opt<int64_t> worldSize(
     llvm::cl::desc("Data-parallel ranks (mpirun -np N ds-run plan.bin); each "
                    "rank runs the step on its slice of the global batch"),
     llvm::cl::init(1), llvm::cl::cat(parallelCategory));
+llvm::cl::opt<int64_t> tensorParallel(
+    "tensor-parallel",
+    llvm::cl::desc("Ranks per tensor-parallel group (Megatron): each MLP "
+                   "block's first weight is split by columns and its second "
+                   "by rows over them, found on the IR; --world-size is "
+                   "data-parallel x tensor-parallel (data parallelism with "
+                   "it is not supported yet)"),
+    llvm::cl::init(1), llvm::cl::cat(parallelCategory));
 llvm::cl::opt<int64_t> zeroStage(
     "zero",
     llvm::cl::desc("ZeRO stage (DeepSpeed's semantics): 0 data parallel, "
@@ -708,6 +716,7 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
     show("consecutive-hysteresis", consecutiveHysteresis ? "true" : "false");
     show("min-loss-scale", num(minLossScale));
     show("world-size", std::to_string(worldSize));
+    show("tensor-parallel", std::to_string(tensorParallel));
     show("zero", std::to_string(zeroStage));
     show("comm-dtype", commDtypeName.empty() ? precisionName.getValue()
                                              : commDtypeName.getValue());
@@ -790,6 +799,11 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
     pm.addPass(createCanonicalizerPass());
     pm.addPass(createCSEPass());
     bool training = optimizerName != "none";
+    if (tensorParallel > 1) {
+      ds::TensorParallelPassOptions tp;
+      tp.size = tensorParallel;
+      pm.addNestedPass<func::FuncOp>(ds::createTensorParallelPass(tp));
+    }
     if (emitGrads || training) {
       if (precisionName != "fp32") {
         ds::MixedPrecisionPassOptions mp;
@@ -803,7 +817,7 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
         rc.budget = rBudget;
         pm.addNestedPass<func::FuncOp>(ds::createRecomputePass(rc));
       }
-      if (training && (worldSize > 1 || zeroStage > 0)) {
+      if (training && (worldSize / tensorParallel > 1 || zeroStage > 0)) {
         ds::ZeroPassOptions dp;
         dp.worldSize = worldSize;
         dp.stage = zeroStage;
@@ -1219,6 +1233,30 @@ int main(int argc, char **argv) {
                  << static_cast<int64_t>(worldSize) << "\n";
     return 1;
   }
+  if (tensorParallel < 1 || worldSize % tensorParallel != 0) {
+    llvm::errs() << "error: --world-size=" << static_cast<int64_t>(worldSize)
+                 << " is not data-parallel x tensor-parallel with "
+                    "--tensor-parallel="
+                 << static_cast<int64_t>(tensorParallel) << "\n";
+    return 1;
+  }
+  if (tensorParallel > 1 && worldSize != tensorParallel) {
+    llvm::errs() << "error: --world-size=" << static_cast<int64_t>(worldSize)
+                 << " with --tensor-parallel="
+                 << static_cast<int64_t>(tensorParallel)
+                 << " means " << worldSize / tensorParallel
+                 << " data-parallel groups; tensor parallelism with data "
+                    "parallelism is not supported yet (use --world-size="
+                 << static_cast<int64_t>(tensorParallel) << ")\n";
+    return 1;
+  }
+  if (tensorParallel > 1 && (zeroStage > 0 || optimizerName == "none")) {
+    llvm::errs() << "error: --tensor-parallel="
+                 << static_cast<int64_t>(tensorParallel)
+                 << " needs a training step (--optimizer=...) and --zero=0 "
+                    "(ZeRO partitions over data-parallel ranks)\n";
+    return 1;
+  }
   if (zeroStage < 0 || zeroStage > 3) {
     llvm::errs() << "error: --zero=" << static_cast<int64_t>(zeroStage)
                  << " is not a ZeRO stage (0, 1, 2 or 3)\n";
@@ -1273,7 +1311,7 @@ int main(int argc, char **argv) {
                  << " partitions a training step; give --optimizer=...\n";
     return 1;
   }
-  if (worldSize > 1 && optimizerName == "none") {
+  if (worldSize > 1 && optimizerName == "none" && tensorParallel == 1) {
     llvm::errs() << "error: --world-size needs a training step "
                     "(--optimizer=...)\n";
     return 1;

@@ -384,6 +384,11 @@ int run(int argc, char **argv) {
   if (!plan)
     return fail(err);
   PlanInfo info = describe(*plan);
+  // Data parallelism is over the ranks of different tensor-parallel
+  // groups: the ranks of one group read the same batch.
+  int tensorParallel = std::max(1, info.tensorParallel);
+  int dpSize = comm->size() / tensorParallel;
+  int dpRank = comm->rank() / tensorParallel;
   if (info.worldSize != comm->size())
     return failEveryRank("'" + planPath + "' is compiled for " +
                 std::to_string(info.worldSize) + " rank(s), this run has " +
@@ -525,7 +530,7 @@ int run(int argc, char **argv) {
       }
       const HostTensor &t = it->second;
       // A global batch is world x the plan's (per-rank) batch.
-      int64_t unit = spec.shape.empty() ? 0 : spec.shape[0] * comm->size();
+      int64_t unit = spec.shape.empty() ? 0 : spec.shape[0] * dpSize;
       bool whole = t.shape == spec.shape;
       bool stacked = !spec.shape.empty() && t.shape.size() == spec.shape.size() &&
                      unit > 0 && t.shape[0] % unit == 0 &&
@@ -534,8 +539,8 @@ int run(int argc, char **argv) {
       if (!whole && !stacked)
         return fail("data array '" + name + "' has shape " + t.shapeString() +
                     ", the plan's input is " + spec.shapeString() +
-                    (comm->size() > 1 ? " per rank: give " +
-                                            std::to_string(comm->size()) +
+                    (dpSize > 1 ? " per rank: give " +
+                                            std::to_string(dpSize) +
                                             " x that many rows" : "") +
                     " (or k of them stacked along the first dimension)");
       int64_t k = stacked ? t.shape[0] / unit : 1;
@@ -543,7 +548,7 @@ int run(int argc, char **argv) {
         return fail("data arrays hold different numbers of batches (" +
                     std::to_string(batches) + " and " + std::to_string(k) + ")");
       batches = std::max(batches, k);
-      samples = (spec.shape.empty() ? 1 : spec.shape[0]) * comm->size();
+      samples = (spec.shape.empty() ? 1 : spec.shape[0]) * dpSize;
       if (tokensPerSample == 0 && spec.shape.size() >= 2 &&
           (t.dtype == DType::I64 || t.dtype == DType::I32)) {
         tokensPerSample = 1;
@@ -617,7 +622,7 @@ int run(int argc, char **argv) {
                         "' is outside the vocabulary of " +
                         std::to_string(lim->second) + " (input '" + name + "')");
       }
-      samples = window[0] * comm->size();
+      samples = window[0] * dpSize;
       tokensPerSample = window[1];
     }
     double lr = std::isnan(lrOverride) ? info.lr : lrOverride;
@@ -715,11 +720,11 @@ int run(int argc, char **argv) {
         HostTensor batch = t;
         if (t.shape != spec.shape || comm->size() > 1) {
           // Global batch (m-1) mod k, this rank's rows of it.
-          int64_t unit = spec.shape[0] * comm->size();
+          int64_t unit = spec.shape[0] * dpSize;
           int64_t k = t.shape[0] % unit == 0 ? t.shape[0] / unit : 1;
           size_t rowBytes = t.data.size() / t.shape[0];
           size_t first = t.shape[0] % unit == 0
-                             ? (((m - 1) % k) * unit + comm->rank() * spec.shape[0])
+                             ? (((m - 1) % k) * unit + dpRank * spec.shape[0])
                              : 0;
           batch.shape = spec.shape;
           batch.data.assign(t.data.begin() + first * rowBytes,
@@ -741,7 +746,7 @@ int run(int argc, char **argv) {
         for (int64_t r = 0; r < window[0]; ++r) {
           uint64_t z = static_cast<uint64_t>(seed) * 0x9e3779b97f4a7c15ULL +
                        static_cast<uint64_t>(m) * 0xbf58476d1ce4e5b9ULL +
-                       static_cast<uint64_t>(r + comm->rank() * window[0]) *
+                       static_cast<uint64_t>(r + dpRank * window[0]) *
                            0x94d049bb133111ebULL;
           z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
           z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;

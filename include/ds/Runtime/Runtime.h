@@ -76,6 +76,7 @@ struct PlanInfo {
   std::string weightsFile;
   /// Ranks the plan is compiled for, and its ZeRO stage.
   int worldSize = 1, zeroStage = 0;
+  int tensorParallel = 1; // ranks per tensor-parallel group
   /// The plan's checksum: a checkpoint records it to refuse another plan.
   uint64_t planHash = 0;
   /// True for a training step (its kernels update parameters).
@@ -196,6 +197,17 @@ public:
     /// Where it is stored: 0 device, 1 host, 2 NVMe (then `data` is a
     /// host copy read for this call; commitStorage writes it back).
     int location = 0;
+    /// Tensor parallelism: this rank's slice (rank % tpParts) along tpAxis
+    /// of a tensor of wholeShape (tpParts 1: whole).
+    int tpAxis = 0, tpParts = 1;
+    std::vector<int64_t> wholeShape() const {
+      if (sharded)
+        return fullShape;
+      std::vector<int64_t> s = shape;
+      if (tpParts > 1)
+        s[tpAxis] *= tpParts;
+      return s;
+    }
     void *data = nullptr;
     uint64_t bytes = 0;
   };

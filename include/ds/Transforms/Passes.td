@@ -245,6 +245,26 @@ def LowerToDsRtPass : Pass<"ds-lower-to-dsrt", "ModuleOp"> {
   let dependentDialects = ["::mlir::dsrt::DsRtDialect"];
 }
 
+def TensorParallelPass : Pass<"ds-tensor-parallel", "func::FuncOp"> {
+  let summary = "Split MLP blocks over a tensor-parallel group (Megatron)";
+  let description = [{
+    Finds, on the forward graph before autodiff, each MLP block: a matmul
+    by a weight parameter (the first linear, with an optional bias), a
+    region of elementwise ops on its result (the activation), and a
+    second matmul by a weight that contracts over that width. The first
+    weight (and bias) is split by columns, the second by rows, over `size`
+    ranks: the argument types shrink, `ds.tp_split = [axis, parts]` tells
+    the runtime which slice each rank loads, `ds.tp_identity` marks the
+    block's input (its gradient is summed over the group) and
+    `ds.tp_all_reduce` sums the partial outputs before the second bias.
+    Nothing is found by name. Attention blocks, embeddings and the loss
+    stay replicated (see docs/design.md, section 10).
+  }];
+  let options = [
+    Option<"size", "size", "int64_t", "1", "ranks in the tensor-parallel group">,
+  ];
+}
+
 def OffloadPass : Pass<"ds-offload", "func::FuncOp"> {
   let summary = "Keep optimizer state and parameter shards in host memory or on NVMe";
   let description = [{

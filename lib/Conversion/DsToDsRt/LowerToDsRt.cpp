@@ -100,6 +100,8 @@ struct LowerToDsRtPass : impl::LowerToDsRtPassBase<LowerToDsRtPass> {
             func.getArgAttrOfType<StringAttr>(i, "ds.master_of"));
         if (auto space = func.getArgAttrOfType<StringAttr>(i, "ds.space"))
           op->setAttr("dsrt.space", space);
+        if (auto tp = func.getArgAttrOfType<DenseI64ArrayAttr>(i, "ds.tp_split"))
+          op->setAttr("dsrt.tp_split", tp);
         buffer = op;
         storage[(name ? name : state).getValue()] = buffer;
       } else if (func.getArgAttr(i, "ds.step")) {
@@ -200,6 +202,11 @@ struct LowerToDsRtPass : impl::LowerToDsRtPassBase<LowerToDsRtPass> {
         toErase.push_back(&op);
         continue;
       }
+      if (auto f = dyn_cast<TpIdentityOp>(op)) {
+        map.map(f.getResult(), map.lookup(f.getInput()));
+        toErase.push_back(&op);
+        continue;
+      }
       if (auto reshape = dyn_cast<ReshapeOp>(op)) {
         map.map(reshape.getResult(),
                 dsrt::ViewOp::create(b, loc, bufferType(reshape.getType()),
@@ -250,6 +257,10 @@ struct LowerToDsRtPass : impl::LowerToDsRtPassBase<LowerToDsRtPass> {
             b, loc, MemRefType::get({elems}, b.getF32Type()), IntegerAttr()));
       }
       StringRef kernel = op.getName().stripDialect();
+      if (isa<TpAllReduceOp>(op)) { // the sum over the tensor-parallel group
+        kernel = "all_reduce";
+        params.set("reduction", b.getStringAttr("sum"));
+      }
       SmallVector<int64_t> inplace = inplaceOperands(&op);
       auto kernelOp = dsrt::KernelOp::create(
           b, loc, b.getStringAttr(kernel), ins, outs,

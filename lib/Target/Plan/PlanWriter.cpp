@@ -221,6 +221,8 @@ LogicalResult mlir::ds::writePlan(ModuleOp module, StringRef planPath,
   p.set_format_version(::ds::kPlanFormatVersion);
   p.set_producer("ds-opt");
   p.set_world_size(static_cast<uint32_t>(options.worldSize));
+  if (auto tp = func->getAttrOfType<IntegerAttr>("ds.tensor_parallel"))
+    p.set_tensor_parallel(static_cast<uint32_t>(tp.getInt()));
   if (auto stage = func->getAttrOfType<IntegerAttr>("ds.zero_stage"))
     p.set_zero_stage(static_cast<uint32_t>(stage.getInt()));
   if (auto loss = func->getAttrOfType<StringAttr>("dsrt.loss"))
@@ -283,6 +285,11 @@ LogicalResult mlir::ds::writePlan(ModuleOp module, StringRef planPath,
         param.set_master_of(master.getValue().str());
       if (auto space = pr->getAttrOfType<StringAttr>("dsrt.space"))
         param.set_location(space.getValue() == "nvme" ? pb::NVME : pb::HOST);
+      if (auto tp = pr->getAttrOfType<DenseI64ArrayAttr>("dsrt.tp_split");
+          tp && tp.size() == 2) {
+        param.set_tp_axis(static_cast<int32_t>(tp[0]));
+        param.set_tp_parts(static_cast<uint32_t>(tp[1]));
+      }
       params[pr.getIndex()] = param;
     } else if (auto in = dyn_cast<dsrt::InputOp>(op)) {
       if (failed(addBuffer(in, pb::INPUT, 0, in.getIndex())))

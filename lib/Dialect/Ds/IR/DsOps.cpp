@@ -669,6 +669,8 @@ int64_t ReduceScatterOp::getFlops() {
 }
 int64_t ShardOp::getFlops() { return 0; }
 int64_t TransferOp::getFlops() { return 0; }
+int64_t TpIdentityOp::getFlops() { return 0; }
+int64_t TpAllReduceOp::getFlops() { return 0; }
 int64_t CheckOverflowOp::getFlops() {
   int64_t n = 0;
   for (Value g : getGrads())

@@ -347,6 +347,15 @@ LogicalResult vjp(GatherOp op, OpBuilder &b, ValueRange gs, Grads &out) {
          Value()});
   return success();
 }
+LogicalResult vjp(TpIdentityOp op, OpBuilder &b, ValueRange gs, Grads &out) {
+  out.assign({TpAllReduceOp::create(b, op.getLoc(), gs[0].getType(), gs[0],
+                                    op.getGroupAttr())});
+  return success();
+}
+LogicalResult vjp(TpAllReduceOp op, OpBuilder &b, ValueRange gs, Grads &out) {
+  out.assign({gs[0]});
+  return success();
+}
 LogicalResult vjp(ReshapeOp op, OpBuilder &b, ValueRange gs, Grads &out) {
   out.assign({ReshapeOp::create(b, op.getLoc(), tensorType(op.getInput()), gs[0])});
   return success();
@@ -548,5 +557,6 @@ void ds::detail::attachVJPModels(MLIRContext &ctx) {
          WhereOp, MatMulOp, GemmOp, SoftmaxOp, LogSoftmaxOp, LayerNormOp,
          GatherOp, ReshapeOp, ExpandOp, TransposeOp, ConcatOp, SplitOp,
          SliceOp, TriluOp, ReduceSumOp, ReduceMeanOp, ReduceMaxOp, DropoutOp,
-         SoftmaxCrossEntropyLossOp, NegativeLogLikelihoodLossOp>(ctx);
+         SoftmaxCrossEntropyLossOp, NegativeLogLikelihoodLossOp, TpIdentityOp,
+         TpAllReduceOp>(ctx);
 }

@@ -770,6 +770,32 @@ def Ds_CheckOverflowOp : Ds_Op<"check_overflow", [Ds_Collective]> {
   let hasVerifier = 1;
 }
 
+def Ds_TpIdentityOp : Ds_Op<"tp_identity", [SameOperandsAndResultType]> {
+  let summary = "tensor parallelism: the input of a column-split matmul";
+  let description = [{
+    Megatron's `f`: the identity in the forward pass; its gradient is the
+    sum over the ranks of tensor-parallel group `group` (each rank's
+    column slice contributes part of the input's gradient). Inserted by
+    `--ds-tensor-parallel` before autodiff.
+  }];
+  let arguments = (ins Ds_FloatTensor:$input, I64Attr:$group);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+def Ds_TpAllReduceOp : Ds_Op<"tp_all_reduce", [SameOperandsAndResultType, Ds_Collective]> {
+  let summary = "tensor parallelism: the output of a row-split matmul";
+  let description = [{
+    Megatron's `g`: the sum of the ranks' partial results over
+    tensor-parallel group `group` in the forward pass; its gradient is the
+    identity (every rank holds the same output gradient). Lowered to an
+    `all_reduce` kernel.
+  }];
+  let arguments = (ins Ds_FloatTensor:$input, I64Attr:$group);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
 def Ds_TransferOp : Ds_Op<"transfer", [AllTypesMatch<["input", "result"]>]> {
   let summary = "copy a tensor to another memory space (offload)";
   let description = [{

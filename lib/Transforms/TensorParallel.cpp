@@ -1,0 +1,304 @@
+//===- TensorParallel.cpp - Megatron MLP splitting on the ds IR -----------===//
+//
+// Part of the ds project.
+//
+// Each MLP block (matmul by a weight, elementwise activation, matmul by a
+// weight contracting over the activation's width) is split over the
+// tensor-parallel group: the first weight by columns, the second by rows,
+// with `ds.tp_identity` on the block's input and `ds.tp_all_reduce` on its
+// partial output. The pattern is found on the IR, not by names.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ds/Transforms/Passes.h"
+
+#include "llvm/ADT/SetVector.h"
+
+namespace mlir::ds {
+#define GEN_PASS_DEF_TENSORPARALLELPASS
+#include "ds/Transforms/Passes.h.inc"
+
+namespace {
+
+constexpr llvm::StringLiteral kTpSplit = "ds.tp_split";
+
+bool isElementwise(Operation *op) {
+  return isa<AddOp, SubOp, MulOp, DivOp, PowOp, MaxOp, MinOp, NegOp, AbsOp,
+             ExpOp, LogOp, SqrtOp, ReciprocalOp, ErfOp, TanhOp, SigmoidOp,
+             ReluOp, CastOp>(op);
+}
+
+RankedTensorType withDim(Type t, int64_t axis, int64_t size) {
+  auto r = cast<RankedTensorType>(t);
+  SmallVector<int64_t> shape(r.getShape());
+  shape[axis] = size;
+  return r.clone(shape);
+}
+
+/// A weight operand of a matmul: a trainable parameter argument used
+/// directly ([K, N]) or through a 2-D transpose of a parameter ([N, K], as
+/// torch.nn.Linear exports), and nothing else uses it.
+struct Weight {
+  BlockArgument param;
+  TransposeOp transpose; // null when used directly
+  bool transB = false;   // a Gemm's trans_b: the parameter is [N, K]
+  /// The parameter axis that holds the matmul's N (columns) or K (rows).
+  int64_t axisOf(bool columns) const {
+    return transpose || transB ? (columns ? 0 : 1) : (columns ? 1 : 0);
+  }
+};
+
+/// A linear layer: a matmul, or a Gemm (alpha 1, no trans_a) whose C is a
+/// bias parameter or absent, by a weight parameter.
+struct Linear {
+  Operation *op = nullptr;
+  Weight w;
+  std::optional<BlockArgument> bias; // a Gemm's C
+  Value input() const { return op->getOperand(0); }
+  Value result() const { return op->getResult(0); }
+};
+
+std::optional<Weight> weightOf(func::FuncOp func, Value v,
+                               bool transB = false) {
+  Weight w;
+  w.transB = transB;
+  if (auto t = v.getDefiningOp<TransposeOp>(); t && !transB) {
+    ArrayRef<int64_t> perm = t.getPerm();
+    if (perm.size() != 2 || perm[0] != 1 || perm[1] != 0 || !t->hasOneUse())
+      return std::nullopt;
+    w.transpose = t;
+    v = t.getInput();
+  }
+  auto arg = dyn_cast<BlockArgument>(v);
+  if (!arg || arg.getOwner() != &func.getBody().front() ||
+      !func.getArgAttr(arg.getArgNumber(), attrs::kParam) ||
+      !func.getArgAttr(arg.getArgNumber(), attrs::kTrainable) ||
+      cast<RankedTensorType>(arg.getType()).getRank() != 2 || !arg.hasOneUse())
+    return std::nullopt;
+  w.param = arg;
+  return w;
+}
+
+std::optional<BlockArgument> biasOf(func::FuncOp func, Value v, int64_t n) {
+  auto arg = dyn_cast<BlockArgument>(v);
+  if (!arg || arg.getOwner() != &func.getBody().front() ||
+      !func.getArgAttr(arg.getArgNumber(), attrs::kParam) ||
+      !func.getArgAttr(arg.getArgNumber(), attrs::kTrainable) ||
+      !arg.hasOneUse())
+    return std::nullopt;
+  auto t = cast<RankedTensorType>(arg.getType());
+  if (t.getRank() != 1 || t.getDimSize(0) != n)
+    return std::nullopt;
+  return arg;
+}
+
+std::optional<Linear> linearOf(func::FuncOp func, Operation *op) {
+  Linear l;
+  l.op = op;
+  if (auto m = dyn_cast<MatMulOp>(op)) {
+    auto w = weightOf(func, m.getRhs());
+    if (!w)
+      return std::nullopt;
+    l.w = *w;
+    return l;
+  }
+  auto g = dyn_cast<GemmOp>(op);
+  if (!g || g.getTransA() || g.getAlpha().convertToFloat() != 1.0f ||
+      g.getBeta().convertToFloat() != 1.0f)
+    return std::nullopt;
+  auto w = weightOf(func, g.getB(), g.getTransB());
+  if (!w)
+    return std::nullopt;
+  l.w = *w;
+  if (Value c = g.getC()) {
+    auto n = cast<RankedTensorType>(g.getType()).getShape().back();
+    l.bias = biasOf(func, c, n);
+    if (!l.bias)
+      return std::nullopt;
+  }
+  return l;
+}
+
+struct MlpBlock {
+  Linear first, second;
+  std::optional<BlockArgument> b1; // an Add of the first linear's result
+  AddOp bias1;
+  llvm::SetVector<Operation *> region; // elementwise ops between them
+  int64_t width = 0;                   // H
+};
+
+struct TensorParallelPass
+    : impl::TensorParallelPassBase<TensorParallelPass> {
+  using TensorParallelPassBase::TensorParallelPassBase;
+
+  std::optional<MlpBlock> match(func::FuncOp func, Operation *a) {
+    MlpBlock blk;
+    auto first = linearOf(func, a);
+    if (!first)
+      return std::nullopt;
+    blk.first = *first;
+    auto outType = cast<RankedTensorType>(a->getResult(0).getType());
+    if (outType.getRank() < 2)
+      return std::nullopt;
+    blk.width = outType.getShape().back();
+    Value v = blk.first.result();
+    if (!blk.first.bias && v.hasOneUse())
+      if (auto add = dyn_cast<AddOp>(*v.getUsers().begin()))
+        for (Value other : add->getOperands())
+          if (other != v)
+            if (auto b = biasOf(func, other, blk.width);
+                b && add.getType() == outType) {
+              blk.b1 = b;
+              blk.bias1 = add;
+              v = add.getResult();
+            }
+    // The activation: elementwise ops of the block's shape until one
+    // linear layer that contracts over the width.
+    SmallVector<Value> work{v};
+    llvm::DenseSet<Value> inRegion{v};
+    Operation *exit = nullptr;
+    while (!work.empty()) {
+      Value x = work.pop_back_val();
+      for (Operation *user : x.getUsers()) {
+        if (blk.region.contains(user) || user == exit)
+          continue;
+        if (isa<MatMulOp, GemmOp>(user) && user->getOperand(0) == x) {
+          if (exit && exit != user)
+            return std::nullopt; // two exits
+          exit = user;
+          continue;
+        }
+        if (!isElementwise(user) || user->getNumResults() != 1 ||
+            user->getResult(0).getType() != outType.clone(
+                cast<RankedTensorType>(user->getResult(0).getType())
+                    .getElementType()))
+          return std::nullopt;
+        blk.region.insert(user);
+        Value r = user->getResult(0);
+        if (inRegion.insert(r).second)
+          work.push_back(r);
+      }
+    }
+    if (!exit)
+      return std::nullopt;
+    // Other operands of the activation: region values, or broadcasts
+    // without the width (scalars, constants).
+    for (Operation *op : blk.region)
+      for (Value o : op->getOperands()) {
+        if (inRegion.contains(o))
+          continue;
+        auto t = dyn_cast<RankedTensorType>(o.getType());
+        if (!t || (t.getRank() > 0 && t.getShape().back() != 1))
+          return std::nullopt;
+      }
+    auto second = linearOf(func, exit);
+    if (!second)
+      return std::nullopt;
+    blk.second = *second;
+    auto wType = cast<RankedTensorType>(second->w.param.getType());
+    if (wType.getDimSize(second->w.axisOf(/*columns=*/false)) != blk.width)
+      return std::nullopt;
+    return blk;
+  }
+
+  void runOnOperation() override {
+    func::FuncOp func = getOperation();
+    if (func.getName() != "forward" || size <= 1)
+      return;
+    Block &body = func.getBody().front();
+    SmallVector<Operation *> linears;
+    for (Operation &op : body)
+      if (isa<MatMulOp, GemmOp>(op))
+        linears.push_back(&op);
+    SmallVector<MlpBlock> blocks;
+    llvm::DenseSet<Operation *> used;
+    for (Operation *a : linears) {
+      if (used.count(a))
+        continue;
+      auto blk = match(func, a);
+      if (!blk)
+        continue;
+      used.insert(blk->second.op);
+      blocks.push_back(std::move(*blk));
+    }
+    if (blocks.empty()) {
+      func.emitError("--tensor-parallel=")
+          << static_cast<int64_t>(size)
+          << ": found no MLP block (a linear layer, an elementwise "
+             "activation, a linear layer contracting over its width) to split";
+      return signalPassFailure();
+    }
+    OpBuilder b(func.getContext());
+    auto split = [&](BlockArgument arg, int64_t axis) {
+      auto t = cast<RankedTensorType>(arg.getType());
+      arg.setType(withDim(t, axis, t.getDimSize(axis) / size));
+      func.setArgAttr(arg.getArgNumber(), kTpSplit,
+                      b.getDenseI64ArrayAttr({axis, size}));
+    };
+    for (MlpBlock &blk : blocks) {
+      if (blk.width % size != 0) {
+        blk.first.op->emitError("--tensor-parallel=")
+            << static_cast<int64_t>(size)
+            << " does not divide this MLP's width " << blk.width;
+        return signalPassFailure();
+      }
+      int64_t hs = blk.width / size;
+      Operation *a = blk.first.op;
+      // The input: its gradient sums over the group.
+      // (A graph input needs no gradient: nothing to mark.)
+      b.setInsertionPoint(a);
+      Value x = blk.first.input();
+      auto xArg = dyn_cast<BlockArgument>(x);
+      if (!xArg || !func.getArgAttr(xArg.getArgNumber(), attrs::kInput))
+        a->setOperand(0, TpIdentityOp::create(b, a->getLoc(), x.getType(), x,
+                                              b.getI64IntegerAttr(0)));
+      // The first weight by columns, its bias, the activation.
+      split(blk.first.w.param, blk.first.w.axisOf(/*columns=*/true));
+      if (blk.first.w.transpose)
+        blk.first.w.transpose.getResult().setType(
+            withDim(blk.first.w.transpose.getType(), 1, hs));
+      if (blk.first.bias)
+        split(*blk.first.bias, 0);
+      Value r = blk.first.result();
+      int64_t last = cast<RankedTensorType>(r.getType()).getRank() - 1;
+      r.setType(withDim(r.getType(), last, hs));
+      if (blk.b1) {
+        split(*blk.b1, 0);
+        blk.bias1.getResult().setType(withDim(blk.bias1.getType(), last, hs));
+      }
+      for (Operation *op : blk.region)
+        op->getResult(0).setType(withDim(op->getResult(0).getType(), last, hs));
+      // The second weight by rows; its partial sums summed over the group,
+      // and its own bias added once, after the sum.
+      Operation *c = blk.second.op;
+      split(blk.second.w.param, blk.second.w.axisOf(/*columns=*/false));
+      if (blk.second.w.transpose)
+        blk.second.w.transpose.getResult().setType(
+            withDim(blk.second.w.transpose.getType(), 0, hs));
+      if (auto g = dyn_cast<GemmOp>(c); g && blk.second.bias) {
+        b.setInsertionPoint(g);
+        auto noBias = GemmOp::create(b, g.getLoc(), g.getType(), g.getA(),
+                                     g.getB(), Value(), g.getAlphaAttr(),
+                                     g.getBetaAttr(), g.getTransAAttr(),
+                                     g.getTransBAttr());
+        g.getResult().replaceAllUsesWith(noBias.getResult());
+        g.erase();
+        c = noBias;
+      }
+      b.setInsertionPointAfter(c);
+      Value partial = c->getResult(0);
+      auto sum = TpAllReduceOp::create(b, c->getLoc(), partial.getType(),
+                                       partial, b.getI64IntegerAttr(0));
+      Value out = sum.getResult();
+      if (blk.second.bias)
+        out = AddOp::create(b, c->getLoc(), partial.getType(), out,
+                            *blk.second.bias);
+      partial.replaceAllUsesExcept(out, sum);
+    }
+    func.setType(FunctionType::get(func.getContext(), body.getArgumentTypes(),
+                                   func.getResultTypes()));
+    func->setAttr("ds.tensor_parallel", b.getI64IntegerAttr(size));
+  }
+};
+} // namespace
+} // namespace mlir::ds
