@@ -375,6 +375,27 @@ struct Executor::Impl {
   };
   std::vector<PendingCopy> copies;
   std::vector<void *> pinned;
+  // Tensor parallelism: the communicators of the groups a collective's
+  // `group` names: 0 the data-parallel ranks (same tensor-parallel index),
+  // 1 the tensor-parallel ranks (same data-parallel index); rank =
+  // dp * T + tp. Without tensor parallelism both are the world.
+  std::unique_ptr<Communicator> dpComm, tpComm;
+  Communicator *group(int64_t g) const {
+    if (g == 1 && tpComm)
+      return tpComm.get();
+    if (g == 0 && dpComm)
+      return dpComm.get();
+    return options.comm;
+  }
+  /// Collective bytes the group communicators counted, handed to the
+  /// world's counter (which ds-run reads).
+  void collectBytes() {
+    for (Communicator *c : {dpComm.get(), tpComm.get()})
+      if (c && options.comm) {
+        options.comm->collectiveBytes += c->collectiveBytes;
+        c->collectiveBytes = 0;
+      }
+  }
   ~Impl() {
     if (device) {
       std::string ignored;
@@ -752,7 +773,7 @@ struct Executor::Impl {
   /// Finishes every collective in flight (a run stopped early).
   bool drain(std::string &err) {
     for (auto &[key, handle] : inflight)
-      if (!device && options.comm && !options.comm->finish(handle, err))
+      if (!device && options.comm && !group(0)->finish(handle, err))
         return false;
     inflight.clear();
     if (nvme && !nvme->waitAll(err))
@@ -893,6 +914,20 @@ std::unique_ptr<Executor> Executor::create(std::shared_ptr<const Plan> plan,
         id = w.inputs(0);
       }
     }
+  if (uint32_t tp = p.tensor_parallel(); tp > 1 && options.comm) {
+    if (options.backend == "cuda") {
+      err = "this plan is tensor-parallel, which the CUDA backend does not "
+            "run yet; run it with --backend=cpu";
+      return nullptr;
+    }
+    int rank = options.comm->rank();
+    if (options.comm->size() % static_cast<int>(tp) ||
+        !(impl->dpComm = options.comm->split(rank % tp, rank / tp, err)) ||
+        !(impl->tpComm = options.comm->split(rank / tp, rank % tp, err)))
+      return err.empty() ? (err = "cannot form the tensor-parallel groups",
+                            nullptr)
+                         : nullptr;
+  }
   if (!impl->loadWeights(err))
     return nullptr;
   if (options.backend == "cuda" && !impl->openDevice(err))
@@ -1039,6 +1074,11 @@ bool Executor::scanForNan(RunStats &stats, std::string &err) {
 bool Executor::Impl::runInstructions(int from, int to, uint64_t runSeed,
                                      bool scan, RunStats &stats,
                                      std::string &err) {
+  // What the groups' collectives moved counts on the world's counter.
+  struct Collect {
+    Impl *impl;
+    ~Collect() { impl->collectBytes(); }
+  } collect{this};
   const plan::Plan &p = this->p();
   const plan::Program &prog = p.programs(0);
   Impl *impl = this;
@@ -1069,7 +1109,7 @@ bool Executor::Impl::runInstructions(int from, int to, uint64_t runSeed,
                               : fnv1a64(ins.location().data(),
                                         ins.location().size()));
     ctx.lr = impl->options.lr;
-    ctx.comm = impl->options.comm;
+    ctx.comm = impl->group(ctx.attrs.getInt("group", 0));
     ctx.inflight = &impl->inflight;
     ctx.step = &impl->stepState;
     auto k0 = std::chrono::steady_clock::now();
@@ -1174,7 +1214,7 @@ bool Executor::Impl::runInstructions(int from, int to, uint64_t runSeed,
       return false;
     }
     if (!impl->inflight.empty())
-      impl->options.comm->progress();
+      impl->group(0)->progress(); // async collectives: the DP group's
     if (impl->device && impl->options.profile &&
         !impl->device->synchronize(err))
       return false;
@@ -1265,9 +1305,9 @@ bool Executor::parameter(const std::string &name, HostTensor &out,
     const plan::Parameter &param = p.parameters(i);
     out.dtype = toDType(param.dtype());
     if (auto [axis, parts] = impl->tpSplitOf(i); parts > 1) {
-      // Tensor parallelism: every rank's slice, joined along the axis (the
-      // group is the whole world: rank r holds slice r).
-      Communicator *comm = impl->options.comm;
+      // Tensor parallelism: every rank's slice of the group, joined along
+      // the axis (tensor-parallel rank r holds slice r).
+      Communicator *comm = impl->group(1);
       if (!comm || comm->size() != parts) {
         err = "'" + name + "' is split over " + std::to_string(parts) +
               " tensor-parallel ranks, not the " +

@@ -193,7 +193,7 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
       if (totalSplit) {
         Value summed = TpAllReduceOp::create(b, func.getLoc(),
                                              totalSplit.getType(), totalSplit,
-                                             b.getI64IntegerAttr(0));
+                                             b.getI64IntegerAttr(1));
         total = total ? Value(AddOp::create(b, func.getLoc(),
                                             totalSplit.getType(), total, summed))
                       : summed;

@@ -251,7 +251,7 @@ struct TensorParallelPass
       auto xArg = dyn_cast<BlockArgument>(x);
       if (!xArg || !func.getArgAttr(xArg.getArgNumber(), attrs::kInput))
         a->setOperand(0, TpIdentityOp::create(b, a->getLoc(), x.getType(), x,
-                                              b.getI64IntegerAttr(0)));
+                                              b.getI64IntegerAttr(1)));
       // The first weight by columns, its bias, the activation.
       split(blk.first.w.param, blk.first.w.axisOf(/*columns=*/true));
       if (blk.first.w.transpose)
@@ -288,7 +288,7 @@ struct TensorParallelPass
       b.setInsertionPointAfter(c);
       Value partial = c->getResult(0);
       auto sum = TpAllReduceOp::create(b, c->getLoc(), partial.getType(),
-                                       partial, b.getI64IntegerAttr(0));
+                                       partial, b.getI64IntegerAttr(1));
       Value out = sum.getResult();
       if (blk.second.bias)
         out = AddOp::create(b, c->getLoc(), partial.getType(), out,

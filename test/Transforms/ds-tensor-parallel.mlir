@@ -14,16 +14,16 @@
 // CHECK-SAME: tensor<3xf32> {ds.param = "b2", ds.trainable}
 // CHECK-SAME: attributes {ds.tensor_parallel = 2 : i64}
 // CHECK: %[[X:.*]] = ds.tanh
-// CHECK: %[[F:.*]] = ds.tp_identity %[[X]] {group = 0 : i64} : tensor<2x4xf32>
+// CHECK: %[[F:.*]] = ds.tp_identity %[[X]] {group = 1 : i64} : tensor<2x4xf32>
 // CHECK: ds.matmul %[[F]], %{{.*}} : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32>
 // CHECK: ds.relu %{{.*}} : tensor<2x4xf32>
 // CHECK: %[[P:.*]] = ds.gemm %{{.*}}, %arg3 {trans_b = true} : (tensor<2x4xf32>, tensor<3x4xf32>) -> tensor<2x3xf32>
-// CHECK: %[[S:.*]] = ds.tp_all_reduce %[[P]] {group = 0 : i64} : tensor<2x3xf32>
+// CHECK: %[[S:.*]] = ds.tp_all_reduce %[[P]] {group = 1 : i64} : tensor<2x3xf32>
 // CHECK: ds.add %[[S]], %arg4 : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
 
 // GRAD-LABEL: func.func @forward
-// GRAD: ds.tp_all_reduce %{{.*}} {group = 0 : i64} : tensor<2x3xf32>
-// GRAD: ds.tp_all_reduce %{{.*}} {group = 0 : i64} : tensor<2x4xf32>
+// GRAD: ds.tp_all_reduce %{{.*}} {group = 1 : i64} : tensor<2x3xf32>
+// GRAD: ds.tp_all_reduce %{{.*}} {group = 1 : i64} : tensor<2x4xf32>
 
 // WIDTH: error: --tensor-parallel=3 does not divide this MLP's width 8
 func.func @forward(%x: tensor<2x4xf32> {ds.input = "x"}, %w1: tensor<8x4xf32> {ds.param = "w1", ds.trainable},

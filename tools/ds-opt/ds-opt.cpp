@@ -819,7 +819,7 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
       }
       if (training && (worldSize / tensorParallel > 1 || zeroStage > 0)) {
         ds::ZeroPassOptions dp;
-        dp.worldSize = worldSize;
+        dp.worldSize = worldSize / tensorParallel; // the data-parallel group
         dp.stage = zeroStage;
         dp.persistenceThreshold = persistenceThreshold;
         dp.reduceBucketSize = reduceBucketSize;
@@ -1240,21 +1240,12 @@ int main(int argc, char **argv) {
                  << static_cast<int64_t>(tensorParallel) << "\n";
     return 1;
   }
-  if (tensorParallel > 1 && worldSize != tensorParallel) {
-    llvm::errs() << "error: --world-size=" << static_cast<int64_t>(worldSize)
-                 << " with --tensor-parallel="
-                 << static_cast<int64_t>(tensorParallel)
-                 << " means " << worldSize / tensorParallel
-                 << " data-parallel groups; tensor parallelism with data "
-                    "parallelism is not supported yet (use --world-size="
-                 << static_cast<int64_t>(tensorParallel) << ")\n";
-    return 1;
-  }
   if (tensorParallel > 1 && (zeroStage > 0 || optimizerName == "none")) {
     llvm::errs() << "error: --tensor-parallel="
                  << static_cast<int64_t>(tensorParallel)
-                 << " needs a training step (--optimizer=...) and --zero=0 "
-                    "(ZeRO partitions over data-parallel ranks)\n";
+                 << " needs a training step (--optimizer=...) and, for now, "
+                    "--zero=0 (ZeRO stages 1-3 over the data-parallel groups "
+                    "of a tensor-parallel grid are not supported yet)\n";
     return 1;
   }
   if (zeroStage < 0 || zeroStage > 3) {

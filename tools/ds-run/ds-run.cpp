@@ -955,7 +955,12 @@ int run(int argc, char **argv) {
     if (accum > 1)
       std::printf("each step accumulated %lld micro-batches\n",
                   static_cast<long long>(accum));
-    if (comm->size() > 1)
+    if (tensorParallel > 1)
+      std::printf("data parallel over %d group(s) of %d tensor-parallel "
+                  "ranks (%d ranks), ZeRO stage %d (losses and gradients are "
+                  "the means over the groups)\n",
+                  dpSize, tensorParallel, comm->size(), planned.stage);
+    else if (comm->size() > 1)
       std::printf("data parallel over %d ranks, ZeRO stage %d (losses and "
                   "gradients are the means over ranks)\n",
                   comm->size(), planned.stage);

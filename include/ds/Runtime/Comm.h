@@ -48,6 +48,10 @@ public:
   /// Ends every rank with `code` (after an error on one rank, so that the
   /// others do not wait in a collective forever).
   [[noreturn]] virtual void abort(int code) = 0;
+  /// The ranks of the same `color` as a communicator of their own, ordered
+  /// by `key` (MPI_Comm_split): a data- or tensor-parallel group.
+  virtual std::unique_ptr<Communicator> split(int color, int key,
+                                              std::string &err) = 0;
 
   /// Bytes handed to collectives since creation: each call adds the bytes
   /// of the buffer it reduces or fills (all-reduce: the tensor; all-gather:

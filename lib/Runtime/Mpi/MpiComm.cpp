@@ -85,19 +85,36 @@ public:
   bool finish(int, std::string &) override { return true; }
   bool allOk(bool ok) override { return ok; }
   [[noreturn]] void abort(int code) override { std::exit(code); }
+  std::unique_ptr<Communicator> split(int, int, std::string &) override {
+    return std::make_unique<SingleComm>();
+  }
 };
 
 class MpiComm : public Communicator {
 public:
-  MpiComm() {
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  explicit MpiComm(MPI_Comm comm = MPI_COMM_WORLD) : comm_(comm) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
   }
   ~MpiComm() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
+    if (comm_ != MPI_COMM_WORLD) { // a group: freed, MPI stays up
+      if (!finalized)
+        MPI_Comm_free(&comm_);
+      return;
+    }
     if (!finalized)
       MPI_Finalize();
+  }
+  std::unique_ptr<Communicator> split(int color, int key,
+                                      std::string &err) override {
+    MPI_Comm sub;
+    if (MPI_Comm_split(comm_, color, key, &sub) != MPI_SUCCESS) {
+      err = "MPI_Comm_split failed";
+      return nullptr;
+    }
+    return std::make_unique<MpiComm>(sub);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -113,7 +130,7 @@ public:
     if (!checkCount(count, err))
       return false;
     if (MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), type, op,
-                      MPI_COMM_WORLD) != MPI_SUCCESS) {
+                      comm_) != MPI_SUCCESS) {
       err = "MPI_Allreduce failed";
       return false;
     }
@@ -127,7 +144,7 @@ public:
       return false;
     int bytes = static_cast<int>(count * dtypeSize(dtype));
     if (MPI_Allgather(input, bytes, MPI_BYTE, output, bytes, MPI_BYTE,
-                      MPI_COMM_WORLD) != MPI_SUCCESS) {
+                      comm_) != MPI_SUCCESS) {
       err = "MPI_Allgather failed";
       return false;
     }
@@ -145,7 +162,7 @@ public:
     if (!checkCount(count, err))
       return false;
     if (MPI_Reduce_scatter_block(input, output, static_cast<int>(count), type,
-                                 op, MPI_COMM_WORLD) != MPI_SUCCESS) {
+                                 op, comm_) != MPI_SUCCESS) {
       err = "MPI_Reduce_scatter_block failed";
       return false;
     }
@@ -169,18 +186,18 @@ public:
     int n = static_cast<int>(count);
     switch (kind) {
     case Kind::AllReduce:
-      rc = MPI_Iallreduce(MPI_IN_PLACE, output, n, type, op, MPI_COMM_WORLD,
+      rc = MPI_Iallreduce(MPI_IN_PLACE, output, n, type, op, comm_,
                           &p.request);
       break;
     case Kind::AllGather: {
       int bytes = static_cast<int>(count * dtypeSize(dtype));
       rc = MPI_Iallgather(input, bytes, MPI_BYTE, output, bytes, MPI_BYTE,
-                          MPI_COMM_WORLD, &p.request);
+                          comm_, &p.request);
       break;
     }
     case Kind::ReduceScatter:
       rc = MPI_Ireduce_scatter_block(input, output, n, type, op,
-                                     MPI_COMM_WORLD, &p.request);
+                                     comm_, &p.request);
       break;
     }
     if (rc != MPI_SUCCESS) {
@@ -234,7 +251,7 @@ public:
   }
   bool allOk(bool ok) override {
     int local = ok ? 1 : 0, all = 0;
-    MPI_Allreduce(&local, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&local, &all, 1, MPI_INT, MPI_MIN, comm_);
     return all == 1;
   }
 
@@ -247,6 +264,7 @@ private:
           " elements exceeds MPI's int count";
     return false;
   }
+  MPI_Comm comm_ = MPI_COMM_WORLD;
   int rank_ = 0, size_ = 1;
   struct Pending {
     MPI_Request request = MPI_REQUEST_NULL;
