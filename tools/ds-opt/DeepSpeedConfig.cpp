@@ -51,7 +51,6 @@ const std::map<std::string, std::string> &unsupported() {
       {"zero_allow_untested_optimizer", "not needed"},
       {"zero_force_ds_cpu_optimizer", "offload always runs ds's host optimizer"},
       {"sequence_parallel_size", "not available"},
-      {"tensor_parallel", "tensor parallelism is not available yet"},
   };
   return m;
 }
@@ -61,7 +60,7 @@ const std::vector<std::string> topKeys = {
     "train_batch_size", "train_micro_batch_size_per_gpu",
     "gradient_accumulation_steps", "optimizer", "fp16", "bf16", "bfloat16",
     "gradient_clipping", "communication_data_type", "zero_optimization",
-    "activation_checkpointing", "aio", "ds"};
+    "activation_checkpointing", "aio", "tensor_parallel", "ds"};
 
 struct Reader {
   std::string file, err;
@@ -502,6 +501,15 @@ bool readDeepSpeedConfig(llvm::StringRef path, DeepSpeedConfig &config,
                           "\"device_memory\": \"80GiB\"} or --recompute)");
           break;
         }
+      }
+    } else if (key == "tensor_parallel") {
+      // DeepSpeed's AutoTP: the group size; ds finds the MLP blocks itself.
+      const Object *o = r.object(v, key);
+      ok = o && r.checkKeys(*o, key, {"autotp_size"});
+      if (ok && o->get("autotp_size")) {
+        auto n = r.integer(*o->get("autotp_size"), key + ".autotp_size");
+        if ((ok = n.has_value()))
+          set("tensor-parallel", std::to_string(*n), key + ".autotp_size");
       }
     } else if (key == "aio") {
       // DeepSpeed's async I/O: block size, queue depth and thread count

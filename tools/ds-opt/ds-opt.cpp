@@ -590,7 +590,12 @@ int applyConfig() {
       fromConfig[set.flag] = set.key;
     }
     int64_t accum = 1;
-    if (!dsconfig::resolveBatch(dsc, worldSize, configMicroBatch, accum, err)) {
+    // The batch is per data-parallel rank: the world over the tensor-parallel
+    // groups.
+    int64_t dpRanks = tensorParallel > 0 && worldSize % tensorParallel == 0
+                          ? worldSize / tensorParallel
+                          : worldSize;
+    if (!dsconfig::resolveBatch(dsc, dpRanks, configMicroBatch, accum, err)) {
       llvm::errs() << "error: " << configPath << ": " << err << "\n";
       return 1;
     }
