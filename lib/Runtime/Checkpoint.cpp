@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ds/Runtime/Checkpoint.h"
+#include "TpSlice.h"
 #include "PlanImpl.h"
 #include "ds/Runtime/Comm.h"
 #include "ds/Support/PlanFormat.h"
@@ -86,7 +87,7 @@ struct Manifest {
   struct Tensor {
     std::string name, kind; // kind: param, buffer, state
     bool sharded = false;
-    int tpAxis = 0, tpParts = 1; // a tensor-parallel slice per rank
+    int tpAxis = 0, tpParts = 1, tpBlocks = 1; // a tensor-parallel slice per rank
     DType dtype = DType::F32;
     std::vector<int64_t> shape; // whole shape
   };
@@ -164,7 +165,9 @@ bool readManifest(const std::string &stepDir, Manifest &m, std::string &err) {
         char *end = nullptr;
         t.tpAxis = static_cast<int>(std::strtol(sharded.c_str() + 3, &end, 10));
         t.tpParts = *end == ':' ? static_cast<int>(std::strtol(end + 1, &end, 10)) : 0;
-        if (*end || t.tpParts < 2 || t.tpAxis < 0)
+        if (*end == ':')
+          t.tpBlocks = static_cast<int>(std::strtol(end + 1, &end, 10));
+        if (*end || t.tpParts < 2 || t.tpAxis < 0 || t.tpBlocks < 1)
           return bad("bad tensor line '" + line + "'");
       } else if (!t.sharded && sharded != "whole") {
         return bad("bad tensor line '" + line + "'");
@@ -174,7 +177,7 @@ bool readManifest(const std::string &stepDir, Manifest &m, std::string &err) {
           !parseDType(dtype, t.dtype) || !parseShape(shape, t.shape))
         return bad("bad tensor line '" + line + "'");
       if (t.tpParts > 1 && (t.tpAxis >= static_cast<int>(t.shape.size()) ||
-                            t.shape[t.tpAxis] % t.tpParts))
+                            t.shape[t.tpAxis] % (t.tpParts * t.tpBlocks)))
         return bad("bad tensor line '" + line + "'");
       m.tensors.push_back(t);
     } else if (key == "state") {
@@ -269,24 +272,18 @@ bool wholeTensors(const std::string &stepDir, const Manifest &m, bool withState,
     }
     if (t.tpParts > 1) {
       // Join the slices along the axis.
-      int64_t outer = 1, inner = 1, part = t.shape[t.tpAxis] / t.tpParts;
-      for (int d = 0; d < t.tpAxis; ++d)
-        outer *= t.shape[d];
-      for (size_t d = t.tpAxis + 1; d < t.shape.size(); ++d)
-        inner *= t.shape[d];
-      size_t block = static_cast<size_t>(part * inner) * dtypeSize(t.dtype);
+      TpLayout layout(t.shape, t.tpAxis, t.tpParts, t.tpBlocks);
       for (HostTensor *s : slices)
-        if (s->data.size() != block * outer) {
+        if (s->data.size() != want / t.tpParts) {
           err = "checkpoint tensor '" + t.name + "' has a slice of " +
                 std::to_string(s->data.size()) + " bytes, not " +
-                std::to_string(block * outer);
+                std::to_string(want / t.tpParts);
           return false;
         }
       w.data.resize(want);
-      for (int64_t o = 0; o < outer; ++o)
-        for (int r = 0; r < parts; ++r)
-          std::memcpy(w.data.data() + (o * parts + r) * block,
-                      slices[r]->data.data() + o * block, block);
+      for (int r = 0; r < parts; ++r)
+        layout.join(slices[r]->data.data(), w.data.data(), r,
+                    dtypeSize(t.dtype));
     } else {
       for (HostTensor *s : slices)
         w.data.insert(w.data.end(), s->data.begin(), s->data.end());
@@ -344,17 +341,8 @@ bool loadRepartitioned(const std::string &stepDir, const Manifest &m,
     auto *dst = static_cast<unsigned char *>(st.data);
     if (st.tpParts > 1) {
       // This rank's slice along the axis.
-      std::vector<int64_t> ws = st.wholeShape();
-      int64_t outer = 1, inner = 1, part = st.shape[st.tpAxis];
-      for (int d = 0; d < st.tpAxis; ++d)
-        outer *= ws[d];
-      for (size_t d = st.tpAxis + 1; d < ws.size(); ++d)
-        inner *= ws[d];
-      size_t block = static_cast<size_t>(part * inner) * dtypeSize(st.dtype);
-      int r = rank % st.tpParts;
-      for (int64_t o = 0; o < outer; ++o)
-        std::memcpy(dst + o * block,
-                    t.data.data() + (o * st.tpParts + r) * block, block);
+      TpLayout layout(st.wholeShape(), st.tpAxis, st.tpParts, st.tpBlocks);
+      layout.cut(t.data.data(), dst, rank % st.tpParts, dtypeSize(st.dtype));
       continue;
     }
     if (!st.sharded) {
@@ -451,7 +439,10 @@ bool saveCheckpoint(const std::string &dir, Executor &exec, Communicator &comm,
               (st.state ? "state" : st.trainable ? "param" : "buffer") + " " +
               (st.sharded       ? std::string("sharded")
                : st.tpParts > 1 ? "tp:" + std::to_string(st.tpAxis) + ":" +
-                                      std::to_string(st.tpParts)
+                                      std::to_string(st.tpParts) +
+                                      (st.tpBlocks > 1
+                                           ? ":" + std::to_string(st.tpBlocks)
+                                           : std::string())
                                 : std::string("whole")) +
               " " + dtypeName(st.dtype) + " " + shapeText(st.wholeShape()) + " " +
               st.name + "\n";

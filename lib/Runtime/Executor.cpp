@@ -13,6 +13,7 @@
 #include "PlanImpl.h"
 #include "Device.h"
 #include "Nvme/NvmeStore.h"
+#include "TpSlice.h"
 #include "ds/Runtime/Comm.h"
 #include "ds/Support/PlanFormat.h"
 
@@ -522,7 +523,7 @@ struct Executor::Impl {
       DType dt = toDType(param.dtype());
       // Tensor parallelism: this rank's slice along an axis (a master
       // copy is sliced as its parameter is).
-      auto [tpAxis, tpParts] = tpSplitOf(i);
+      auto [tpAxis, tpParts, tpBlocks] = tpSplitOf(i);
       std::vector<int64_t> tpWhole(param.shape().begin(), param.shape().end());
       if (tpParts > 1)
         tpWhole[tpAxis] *= tpParts;
@@ -558,19 +559,15 @@ struct Executor::Impl {
         if (!initializerBytes(ref, path, onnxDir, ft, total, 0, total,
                               whole.data(), err))
           return false;
-        int tpRank = rank % tpParts;
-        int64_t outer = 1, inner = 1;
-        for (int d = 0; d < tpAxis; ++d)
-          outer *= tpWhole[d];
-        for (size_t d = tpAxis + 1; d < tpWhole.size(); ++d)
-          inner *= tpWhole[d];
-        int64_t part = tpWhole[tpAxis] / tpParts, e = 0;
-        for (int64_t o = 0; o < outer; ++o)
-          for (int64_t a = 0; a < part; ++a)
-            for (int64_t in = 0; in < inner; ++in, ++e) {
-              int64_t src = (o * tpWhole[tpAxis] + tpRank * part + a) * inner + in;
-              storeD(paramPtr[i], dt, e, loadD(whole.data(), ft, src));
-            }
+        TpLayout layout(tpWhole, tpAxis, tpParts, tpBlocks);
+        std::vector<unsigned char> slice(whole.size() / tpParts);
+        layout.cut(whole.data(), slice.data(), rank % tpParts, dtypeSize(ft));
+        int64_t n = total / tpParts;
+        if (ft == dt)
+          std::memcpy(paramPtr[i], slice.data(), slice.size());
+        else
+          for (int64_t e = 0; e < n; ++e)
+            storeD(paramPtr[i], dt, e, loadD(slice.data(), ft, e));
         continue;
       }
       // A shard: elements [r*S, (r+1)*S) of the flattened tensor, zeros
@@ -800,16 +797,17 @@ struct Executor::Impl {
 
   /// Tensor parallelism: parameter i's slice axis and parts (a master copy
   /// is sliced as its parameter); parts 1 when whole.
-  std::pair<int, int> tpSplitOf(int i) const {
+  std::tuple<int, int, int> tpSplitOf(int i) const {
     const plan::Parameter &param = p().parameters(i);
     const plan::Parameter *of = &param;
-    if (!param.master_of().empty())
+    if (!param.master_of().empty() && param.tp_parts() <= 1)
       for (const plan::Parameter &q : p().parameters())
         if (q.name() == param.master_of())
           of = &q;
     if (of->tp_parts() <= 1)
-      return {0, 1};
-    return {of->tp_axis(), static_cast<int>(of->tp_parts())};
+      return {0, 1, 1};
+    return {of->tp_axis(), static_cast<int>(of->tp_parts()),
+            std::max(1, static_cast<int>(of->tp_blocks()))};
   }
 
   /// The index of the f32 master copy of parameter `i`, or -1.
@@ -1304,7 +1302,7 @@ bool Executor::parameter(const std::string &name, HostTensor &out,
       return false;
     const plan::Parameter &param = p.parameters(i);
     out.dtype = toDType(param.dtype());
-    if (auto [axis, parts] = impl->tpSplitOf(i); parts > 1) {
+    if (auto [axis, parts, blocks] = impl->tpSplitOf(i); parts > 1) {
       // Tensor parallelism: every rank's slice of the group, joined along
       // the axis (tensor-parallel rank r holds slice r).
       Communicator *comm = impl->group(1);
@@ -1322,20 +1320,13 @@ bool Executor::parameter(const std::string &name, HostTensor &out,
       std::vector<unsigned char> all(static_cast<size_t>(n) * es * parts);
       if (!comm->allGather(impl->paramPtr[i], all.data(), n, out.dtype, err))
         return false;
-      int64_t outer = 1, inner = 1, part = shape[axis];
-      for (int d = 0; d < axis; ++d)
-        outer *= shape[d];
-      for (size_t d = axis + 1; d < shape.size(); ++d)
-        inner *= shape[d];
       shape[axis] *= parts;
       out.shape = shape;
       out.data.resize(all.size());
+      TpLayout layout(shape, axis, parts, blocks);
       for (int r = 0; r < parts; ++r)
-        for (int64_t o = 0; o < outer; ++o)
-          std::memcpy(out.data.data() +
-                          ((o * parts + r) * part * inner) * es,
-                      all.data() + ((r * outer + o) * part * inner) * es,
-                      static_cast<size_t>(part * inner) * es);
+        layout.join(all.data() + static_cast<size_t>(r) * n * es,
+                    out.data.data(), r, es);
       return true;
     }
     if (!param.sharded()) {
@@ -1392,7 +1383,7 @@ std::vector<Executor::Storage> Executor::storage() {
     s.state = param.state();
     s.trainable = param.trainable();
     s.location = static_cast<int>(param.location());
-    std::tie(s.tpAxis, s.tpParts) = impl->tpSplitOf(i);
+    std::tie(s.tpAxis, s.tpParts, s.tpBlocks) = impl->tpSplitOf(i);
     s.data = impl->paramPtr[i];
     s.bytes = dtypeSize(s.dtype);
     for (int64_t d : s.shape)

@@ -226,7 +226,8 @@ static bool checkPlan(const plan::Plan &p, std::string &err) {
   for (const plan::Parameter &param : p.parameters())
     if (param.tp_parts() > 1 &&
         (param.tp_parts() != tp || param.tp_axis() < 0 ||
-         param.tp_axis() >= param.shape_size() || param.sharded()))
+         param.tp_axis() >= param.shape_size() || param.sharded() ||
+         param.shape(param.tp_axis()) % std::max<uint32_t>(1, param.tp_blocks())))
       return fail("parameter '" + param.name() + "' has an invalid "
                   "tensor-parallel split");
   bool nvme = false;

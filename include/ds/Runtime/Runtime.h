@@ -199,7 +199,7 @@ public:
     int location = 0;
     /// Tensor parallelism: this rank's slice (rank % tpParts) along tpAxis
     /// of a tensor of wholeShape (tpParts 1: whole).
-    int tpAxis = 0, tpParts = 1;
+    int tpAxis = 0, tpParts = 1, tpBlocks = 1;
     std::vector<int64_t> wholeShape() const {
       if (sharded)
         return fullShape;
