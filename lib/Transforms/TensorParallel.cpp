@@ -12,6 +12,7 @@
 
 #include "ds/Transforms/Passes.h"
 
+#include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/SetVector.h"
 
 namespace mlir::ds {
@@ -127,9 +128,193 @@ struct MlpBlock {
   int64_t width = 0;                   // H
 };
 
+/// An attention block: a projection (fused Q/K/V: its result split into
+/// `blocks` equal parts; or one projection) whose result is reshaped into
+/// heads, the per-head ops, and the output projection contracting over the
+/// merged heads. `axis` is each region value's axis that holds the heads
+/// (or the features that are heads x head size).
+struct AttentionBlock {
+  Linear proj, out;
+  std::optional<BlockArgument> b1;
+  AddOp bias1;
+  int64_t blocks = 1, width = 0, heads = 0;
+  llvm::MapVector<Value, int64_t> axis; // region values (results of ops)
+  llvm::SetVector<Operation *> ops;
+};
+
+int64_t product(ArrayRef<int64_t> dims) {
+  int64_t p = 1;
+  for (int64_t d : dims)
+    p *= d;
+  return p;
+}
+
 struct TensorParallelPass
     : impl::TensorParallelPassBase<TensorParallelPass> {
   using TensorParallelPassBase::TensorParallelPassBase;
+
+  /// Where a reshape moves the split axis `a` (the heads, or features made
+  /// of heads x head size): -1 when it does not keep them whole.
+  static int64_t reshapedAxis(ArrayRef<int64_t> in, ArrayRef<int64_t> out,
+                              int64_t a, int64_t &heads) {
+    int64_t before = product(in.take_front(a));
+    for (int64_t b = 0; b < static_cast<int64_t>(out.size()); ++b) {
+      if (product(out.take_front(b)) != before)
+        continue;
+      // Kept as is.
+      if (out[b] == in[a] &&
+          product(out.drop_front(b + 1)) == product(in.drop_front(a + 1)))
+        return b;
+      // Features split into heads x head size: the heads carry the split.
+      if (b + 1 < static_cast<int64_t>(out.size()) &&
+          out[b] * out[b + 1] == in[a] &&
+          product(out.drop_front(b + 2)) == product(in.drop_front(a + 1))) {
+        heads = out[b];
+        return b;
+      }
+      // Heads x head size merged back into features.
+      if (a + 1 < static_cast<int64_t>(in.size()) &&
+          out[b] == in[a] * in[a + 1] &&
+          product(out.drop_front(b + 1)) == product(in.drop_front(a + 2)))
+        return b;
+    }
+    return -1;
+  }
+
+  std::optional<AttentionBlock> matchAttention(func::FuncOp func,
+                                               Operation *a) {
+    AttentionBlock blk;
+    auto proj = linearOf(func, a);
+    if (!proj)
+      return std::nullopt;
+    blk.proj = *proj;
+    auto outType = cast<RankedTensorType>(a->getResult(0).getType());
+    if (outType.getRank() < 2)
+      return std::nullopt;
+    blk.width = outType.getShape().back();
+    Value v = blk.proj.result();
+    if (!blk.proj.bias && v.hasOneUse())
+      if (auto add = dyn_cast<AddOp>(*v.getUsers().begin()))
+        for (Value other : add->getOperands())
+          if (other != v)
+            if (auto b = biasOf(func, other, blk.width);
+                b && add.getType() == outType) {
+              blk.b1 = b;
+              blk.bias1 = add;
+              v = add.getResult();
+            }
+    int64_t last = outType.getRank() - 1;
+    blk.axis[v] = last;
+    // A fused projection: split into equal parts along the features.
+    if (v.hasOneUse())
+      if (auto split = dyn_cast<SplitOp>(*v.getUsers().begin());
+          split && split.getAxis() == last && split.getNumResults() > 1) {
+        for (Value r : split.getResults())
+          if (r.getType() != split.getResult(0).getType())
+            return std::nullopt;
+        blk.blocks = split.getNumResults();
+        blk.ops.insert(split);
+        for (Value r : split.getResults())
+          blk.axis[r] = last;
+      }
+    Operation *exit = nullptr;
+    SmallVector<Value> work;
+    for (auto &[val, ax] : blk.axis)
+      work.push_back(val);
+    auto inRegion = [&](Value x) { return blk.axis.count(x) != 0; };
+    auto broadcastOk = [&](Value o, int64_t ax, int64_t rank) {
+      auto t = dyn_cast<RankedTensorType>(o.getType());
+      if (!t)
+        return false;
+      int64_t aligned = ax - (rank - t.getRank());
+      return aligned < 0 || t.getDimSize(aligned) == 1;
+    };
+    while (!work.empty()) {
+      Value x = work.pop_back_val();
+      int64_t ax = blk.axis.lookup(x);
+      for (Operation *user : x.getUsers()) {
+        if (blk.ops.contains(user) || user == exit)
+          continue;
+        int64_t rank = cast<RankedTensorType>(x.getType()).getRank();
+        int64_t newAxis = -1;
+        if (isa<MatMulOp, GemmOp>(user) && user->getOperand(0) == x &&
+            ax == rank - 1) {
+          // The output projection: contracts over the merged heads.
+          if (exit && exit != user)
+            return std::nullopt;
+          exit = user;
+          continue;
+        }
+        if (auto r = dyn_cast<ReshapeOp>(user)) {
+          int64_t heads = 0;
+          newAxis = reshapedAxis(cast<RankedTensorType>(x.getType()).getShape(),
+                                 r.getType().getShape(), ax, heads);
+          if (heads) {
+            if (blk.heads && blk.heads != heads)
+              return std::nullopt;
+            blk.heads = heads;
+          }
+        } else if (auto t = dyn_cast<TransposeOp>(user)) {
+          ArrayRef<int64_t> perm = t.getPerm();
+          for (int64_t i = 0; i < static_cast<int64_t>(perm.size()); ++i)
+            if (perm[i] == ax)
+              newAxis = i;
+        } else if (auto m = dyn_cast<MatMulOp>(user)) {
+          // Per head: both operands carry the heads on the same batch axis.
+          Value other = m.getLhs() == x ? m.getRhs() : m.getLhs();
+          if (ax >= rank - 2 ||
+              (inRegion(other) && blk.axis.lookup(other) != ax))
+            return std::nullopt;
+          newAxis = ax;
+        } else if (auto sm = dyn_cast<SoftmaxOp>(user)) {
+          if (sm.getAxis() == ax)
+            return std::nullopt;
+          newAxis = ax;
+        } else if (isElementwise(user) || isa<WhereOp>(user)) {
+          newAxis = ax;
+        } else {
+          return std::nullopt;
+        }
+        if (newAxis < 0 || user->getNumResults() != 1)
+          return std::nullopt;
+        blk.ops.insert(user);
+        Value r = user->getResult(0);
+        if (!blk.axis.count(r)) {
+          blk.axis[r] = newAxis;
+          work.push_back(r);
+        } else if (blk.axis.lookup(r) != newAxis) {
+          return std::nullopt;
+        }
+      }
+    }
+    if (!exit || !blk.heads)
+      return std::nullopt;
+    // Every operand of a region op: in the region (with the op's axis), or
+    // broadcast along it.
+    for (Operation *op : blk.ops) {
+      if (isa<SplitOp>(op))
+        continue;
+      Value res = op->getResult(0);
+      int64_t ax = blk.axis.lookup(res);
+      int64_t rank = cast<RankedTensorType>(res.getType()).getRank();
+      if (isa<MatMulOp>(op) &&
+          llvm::any_of(op->getOperands(), [&](Value o) {
+            return !inRegion(o) || blk.axis.lookup(o) != ax;
+          }))
+        return std::nullopt;
+      for (Value o : op->getOperands()) {
+        if (inRegion(o) || isa<TransposeOp, ReshapeOp>(op))
+          continue;
+        if (isa<MatMulOp>(op) || !broadcastOk(o, ax, rank))
+          return std::nullopt;
+      }
+    }
+    auto out = linearOf(func, exit);
+    if (!out)
+      return std::nullopt;
+    blk.out = *out;
+    return blk;
+  }
 
   std::optional<MlpBlock> match(func::FuncOp func, Operation *a) {
     MlpBlock blk;
@@ -221,7 +406,18 @@ struct TensorParallelPass
       used.insert(blk->second.op);
       blocks.push_back(std::move(*blk));
     }
-    if (blocks.empty()) {
+    SmallVector<AttentionBlock> attention;
+    for (Operation *a : linears) {
+      if (used.count(a) ||
+          llvm::any_of(blocks, [&](MlpBlock &m) { return m.first.op == a; }))
+        continue;
+      auto blk = matchAttention(func, a);
+      if (!blk)
+        continue;
+      used.insert(blk->out.op);
+      attention.push_back(std::move(*blk));
+    }
+    if (blocks.empty() && attention.empty()) {
       func.emitError("--tensor-parallel=")
           << static_cast<int64_t>(size)
           << ": found no MLP block (a linear layer, an elementwise "
@@ -229,6 +425,39 @@ struct TensorParallelPass
       return signalPassFailure();
     }
     OpBuilder b(func.getContext());
+    // A linear layer that contracts over split features: its weight by
+    // rows; its partial sums summed over the group, and its own bias added
+    // once, after the sum. `k` is the (already split) contracted width.
+    auto rowSplit = [&](Linear &l, int64_t k) {
+      Operation *c = l.op;
+      auto arg = l.w.param;
+      int64_t axis = l.w.axisOf(/*columns=*/false);
+      auto t = cast<RankedTensorType>(arg.getType());
+      arg.setType(withDim(t, axis, t.getDimSize(axis) / size));
+      func.setArgAttr(arg.getArgNumber(), kTpSplit,
+                      b.getDenseI64ArrayAttr({axis, size}));
+      if (l.w.transpose)
+        l.w.transpose.getResult().setType(
+            withDim(l.w.transpose.getType(), 0, k));
+      if (auto g = dyn_cast<GemmOp>(c); g && l.bias) {
+        b.setInsertionPoint(g);
+        auto noBias = GemmOp::create(b, g.getLoc(), g.getType(), g.getA(),
+                                     g.getB(), Value(), g.getAlphaAttr(),
+                                     g.getBetaAttr(), g.getTransAAttr(),
+                                     g.getTransBAttr());
+        g.getResult().replaceAllUsesWith(noBias.getResult());
+        g.erase();
+        c = noBias;
+      }
+      b.setInsertionPointAfter(c);
+      Value partial = c->getResult(0);
+      auto sum = TpAllReduceOp::create(b, c->getLoc(), partial.getType(),
+                                       partial, b.getI64IntegerAttr(1));
+      Value out = sum.getResult();
+      if (l.bias)
+        out = AddOp::create(b, c->getLoc(), partial.getType(), out, *l.bias);
+      partial.replaceAllUsesExcept(out, sum);
+    };
     auto split = [&](BlockArgument arg, int64_t axis) {
       auto t = cast<RankedTensorType>(arg.getType());
       arg.setType(withDim(t, axis, t.getDimSize(axis) / size));
@@ -268,32 +497,50 @@ struct TensorParallelPass
       }
       for (Operation *op : blk.region)
         op->getResult(0).setType(withDim(op->getResult(0).getType(), last, hs));
-      // The second weight by rows; its partial sums summed over the group,
-      // and its own bias added once, after the sum.
-      Operation *c = blk.second.op;
-      split(blk.second.w.param, blk.second.w.axisOf(/*columns=*/false));
-      if (blk.second.w.transpose)
-        blk.second.w.transpose.getResult().setType(
-            withDim(blk.second.w.transpose.getType(), 0, hs));
-      if (auto g = dyn_cast<GemmOp>(c); g && blk.second.bias) {
-        b.setInsertionPoint(g);
-        auto noBias = GemmOp::create(b, g.getLoc(), g.getType(), g.getA(),
-                                     g.getB(), Value(), g.getAlphaAttr(),
-                                     g.getBetaAttr(), g.getTransAAttr(),
-                                     g.getTransBAttr());
-        g.getResult().replaceAllUsesWith(noBias.getResult());
-        g.erase();
-        c = noBias;
+      rowSplit(blk.second, hs);
+    }
+    for (AttentionBlock &blk : attention) {
+      if (blk.heads % size != 0) {
+        blk.proj.op->emitError("--tensor-parallel=")
+            << static_cast<int64_t>(size)
+            << " does not divide this attention block's " << blk.heads
+            << " heads";
+        return signalPassFailure();
       }
-      b.setInsertionPointAfter(c);
-      Value partial = c->getResult(0);
-      auto sum = TpAllReduceOp::create(b, c->getLoc(), partial.getType(),
-                                       partial, b.getI64IntegerAttr(1));
-      Value out = sum.getResult();
-      if (blk.second.bias)
-        out = AddOp::create(b, c->getLoc(), partial.getType(), out,
-                            *blk.second.bias);
-      partial.replaceAllUsesExcept(out, sum);
+      Operation *a = blk.proj.op;
+      b.setInsertionPoint(a);
+      Value x = blk.proj.input();
+      auto xArg = dyn_cast<BlockArgument>(x);
+      if (!xArg || !func.getArgAttr(xArg.getArgNumber(), attrs::kInput))
+        a->setOperand(0, TpIdentityOp::create(b, a->getLoc(), x.getType(), x,
+                                              b.getI64IntegerAttr(1)));
+      // The projection by heads (each of a fused projection's blocks).
+      auto blockedSplit = [&](BlockArgument arg, int64_t axis) {
+        auto t = cast<RankedTensorType>(arg.getType());
+        arg.setType(withDim(t, axis, t.getDimSize(axis) / size));
+        SmallVector<int64_t> attr{axis, size};
+        if (blk.blocks > 1)
+          attr.push_back(blk.blocks);
+        func.setArgAttr(arg.getArgNumber(), kTpSplit,
+                        b.getDenseI64ArrayAttr(attr));
+      };
+      blockedSplit(blk.proj.w.param, blk.proj.w.axisOf(/*columns=*/true));
+      if (blk.proj.w.transpose)
+        blk.proj.w.transpose.getResult().setType(
+            withDim(blk.proj.w.transpose.getType(), 1, blk.width / size));
+      if (blk.proj.bias)
+        blockedSplit(*blk.proj.bias, 0);
+      if (blk.b1)
+        blockedSplit(*blk.b1, 0);
+      Value r = blk.proj.result();
+      int64_t last = cast<RankedTensorType>(r.getType()).getRank() - 1;
+      r.setType(withDim(r.getType(), last, blk.width / size));
+      for (auto &[val, ax] : blk.axis) {
+        auto t = cast<RankedTensorType>(val.getType());
+        val.setType(withDim(t, ax, t.getDimSize(ax) / size));
+      }
+      rowSplit(blk.out,
+               cast<RankedTensorType>(blk.out.input().getType()).getShape().back());
     }
     func.setType(FunctionType::get(func.getContext(), body.getArgumentTypes(),
                                    func.getResultTypes()));
