@@ -134,10 +134,16 @@ struct MlpBlock {
 /// merged heads. `axis` is each region value's axis that holds the heads
 /// (or the features that are heads x head size).
 struct AttentionBlock {
+  /// The projections: one fused Q/K/V, or separate ones of one input.
+  struct Projection {
+    Linear proj;
+    std::optional<BlockArgument> b1;
+    AddOp bias1;
+    int64_t width = 0;
+  };
+  SmallVector<Projection> projs;
   Linear proj, out;
-  std::optional<BlockArgument> b1;
-  AddOp bias1;
-  int64_t blocks = 1, width = 0, heads = 0;
+  int64_t blocks = 1, heads = 0;
   llvm::MapVector<Value, int64_t> axis; // region values (results of ops)
   llvm::SetVector<Operation *> ops;
 };
@@ -184,39 +190,53 @@ struct TensorParallelPass
   std::optional<AttentionBlock> matchAttention(func::FuncOp func,
                                                Operation *a) {
     AttentionBlock blk;
-    auto proj = linearOf(func, a);
-    if (!proj)
+    auto first = linearOf(func, a);
+    if (!first)
       return std::nullopt;
-    blk.proj = *proj;
-    auto outType = cast<RankedTensorType>(a->getResult(0).getType());
-    if (outType.getRank() < 2)
-      return std::nullopt;
-    blk.width = outType.getShape().back();
-    Value v = blk.proj.result();
-    if (!blk.proj.bias && v.hasOneUse())
-      if (auto add = dyn_cast<AddOp>(*v.getUsers().begin()))
-        for (Value other : add->getOperands())
-          if (other != v)
-            if (auto b = biasOf(func, other, blk.width);
-                b && add.getType() == outType) {
-              blk.b1 = b;
-              blk.bias1 = add;
-              v = add.getResult();
-            }
-    int64_t last = outType.getRank() - 1;
-    blk.axis[v] = last;
-    // A fused projection: split into equal parts along the features.
-    if (v.hasOneUse())
-      if (auto split = dyn_cast<SplitOp>(*v.getUsers().begin());
-          split && split.getAxis() == last && split.getNumResults() > 1) {
-        for (Value r : split.getResults())
-          if (r.getType() != split.getResult(0).getType())
-            return std::nullopt;
-        blk.blocks = split.getNumResults();
-        blk.ops.insert(split);
-        for (Value r : split.getResults())
-          blk.axis[r] = last;
-      }
+    blk.proj = *first;
+    // The projections: this one, and the other linear layers by a weight
+    // that read the same input (separate Q, K and V).
+    SmallVector<Linear> projs{*first};
+    for (Operation *user : first->input().getUsers())
+      if (user != a && isa<MatMulOp, GemmOp>(user) &&
+          user->getOperand(0) == first->input())
+        if (auto l = linearOf(func, user))
+          projs.push_back(*l);
+    for (Linear &l : projs) {
+      AttentionBlock::Projection p;
+      p.proj = l;
+      auto outType = cast<RankedTensorType>(l.result().getType());
+      if (outType.getRank() < 2)
+        return std::nullopt;
+      p.width = outType.getShape().back();
+      Value v = l.result();
+      if (!l.bias && v.hasOneUse())
+        if (auto add = dyn_cast<AddOp>(*v.getUsers().begin()))
+          for (Value other : add->getOperands())
+            if (other != v)
+              if (auto b = biasOf(func, other, p.width);
+                  b && add.getType() == outType) {
+                p.b1 = b;
+                p.bias1 = add;
+                v = add.getResult();
+              }
+      int64_t last = outType.getRank() - 1;
+      blk.axis[v] = last;
+      // A fused projection: split into equal parts along the features.
+      if (projs.size() == 1 && v.hasOneUse())
+        if (auto split = dyn_cast<SplitOp>(*v.getUsers().begin());
+            split && static_cast<int64_t>(split.getAxis()) == last &&
+            split.getNumResults() > 1) {
+          for (Value r : split.getResults())
+            if (r.getType() != split.getResult(0).getType())
+              return std::nullopt;
+          blk.blocks = split.getNumResults();
+          blk.ops.insert(split);
+          for (Value r : split.getResults())
+            blk.axis[r] = last;
+        }
+      blk.projs.push_back(p);
+    }
     Operation *exit = nullptr;
     SmallVector<Value> work;
     for (auto &[val, ax] : blk.axis)
@@ -267,7 +287,7 @@ struct TensorParallelPass
             return std::nullopt;
           newAxis = ax;
         } else if (auto sm = dyn_cast<SoftmaxOp>(user)) {
-          if (sm.getAxis() == ax)
+          if (static_cast<int64_t>(sm.getAxis()) == ax)
             return std::nullopt;
           newAxis = ax;
         } else if (isElementwise(user) || isa<WhereOp>(user)) {
@@ -406,7 +426,7 @@ struct TensorParallelPass
       used.insert(blk->second.op);
       blocks.push_back(std::move(*blk));
     }
-    SmallVector<AttentionBlock> attention;
+    std::vector<AttentionBlock> attention;
     for (Operation *a : linears) {
       if (used.count(a) ||
           llvm::any_of(blocks, [&](MlpBlock &m) { return m.first.op == a; }))
@@ -415,6 +435,8 @@ struct TensorParallelPass
       if (!blk)
         continue;
       used.insert(blk->out.op);
+      for (auto &p : blk->projs)
+        used.insert(p.proj.op);
       attention.push_back(std::move(*blk));
     }
     if (blocks.empty() && attention.empty()) {
@@ -508,12 +530,18 @@ struct TensorParallelPass
         return signalPassFailure();
       }
       Operation *a = blk.proj.op;
+      for (auto &p : blk.projs)
+        if (p.proj.op->isBeforeInBlock(a))
+          a = p.proj.op;
       b.setInsertionPoint(a);
       Value x = blk.proj.input();
       auto xArg = dyn_cast<BlockArgument>(x);
-      if (!xArg || !func.getArgAttr(xArg.getArgNumber(), attrs::kInput))
-        a->setOperand(0, TpIdentityOp::create(b, a->getLoc(), x.getType(), x,
-                                              b.getI64IntegerAttr(1)));
+      if (!xArg || !func.getArgAttr(xArg.getArgNumber(), attrs::kInput)) {
+        Value f = TpIdentityOp::create(b, a->getLoc(), x.getType(), x,
+                                       b.getI64IntegerAttr(1));
+        for (auto &p : blk.projs)
+          p.proj.op->setOperand(0, f);
+      }
       // The projection by heads (each of a fused projection's blocks).
       auto blockedSplit = [&](BlockArgument arg, int64_t axis) {
         auto t = cast<RankedTensorType>(arg.getType());
@@ -524,17 +552,26 @@ struct TensorParallelPass
         func.setArgAttr(arg.getArgNumber(), kTpSplit,
                         b.getDenseI64ArrayAttr(attr));
       };
-      blockedSplit(blk.proj.w.param, blk.proj.w.axisOf(/*columns=*/true));
-      if (blk.proj.w.transpose)
-        blk.proj.w.transpose.getResult().setType(
-            withDim(blk.proj.w.transpose.getType(), 1, blk.width / size));
-      if (blk.proj.bias)
-        blockedSplit(*blk.proj.bias, 0);
-      if (blk.b1)
-        blockedSplit(*blk.b1, 0);
-      Value r = blk.proj.result();
-      int64_t last = cast<RankedTensorType>(r.getType()).getRank() - 1;
-      r.setType(withDim(r.getType(), last, blk.width / size));
+      for (auto &p : blk.projs) {
+        if (p.width % size != 0) {
+          p.proj.op->emitError("--tensor-parallel=")
+              << static_cast<int64_t>(size)
+              << " does not divide this projection's width " << p.width;
+          return signalPassFailure();
+        }
+        blockedSplit(p.proj.w.param, p.proj.w.axisOf(/*columns=*/true));
+        if (p.proj.w.transpose)
+          p.proj.w.transpose.getResult().setType(
+              withDim(p.proj.w.transpose.getType(), 1, p.width / size));
+        if (p.proj.bias)
+          blockedSplit(*p.proj.bias, 0);
+        if (p.b1)
+          blockedSplit(*p.b1, 0);
+        Value r = p.proj.result();
+        int64_t last = cast<RankedTensorType>(r.getType()).getRank() - 1;
+        if (!blk.axis.count(r)) // (with a bias, the add is the region's)
+          r.setType(withDim(r.getType(), last, p.width / size));
+      }
       for (auto &[val, ax] : blk.axis) {
         auto t = cast<RankedTensorType>(val.getType());
         val.setType(withDim(t, ax, t.getDimSize(ax) / size));
