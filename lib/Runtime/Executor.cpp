@@ -382,6 +382,8 @@ struct Executor::Impl {
   // dp * T + tp. Without tensor parallelism both are the world.
   std::unique_ptr<Communicator> dpComm, tpComm;
   Communicator *group(int64_t g) const {
+    if (g == -1) // every rank
+      return options.comm;
     if (g == 1 && tpComm)
       return tpComm.get();
     if (g == 0 && dpComm)

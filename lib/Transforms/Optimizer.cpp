@@ -158,6 +158,10 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
           grads.push_back(results[i]);
       overflow = CheckOverflowOp::create(
           b, loc, RankedTensorType::get({}, b.getF32Type()), grads);
+      // With tensor parallelism a split gradient's overflow is on one rank
+      // of a group: the check spans every rank (group -1, the world).
+      if (func->hasAttr("ds.tensor_parallel"))
+        overflow.getDefiningOp()->setAttr("group", b.getI64IntegerAttr(-1));
       invScale = ReciprocalOp::create(b, loc, lossScale);
     }
     // Clipping by the global norm of all gradients, as torch does.
