@@ -77,6 +77,8 @@ std::string shardName(int rank) {
 struct Manifest {
   uint64_t plan = 0;
   int world = 0, stage = 0;
+  int tensorParallel = 1; // ranks per tensor-parallel group (ZeRO shards
+                          // are over world / tensorParallel ranks)
   int64_t step = 0;
   uint64_t runs = 0;
   struct File {
@@ -140,6 +142,10 @@ bool readManifest(const std::string &stepDir, Manifest &m, std::string &err) {
       ls >> m.world;
     } else if (key == "zero_stage") {
       ls >> m.stage;
+    } else if (key == "tensor_parallel") {
+      ls >> m.tensorParallel;
+      if (!ls || m.tensorParallel < 1)
+        return bad("bad tensor_parallel line '" + line + "'");
     } else if (key == "step") {
       ls >> m.step;
     } else if (key == "runs") {
@@ -160,6 +166,11 @@ bool readManifest(const std::string &stepDir, Manifest &m, std::string &err) {
       ls >> t.kind >> sharded >> dtype >> shape;
       std::getline(ls >> std::ws, t.name);
       t.sharded = sharded == "sharded";
+      // "sharded+tp:...": ZeRO shards of a tensor-parallel slice.
+      if (sharded.rfind("sharded+tp:", 0) == 0) {
+        t.sharded = true;
+        sharded = sharded.substr(8);
+      }
       if (sharded.rfind("tp:", 0) == 0) {
         // tp:AXIS:PARTS: rank r holds slice r along AXIS.
         char *end = nullptr;
@@ -253,8 +264,10 @@ bool wholeTensors(const std::string &stepDir, const Manifest &m, bool withState,
     w.dtype = t.dtype;
     w.shape = t.shape;
     size_t want = w.numel() * dtypeSize(t.dtype);
+    // ZeRO shards: those of the data-parallel group of tensor-parallel
+    // index 0 (ranks 0, T, 2T, ...; the other groups hold the same).
     int parts = t.sharded ? m.world : t.tpParts > 1 ? t.tpParts : 1;
-    if (t.tpParts > 1 && t.tpParts > m.world) {
+    if (t.tpParts > 1 && (t.tpParts > m.world || m.world % t.tpParts)) {
       err = "checkpoint tensor '" + t.name + "' is split over " +
             std::to_string(t.tpParts) + " ranks, the checkpoint has " +
             std::to_string(m.world);
@@ -269,6 +282,28 @@ bool wholeTensors(const std::string &stepDir, const Manifest &m, bool withState,
         return false;
       }
       slices.push_back(&it->second);
+    }
+    // ZeRO shards of tensor-parallel slices: slice t is the data-parallel
+    // ranks d*T + t's shards in order, padding dropped.
+    std::vector<HostTensor> joined;
+    if (t.sharded && t.tpParts > 1) {
+      size_t sliceBytes = want / t.tpParts;
+      for (int tp = 0; tp < t.tpParts; ++tp) {
+        HostTensor one;
+        for (int r = tp; r < m.world; r += t.tpParts)
+          one.data.insert(one.data.end(), slices[r]->data.begin(),
+                          slices[r]->data.end());
+        if (one.data.size() < sliceBytes) {
+          err = "checkpoint tensor '" + t.name + "' has too few shard bytes";
+          return false;
+        }
+        one.data.resize(sliceBytes);
+        joined.push_back(std::move(one));
+      }
+      slices.clear();
+      for (HostTensor &one : joined)
+        slices.push_back(&one);
+      parts = t.tpParts;
     }
     if (t.tpParts > 1) {
       // Join the slices along the axis.
@@ -285,8 +320,10 @@ bool wholeTensors(const std::string &stepDir, const Manifest &m, bool withState,
         layout.join(slices[r]->data.data(), w.data.data(), r,
                     dtypeSize(t.dtype));
     } else {
-      for (HostTensor *s : slices)
-        w.data.insert(w.data.end(), s->data.begin(), s->data.end());
+      int step = t.sharded ? std::max(1, m.tensorParallel) : 1;
+      for (size_t r = 0; r < slices.size(); r += step)
+        w.data.insert(w.data.end(), slices[r]->data.begin(),
+                      slices[r]->data.end());
     }
     for (HostTensor *s : slices) {
       s->data.clear();
@@ -308,7 +345,8 @@ bool wholeTensors(const std::string &stepDir, const Manifest &m, bool withState,
 /// rank's storage: every tensor rebuilt whole, then cut by this plan's
 /// partition. The tensors must be the same (names, kinds, types, shapes).
 bool loadRepartitioned(const std::string &stepDir, const Manifest &m,
-                       Executor &exec, int rank, std::string &err) {
+                       Executor &exec, int rank, int tensorParallel,
+                       std::string &err) {
   std::vector<Executor::Storage> storage = exec.storage();
   std::map<std::string, const Manifest::Tensor *> byName;
   for (const Manifest::Tensor &t : m.tensors)
@@ -340,17 +378,30 @@ bool loadRepartitioned(const std::string &stepDir, const Manifest &m,
     const HostTensor &t = *wholeByName.at(st.name);
     auto *dst = static_cast<unsigned char *>(st.data);
     if (st.tpParts > 1) {
-      // This rank's slice along the axis.
+      // This rank's slice along the axis (and of it, with ZeRO, the shard
+      // of its data-parallel rank).
       TpLayout layout(st.wholeShape(), st.tpAxis, st.tpParts, st.tpBlocks);
-      layout.cut(t.data.data(), dst, rank % st.tpParts, dtypeSize(st.dtype));
+      if (!st.sharded) {
+        layout.cut(t.data.data(), dst, rank % st.tpParts, dtypeSize(st.dtype));
+        continue;
+      }
+      std::vector<unsigned char> slice(t.data.size() / st.tpParts);
+      layout.cut(t.data.data(), slice.data(), rank % st.tpParts,
+                 dtypeSize(st.dtype));
+      size_t shardBytes = st.bytes, first = shardBytes * (rank / st.tpParts);
+      std::memset(dst, 0, shardBytes);
+      if (first < slice.size())
+        std::memcpy(dst, slice.data() + first,
+                    std::min(shardBytes, slice.size() - first));
       continue;
     }
     if (!st.sharded) {
       std::memcpy(dst, t.data.data(), st.bytes);
       continue;
     }
-    // This rank's part of the flattened tensor, zeros past its end.
-    size_t shardBytes = st.bytes, first = shardBytes * rank;
+    // This rank's part of the flattened tensor, zeros past its end (its
+    // index in the data-parallel group).
+    size_t shardBytes = st.bytes, first = shardBytes * (rank / tensorParallel);
     std::memset(dst, 0, shardBytes);
     if (first < t.data.size())
       std::memcpy(dst, t.data.data() + first,
@@ -425,6 +476,8 @@ bool saveCheckpoint(const std::string &dir, Executor &exec, Communicator &comm,
     std::string text = std::string(kMagic) + "\n";
     text += "plan " + hex(info.planHash) + "\n";
     text += "world_size " + std::to_string(comm.size()) + "\n";
+    if (info.tensorParallel > 1)
+      text += "tensor_parallel " + std::to_string(info.tensorParallel) + "\n";
     text += "zero_stage " + std::to_string(info.zeroStage) + "\n";
     text += "step " + std::to_string(step) + "\n";
     text += "runs " + std::to_string(exec.completedRuns()) + "\n";
@@ -437,8 +490,9 @@ bool saveCheckpoint(const std::string &dir, Executor &exec, Communicator &comm,
     for (const Executor::Storage &st : storage)
       text += std::string("tensor ") +
               (st.state ? "state" : st.trainable ? "param" : "buffer") + " " +
-              (st.sharded       ? std::string("sharded")
-               : st.tpParts > 1 ? "tp:" + std::to_string(st.tpAxis) + ":" +
+              (st.sharded && st.tpParts <= 1 ? std::string("sharded")
+               : st.tpParts > 1 ? std::string(st.sharded ? "sharded+" : "") +
+                                      "tp:" + std::to_string(st.tpAxis) + ":" +
                                       std::to_string(st.tpParts) +
                                       (st.tpBlocks > 1
                                            ? ":" + std::to_string(st.tpBlocks)
@@ -469,13 +523,15 @@ bool loadCheckpoint(const std::string &dir, Executor &exec, int rank,
   if (m.plan != info.planHash) {
     // The same model compiled for another world size or ZeRO stage is
     // re-partitioned; any other plan is refused.
-    if (m.world == info.worldSize && m.stage == info.zeroStage) {
+    if (m.world == info.worldSize && m.stage == info.zeroStage &&
+        m.tensorParallel == std::max(1, info.tensorParallel)) {
       err = "checkpoint '" + stepDir + "' was saved by another plan (plan "
             "checksum " + hex(m.plan) + ", this plan's " + hex(info.planHash) +
             ")";
       return false;
     }
-    if (!loadRepartitioned(stepDir, m, exec, rank, err))
+    if (!loadRepartitioned(stepDir, m, exec, rank,
+                           std::max(1, info.tensorParallel), err))
       return false;
     exec.setCompletedRuns(m.runs);
     exec.setSkippedRuns(std::strtoull(m.extra["skipped_runs"].c_str(), nullptr, 10));

@@ -429,6 +429,9 @@ struct Executor::Impl {
   bool loadWeights(std::string &err) {
     const plan::Plan &pp = p();
     int rank = options.comm ? options.comm->rank() : 0;
+    // ZeRO shards are over the data-parallel group: its rank.
+    int tpSize = std::max<int>(1, static_cast<int>(pp.tensor_parallel()));
+    int dpRank = rank / tpSize;
     // One block per location: device, host, and the NVMe slots' host copy
     // (freed once they are written to the swap file).
     uint64_t totals[3] = {0, 0, 0};
@@ -526,12 +529,17 @@ struct Executor::Impl {
       // Tensor parallelism: this rank's slice along an axis (a master
       // copy is sliced as its parameter is).
       auto [tpAxis, tpParts, tpBlocks] = tpSplitOf(i);
-      std::vector<int64_t> tpWhole(param.shape().begin(), param.shape().end());
+      std::vector<int64_t> tpWhole =
+          param.sharded()
+              ? std::vector<int64_t>(param.full_shape().begin(),
+                                     param.full_shape().end())
+              : std::vector<int64_t>(param.shape().begin(), param.shape().end());
       if (tpParts > 1)
         tpWhole[tpAxis] *= tpParts;
       google::protobuf::RepeatedField<int64_t> wholeShape(tpWhole.begin(),
                                                           tpWhole.end());
-      const auto &shape = param.sharded() ? param.full_shape() : wholeShape;
+      const auto &shape =
+          param.sharded() && tpParts <= 1 ? param.full_shape() : wholeShape;
       bool dimsMatch = t.dims_size() == shape.size();
       int64_t total = 1;
       for (int d = 0; d < shape.size(); ++d) {
@@ -564,12 +572,17 @@ struct Executor::Impl {
         TpLayout layout(tpWhole, tpAxis, tpParts, tpBlocks);
         std::vector<unsigned char> slice(whole.size() / tpParts);
         layout.cut(whole.data(), slice.data(), rank % tpParts, dtypeSize(ft));
-        int64_t n = total / tpParts;
-        if (ft == dt)
-          std::memcpy(paramPtr[i], slice.data(), slice.size());
-        else
-          for (int64_t e = 0; e < n; ++e)
-            storeD(paramPtr[i], dt, e, loadD(slice.data(), ft, e));
+        int64_t n = total / tpParts, first = 0;
+        if (param.sharded()) {
+          // A ZeRO shard of the slice: elements [r*S, (r+1)*S), zeros past
+          // its end.
+          int64_t s = param.shape(0);
+          first = std::min<int64_t>(n, s * dpRank);
+          std::memset(paramPtr[i], 0, sizes[i]);
+          n = std::min<int64_t>(s, n - first);
+        }
+        for (int64_t e = 0; e < n; ++e)
+          storeD(paramPtr[i], dt, e, loadD(slice.data(), ft, first + e));
         continue;
       }
       // A shard: elements [r*S, (r+1)*S) of the flattened tensor, zeros
@@ -577,7 +590,7 @@ struct Executor::Impl {
       int64_t first = 0, count = total;
       if (param.sharded()) {
         int64_t s = param.shape(0);
-        first = std::min<int64_t>(total, s * rank);
+        first = std::min<int64_t>(total, s * dpRank);
         count = std::min<int64_t>(s, total - first);
         std::memset(paramPtr[i], 0, sizes[i]);
       }
@@ -1304,52 +1317,59 @@ bool Executor::parameter(const std::string &name, HostTensor &out,
       return false;
     const plan::Parameter &param = p.parameters(i);
     out.dtype = toDType(param.dtype());
-    if (auto [axis, parts, blocks] = impl->tpSplitOf(i); parts > 1) {
-      // Tensor parallelism: every rank's slice of the group, joined along
-      // the axis (tensor-parallel rank r holds slice r).
-      Communicator *comm = impl->group(1);
-      if (!comm || comm->size() != parts) {
-        err = "'" + name + "' is split over " + std::to_string(parts) +
-              " tensor-parallel ranks, not the " +
-              std::to_string(comm ? comm->size() : 1) + " running";
-        return false;
-      }
-      std::vector<int64_t> shape(param.shape().begin(), param.shape().end());
+    size_t es = dtypeSize(out.dtype);
+    // This rank's tensor: whole, or rebuilt from the data-parallel group's
+    // ZeRO shards (padding dropped).
+    std::vector<unsigned char> mine;
+    std::vector<int64_t> shape;
+    if (!param.sharded()) {
+      shape.assign(param.shape().begin(), param.shape().end());
       int64_t n = 1;
       for (int64_t d : shape)
         n *= d;
-      size_t es = dtypeSize(out.dtype);
-      std::vector<unsigned char> all(static_cast<size_t>(n) * es * parts);
-      if (!comm->allGather(impl->paramPtr[i], all.data(), n, out.dtype, err))
+      mine.assign(impl->paramPtr[i], impl->paramPtr[i] + n * es);
+    } else {
+      Communicator *comm = impl->group(0);
+      int world = comm ? comm->size() : 1;
+      size_t shardBytes = param.shape(0) * es;
+      mine.resize(shardBytes * world);
+      if (world == 1)
+        std::memcpy(mine.data(), impl->paramPtr[i], shardBytes);
+      else if (!comm->allGather(impl->paramPtr[i], mine.data(), param.shape(0),
+                                out.dtype, err))
         return false;
-      shape[axis] *= parts;
+      shape.assign(param.full_shape().begin(), param.full_shape().end());
+      int64_t n = 1;
+      for (int64_t d : shape)
+        n *= d;
+      mine.resize(n * es);
+    }
+    auto [axis, parts, blocks] = impl->tpSplitOf(i);
+    if (parts <= 1) {
       out.shape = shape;
-      out.data.resize(all.size());
-      TpLayout layout(shape, axis, parts, blocks);
-      for (int r = 0; r < parts; ++r)
-        layout.join(all.data() + static_cast<size_t>(r) * n * es,
-                    out.data.data(), r, es);
+      out.data = std::move(mine);
       return true;
     }
-    if (!param.sharded()) {
-      out.shape.assign(param.shape().begin(), param.shape().end());
-      out.data.resize(out.numel() * dtypeSize(out.dtype));
-      std::memcpy(out.data.data(), impl->paramPtr[i], out.data.size());
-      return true;
-    }
-    // A shard: gather every rank's, drop the padding.
-    Communicator *comm = impl->options.comm;
-    int world = comm ? comm->size() : 1;
-    size_t shardBytes = param.shape(0) * dtypeSize(out.dtype);
-    std::vector<unsigned char> all(shardBytes * world);
-    if (world == 1)
-      std::memcpy(all.data(), impl->paramPtr[i], shardBytes);
-    else if (!comm->allGather(impl->paramPtr[i], all.data(), param.shape(0),
-                              out.dtype, err))
+    // Tensor parallelism: every rank's slice of the group, joined along the
+    // axis (tensor-parallel rank r holds slice r).
+    Communicator *comm = impl->group(1);
+    if (!comm || comm->size() != parts) {
+      err = "'" + name + "' is split over " + std::to_string(parts) +
+            " tensor-parallel ranks, not the " +
+            std::to_string(comm ? comm->size() : 1) + " running";
       return false;
-    out.shape.assign(param.full_shape().begin(), param.full_shape().end());
-    all.resize(out.numel() * dtypeSize(out.dtype));
-    out.data = std::move(all);
+    }
+    int64_t n = static_cast<int64_t>(mine.size() / es);
+    std::vector<unsigned char> all(mine.size() * parts);
+    if (!comm->allGather(mine.data(), all.data(), n, out.dtype, err))
+      return false;
+    shape[axis] *= parts;
+    out.shape = shape;
+    out.data.resize(all.size());
+    TpLayout layout(shape, axis, parts, blocks);
+    for (int r = 0; r < parts; ++r)
+      layout.join(all.data() + static_cast<size_t>(r) * n * es,
+                  out.data.data(), r, es);
     return true;
   }
   err = "'" + name + "' is not a parameter of the plan";

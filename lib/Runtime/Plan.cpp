@@ -50,9 +50,12 @@ static bool checkPlan(const plan::Plan &p, std::string &err) {
         return fail("parameter '" + param.name() +
                     "' has a negative or too large dimension");
     if (param.sharded()) {
-      // Shard size S = ceil(numel / world) of the whole tensor.
+      // Shard size S = ceil(numel / N) of the whole tensor, N the ranks of
+      // a data-parallel group (the world over the tensor-parallel size).
       uint64_t wholeN = 1;
-      int64_t world = std::max<int64_t>(1, p.world_size());
+      int64_t world = std::max<int64_t>(1, p.world_size()) /
+                      std::max<int64_t>(1, p.tensor_parallel());
+      world = std::max<int64_t>(1, world);
       for (int64_t d : param.full_shape())
         if (!mulSize(wholeN, d))
           return fail("parameter '" + param.name() +
@@ -226,8 +229,11 @@ static bool checkPlan(const plan::Plan &p, std::string &err) {
   for (const plan::Parameter &param : p.parameters())
     if (param.tp_parts() > 1 &&
         (param.tp_parts() != tp || param.tp_axis() < 0 ||
-         param.tp_axis() >= param.shape_size() || param.sharded() ||
-         param.shape(param.tp_axis()) % std::max<uint32_t>(1, param.tp_blocks())))
+         param.tp_axis() >= (param.sharded() ? param.full_shape_size()
+                                             : param.shape_size()) ||
+         (param.sharded() ? param.full_shape(param.tp_axis())
+                          : param.shape(param.tp_axis())) %
+             std::max<uint32_t>(1, param.tp_blocks())))
       return fail("parameter '" + param.name() + "' has an invalid "
                   "tensor-parallel split");
   bool nvme = false;

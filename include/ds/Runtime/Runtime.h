@@ -201,9 +201,7 @@ public:
     /// of a tensor of wholeShape (tpParts 1: whole).
     int tpAxis = 0, tpParts = 1, tpBlocks = 1;
     std::vector<int64_t> wholeShape() const {
-      if (sharded)
-        return fullShape;
-      std::vector<int64_t> s = shape;
+      std::vector<int64_t> s = sharded ? fullShape : shape;
       if (tpParts > 1)
         s[tpAxis] *= tpParts;
       return s;
