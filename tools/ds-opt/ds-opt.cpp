@@ -145,7 +145,7 @@ llvm::cl::opt<int64_t> tensorParallel(
                    "block's first weight is split by columns and its second "
                    "by rows over them, found on the IR; --world-size is "
                    "data-parallel x tensor-parallel (ranks dp*T + tp), with "
-                   "ZeRO stage 0 or 1 over the data-parallel groups"),
+                   "ZeRO (any stage) over the data-parallel groups"),
     llvm::cl::init(1), llvm::cl::cat(parallelCategory));
 llvm::cl::opt<int64_t> zeroStage(
     "zero",
@@ -1245,13 +1245,10 @@ int main(int argc, char **argv) {
                  << static_cast<int64_t>(tensorParallel) << "\n";
     return 1;
   }
-  if (tensorParallel > 1 && (zeroStage > 1 || optimizerName == "none")) {
+  if (tensorParallel > 1 && optimizerName == "none") {
     llvm::errs() << "error: --tensor-parallel="
                  << static_cast<int64_t>(tensorParallel)
-                 << " needs a training step (--optimizer=...) and, for now, "
-                    "--zero=0 or 1 (ZeRO stages 2 and 3 over the "
-                    "data-parallel groups of a tensor-parallel grid are not "
-                    "supported yet)\n";
+                 << " needs a training step (--optimizer=...)\n";
     return 1;
   }
   if (zeroStage < 0 || zeroStage > 3) {
