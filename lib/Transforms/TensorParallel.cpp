@@ -121,9 +121,15 @@ std::optional<Linear> linearOf(func::FuncOp func, Operation *op) {
 }
 
 struct MlpBlock {
+  /// The first linear layers: one, or several of one input whose results
+  /// the activation combines (a gated MLP: silu(gate(x)) * up(x)).
+  struct Up {
+    Linear l;
+    std::optional<BlockArgument> b1; // an Add of the linear's result
+    AddOp bias1;
+  };
+  std::vector<Up> ups;
   Linear first, second;
-  std::optional<BlockArgument> b1; // an Add of the first linear's result
-  AddOp bias1;
   llvm::SetVector<Operation *> region; // elementwise ops between them
   int64_t width = 0;                   // H
 };
@@ -346,21 +352,36 @@ struct TensorParallelPass
     if (outType.getRank() < 2)
       return std::nullopt;
     blk.width = outType.getShape().back();
-    Value v = blk.first.result();
-    if (!blk.first.bias && v.hasOneUse())
-      if (auto add = dyn_cast<AddOp>(*v.getUsers().begin()))
-        for (Value other : add->getOperands())
-          if (other != v)
-            if (auto b = biasOf(func, other, blk.width);
-                b && add.getType() == outType) {
-              blk.b1 = b;
-              blk.bias1 = add;
-              v = add.getResult();
-            }
+    // This linear layer and the others of the same input and width.
+    SmallVector<Linear> ups{*first};
+    for (Operation *user : first->input().getUsers())
+      if (user != a && isa<MatMulOp, GemmOp>(user) &&
+          user->getOperand(0) == first->input() &&
+          user->getResult(0).getType() == outType)
+        if (auto l = linearOf(func, user))
+          ups.push_back(*l);
+    SmallVector<Value> work;
+    llvm::DenseSet<Value> inRegion;
+    for (Linear &l : ups) {
+      MlpBlock::Up up;
+      up.l = l;
+      Value v = l.result();
+      if (!l.bias && v.hasOneUse())
+        if (auto add = dyn_cast<AddOp>(*v.getUsers().begin()))
+          for (Value other : add->getOperands())
+            if (other != v)
+              if (auto b = biasOf(func, other, blk.width);
+                  b && add.getType() == outType) {
+                up.b1 = b;
+                up.bias1 = add;
+                v = add.getResult();
+              }
+      blk.ups.push_back(up);
+      work.push_back(v);
+      inRegion.insert(v);
+    }
     // The activation: elementwise ops of the block's shape until one
     // linear layer that contracts over the width.
-    SmallVector<Value> work{v};
-    llvm::DenseSet<Value> inRegion{v};
     Operation *exit = nullptr;
     while (!work.empty()) {
       Value x = work.pop_back_val();
@@ -424,12 +445,13 @@ struct TensorParallelPass
       if (!blk)
         continue;
       used.insert(blk->second.op);
+      for (auto &up : blk->ups)
+        used.insert(up.l.op);
       blocks.push_back(std::move(*blk));
     }
     std::vector<AttentionBlock> attention;
     for (Operation *a : linears) {
-      if (used.count(a) ||
-          llvm::any_of(blocks, [&](MlpBlock &m) { return m.first.op == a; }))
+      if (used.count(a))
         continue;
       auto blk = matchAttention(func, a);
       if (!blk)
@@ -495,27 +517,36 @@ struct TensorParallelPass
       }
       int64_t hs = blk.width / size;
       Operation *a = blk.first.op;
+      for (auto &up : blk.ups)
+        if (up.l.op->isBeforeInBlock(a))
+          a = up.l.op;
       // The input: its gradient sums over the group.
       // (A graph input needs no gradient: nothing to mark.)
       b.setInsertionPoint(a);
       Value x = blk.first.input();
       auto xArg = dyn_cast<BlockArgument>(x);
-      if (!xArg || !func.getArgAttr(xArg.getArgNumber(), attrs::kInput))
-        a->setOperand(0, TpIdentityOp::create(b, a->getLoc(), x.getType(), x,
-                                              b.getI64IntegerAttr(1)));
-      // The first weight by columns, its bias, the activation.
-      split(blk.first.w.param, blk.first.w.axisOf(/*columns=*/true));
-      if (blk.first.w.transpose)
-        blk.first.w.transpose.getResult().setType(
-            withDim(blk.first.w.transpose.getType(), 1, hs));
-      if (blk.first.bias)
-        split(*blk.first.bias, 0);
-      Value r = blk.first.result();
-      int64_t last = cast<RankedTensorType>(r.getType()).getRank() - 1;
-      r.setType(withDim(r.getType(), last, hs));
-      if (blk.b1) {
-        split(*blk.b1, 0);
-        blk.bias1.getResult().setType(withDim(blk.bias1.getType(), last, hs));
+      if (!xArg || !func.getArgAttr(xArg.getArgNumber(), attrs::kInput)) {
+        Value f = TpIdentityOp::create(b, a->getLoc(), x.getType(), x,
+                                       b.getI64IntegerAttr(1));
+        for (auto &up : blk.ups)
+          up.l.op->setOperand(0, f);
+      }
+      // The first weights by columns, their biases, the activation.
+      int64_t last = cast<RankedTensorType>(blk.first.result().getType())
+                         .getRank() - 1;
+      for (auto &up : blk.ups) {
+        split(up.l.w.param, up.l.w.axisOf(/*columns=*/true));
+        if (up.l.w.transpose)
+          up.l.w.transpose.getResult().setType(
+              withDim(up.l.w.transpose.getType(), 1, hs));
+        if (up.l.bias)
+          split(*up.l.bias, 0);
+        Value r = up.l.result();
+        r.setType(withDim(r.getType(), last, hs));
+        if (up.b1) {
+          split(*up.b1, 0);
+          up.bias1.getResult().setType(withDim(up.bias1.getType(), last, hs));
+        }
       }
       for (Operation *op : blk.region)
         op->getResult(0).setType(withDim(op->getResult(0).getType(), last, hs));

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """A small transformer with separate Q, K and V projections (as Hugging
-Face's BERT and Llama write attention), a ReLU MLP without biases, and a
-language-model loss, exported for ds with its training data.
+Face's BERT and Llama write attention), a gated SiLU MLP without biases
+(Llama's down(silu(gate(x)) * up(x))), and a language-model loss, exported
+for ds with its training data.
 
     qkv_model.py OUT.onnx DATA.npz
 """
@@ -23,6 +24,7 @@ class Block(nn.Module):
         self.v = nn.Linear(d, d)
         self.o = nn.Linear(d, d)
         self.ln2 = nn.LayerNorm(d)
+        self.gate = nn.Linear(d, 4 * d, bias=False)
         self.up = nn.Linear(d, 4 * d, bias=False)
         self.down = nn.Linear(4 * d, d, bias=False)
 
@@ -36,7 +38,8 @@ class Block(nn.Module):
         att = att.masked_fill(mask == 0, float("-inf")).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).reshape(b, t, d)
         x = x + self.o(y)
-        return x + self.down(F.relu(self.up(self.ln2(x))))
+        h = self.ln2(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
 
 
 class Model(nn.Module):
