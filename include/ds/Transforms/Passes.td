@@ -246,19 +246,30 @@ def LowerToDsRtPass : Pass<"ds-lower-to-dsrt", "ModuleOp"> {
 }
 
 def TensorParallelPass : Pass<"ds-tensor-parallel", "func::FuncOp"> {
-  let summary = "Split MLP blocks over a tensor-parallel group (Megatron)";
+  let summary = "Split MLP and attention blocks over a tensor-parallel group (Megatron)";
   let description = [{
-    Finds, on the forward graph before autodiff, each MLP block: a matmul
-    by a weight parameter (the first linear, with an optional bias), a
-    region of elementwise ops on its result (the activation), and a
-    second matmul by a weight that contracts over that width. The first
-    weight (and bias) is split by columns, the second by rows, over `size`
-    ranks: the argument types shrink, `ds.tp_split = [axis, parts]` tells
-    the runtime which slice each rank loads, `ds.tp_identity` marks the
-    block's input (its gradient is summed over the group) and
-    `ds.tp_all_reduce` sums the partial outputs before the second bias.
-    Nothing is found by name. Attention blocks, embeddings and the loss
-    stay replicated (see docs/design.md, section 10).
+    Finds, on the forward graph before autodiff, nothing by name:
+
+    - each MLP block: one or more linear layers of one input (a matmul by a
+      weight parameter, directly or through its transpose, or a Gemm with
+      its bias; a gated MLP has two), optional bias adds, a region of
+      elementwise ops (the activation), and a linear layer that contracts
+      over that width. The first weights and biases are split by columns,
+      the second by rows;
+    - each attention block: a fused Q/K/V projection whose result is split
+      into equal blocks, or separate projections of one input, followed
+      through the reshape into heads, transposes, per-head matmuls, the
+      mask and the softmax to the output projection over the merged heads.
+      The projections are split by heads (a fused one in blocks:
+      `ds.tp_split = [axis, parts, blocks]`), the output projection by rows.
+
+    The argument types shrink, `ds.tp_split` tells the runtime which slice
+    each rank loads, `ds.tp_identity` (Megatron's f) marks a block's input
+    (its gradient is summed over the group) and `ds.tp_all_reduce` (g)
+    sums the partial output before the output bias. Collectives name group
+    1, the tensor-parallel ranks. Embeddings, norms and the loss stay
+    replicated. `size` not dividing a width or the heads is an error; no
+    block found is an error.
   }];
   let options = [
     Option<"size", "size", "int64_t", "1", "ranks in the tensor-parallel group">,
