@@ -45,7 +45,9 @@ double Footprint::ringBytes() const {
 
 Footprint footprint(const plan::Plan &p) {
   Footprint f;
-  f.world = p.world_size() == 0 ? 1 : static_cast<int>(p.world_size());
+  f.tensorParallel = std::max(1, static_cast<int>(p.tensor_parallel()));
+  f.world = std::max(1, (p.world_size() == 0 ? 1 : static_cast<int>(p.world_size())) /
+                            f.tensorParallel);
   f.stage = static_cast<int>(p.zero_stage());
   f.arena = p.programs_size() ? p.programs(0).arena_bytes() : 0;
   if (auto it = p.options().find("precision");
@@ -140,18 +142,30 @@ Footprint footprint(const plan::Plan &p) {
     }
     return bytesOf(id);
   };
+  // A collective moves bytes when its group has more than one rank: group
+  // 0 the data-parallel ranks, 1 the tensor-parallel ones, -1 all.
+  auto groupRanks = [&](const plan::Instruction &ins) {
+    int64_t g = 0;
+    for (const plan::Attribute &a : ins.attributes())
+      if (a.name() == "group")
+        g = a.i();
+    return g == 1 ? f.tensorParallel
+           : g == -1 ? f.world * f.tensorParallel
+                     : f.world;
+  };
   for (const plan::Instruction &ins : prog.instructions()) {
     const std::string &k = ins.kernel();
-    if (f.world > 1 && k == "all_reduce" && ins.outputs_size() == 1) {
+    bool shared = groupRanks(ins) > 1;
+    if (shared && k == "all_reduce" && ins.outputs_size() == 1) {
       ++f.allReduces;
       f.allReduceBytes += bytesOf(ins.outputs(0));
-    } else if (f.world > 1 && k == "check_overflow") {
+    } else if (shared && k == "check_overflow") {
       ++f.allReduces; // the overflow flag, reduced over ranks (one float)
       f.allReduceBytes += 4;
-    } else if (f.world > 1 && k == "all_gather" && ins.outputs_size() == 1) {
+    } else if (shared && k == "all_gather" && ins.outputs_size() == 1) {
       ++f.allGathers;
       f.allGatherBytes += bytesOf(ins.outputs(0));
-    } else if (f.world > 1 && k == "reduce_scatter" && ins.inputs_size() == 1) {
+    } else if (shared && k == "reduce_scatter" && ins.inputs_size() == 1) {
       ++f.reduceScatters;
       f.reduceScatterBytes += bytesOf(ins.inputs(0));
     } else if ((k == "adam" || k == "sgd") && ins.inputs_size() >= 2) {
@@ -412,10 +426,17 @@ std::string formatFootprint(const Footprint &f) {
                   rule);
     out += line;
   };
+  std::string ranks = std::to_string(f.world) + " rank(s)";
+  if (f.tensorParallel > 1)
+    ranks = std::to_string(f.world * f.tensorParallel) + " rank(s) (" +
+            std::to_string(f.world) + " data-parallel x " +
+            std::to_string(f.tensorParallel) +
+            " tensor-parallel; Ψ and N are per tensor-parallel slice and "
+            "data-parallel group)";
   std::snprintf(line, sizeof line,
-                "ZeRO stage %d, %d rank(s), optimizer %s, %s; Ψ = %llu "
+                "ZeRO stage %d, %s, optimizer %s, %s; Ψ = %llu "
                 "trainable parameters (%llu with shard padding)\n",
-                s, f.world, f.optimizer.empty() ? "none" : f.optimizer.c_str(),
+                s, ranks.c_str(), f.optimizer.empty() ? "none" : f.optimizer.c_str(),
                 f.precision == "fp32"
                     ? "fp32"
                     : (f.precision + " (16-bit weights and gradients; fp32 "

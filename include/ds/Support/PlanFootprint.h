@@ -22,7 +22,9 @@ class Plan;
 /// What one rank of a plan holds and moves per step, and the ZeRO paper's
 /// figures for the same model (Ψ trainable parameters, N ranks).
 struct Footprint {
-  int world = 1, stage = 0;
+  /// The ranks ZeRO partitions over (the data-parallel group: the world
+  /// over the tensor-parallel size), and that size.
+  int world = 1, stage = 0, tensorParallel = 1;
   std::string optimizer; // adam, sgd, ... (empty: no training step)
   std::string precision = "fp32"; // the compile option --precision
   std::string commDtype = "fp32"; // and --comm-dtype (gradient collectives)
