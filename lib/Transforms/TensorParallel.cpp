@@ -120,16 +120,58 @@ std::optional<Linear> linearOf(func::FuncOp func, Operation *op) {
   return l;
 }
 
+/// A linear layer split by columns (heads): its own bias (a Gemm's C), or
+/// a bias parameter added to its result.
+struct ColumnLinear {
+  Linear l;
+  std::optional<BlockArgument> b1;
+  AddOp bias1;
+  int64_t width = 0;
+  /// What the block reads: the bias add's result, else the layer's.
+  Value out() { return bias1 ? bias1.getResult() : l.result(); }
+};
+
+/// The linear layers by a weight that read `first`'s input, `first` first
+/// (a gated MLP's gate and up, separate Q, K and V), each with its bias
+/// add; `sameType`: only those of `first`'s result type. Empty when one is
+/// not at least 2-D.
+SmallVector<ColumnLinear> columnLinears(func::FuncOp func, const Linear &first,
+                                        bool sameType) {
+  SmallVector<Linear> linears{first};
+  Type type = first.result().getType();
+  for (Operation *user : first.input().getUsers())
+    if (user != first.op && isa<MatMulOp, GemmOp>(user) &&
+        user->getOperand(0) == first.input() &&
+        (!sameType || user->getResult(0).getType() == type))
+      if (auto l = linearOf(func, user))
+        linears.push_back(*l);
+  SmallVector<ColumnLinear> out;
+  for (Linear &l : linears) {
+    ColumnLinear c;
+    c.l = l;
+    auto t = cast<RankedTensorType>(l.result().getType());
+    if (t.getRank() < 2)
+      return {};
+    c.width = t.getShape().back();
+    Value v = l.result();
+    if (!l.bias && v.hasOneUse())
+      if (auto add = dyn_cast<AddOp>(*v.getUsers().begin()))
+        for (Value other : add->getOperands())
+          if (other != v)
+            if (auto b = biasOf(func, other, c.width); b && add.getType() == t) {
+              c.b1 = b;
+              c.bias1 = add;
+            }
+    out.push_back(c);
+  }
+  return out;
+}
+
 struct MlpBlock {
   /// The first linear layers: one, or several of one input whose results
   /// the activation combines (a gated MLP: silu(gate(x)) * up(x)).
-  struct Up {
-    Linear l;
-    std::optional<BlockArgument> b1; // an Add of the linear's result
-    AddOp bias1;
-  };
-  std::vector<Up> ups;
-  Linear first, second;
+  SmallVector<ColumnLinear> ups;
+  Linear second;
   llvm::SetVector<Operation *> region; // elementwise ops between them
   int64_t width = 0;                   // H
 };
@@ -141,14 +183,8 @@ struct MlpBlock {
 /// (or the features that are heads x head size).
 struct AttentionBlock {
   /// The projections: one fused Q/K/V, or separate ones of one input.
-  struct Projection {
-    Linear proj;
-    std::optional<BlockArgument> b1;
-    AddOp bias1;
-    int64_t width = 0;
-  };
-  SmallVector<Projection> projs;
-  Linear proj, out;
+  SmallVector<ColumnLinear> projs;
+  Linear out;
   int64_t blocks = 1, heads = 0;
   llvm::MapVector<Value, int64_t> axis; // region values (results of ops)
   llvm::SetVector<Operation *> ops;
@@ -199,37 +235,17 @@ struct TensorParallelPass
     auto first = linearOf(func, a);
     if (!first)
       return std::nullopt;
-    blk.proj = *first;
     // The projections: this one, and the other linear layers by a weight
     // that read the same input (separate Q, K and V).
-    SmallVector<Linear> projs{*first};
-    for (Operation *user : first->input().getUsers())
-      if (user != a && isa<MatMulOp, GemmOp>(user) &&
-          user->getOperand(0) == first->input())
-        if (auto l = linearOf(func, user))
-          projs.push_back(*l);
-    for (Linear &l : projs) {
-      AttentionBlock::Projection p;
-      p.proj = l;
-      auto outType = cast<RankedTensorType>(l.result().getType());
-      if (outType.getRank() < 2)
-        return std::nullopt;
-      p.width = outType.getShape().back();
-      Value v = l.result();
-      if (!l.bias && v.hasOneUse())
-        if (auto add = dyn_cast<AddOp>(*v.getUsers().begin()))
-          for (Value other : add->getOperands())
-            if (other != v)
-              if (auto b = biasOf(func, other, p.width);
-                  b && add.getType() == outType) {
-                p.b1 = b;
-                p.bias1 = add;
-                v = add.getResult();
-              }
-      int64_t last = outType.getRank() - 1;
+    blk.projs = columnLinears(func, *first, /*sameType=*/false);
+    if (blk.projs.empty())
+      return std::nullopt;
+    for (ColumnLinear &p : blk.projs) {
+      Value v = p.out();
+      int64_t last = cast<RankedTensorType>(v.getType()).getRank() - 1;
       blk.axis[v] = last;
       // A fused projection: split into equal parts along the features.
-      if (projs.size() == 1 && v.hasOneUse())
+      if (blk.projs.size() == 1 && v.hasOneUse())
         if (auto split = dyn_cast<SplitOp>(*v.getUsers().begin());
             split && static_cast<int64_t>(split.getAxis()) == last &&
             split.getNumResults() > 1) {
@@ -241,7 +257,6 @@ struct TensorParallelPass
           for (Value r : split.getResults())
             blk.axis[r] = last;
         }
-      blk.projs.push_back(p);
     }
     Operation *exit = nullptr;
     SmallVector<Value> work;
@@ -347,38 +362,17 @@ struct TensorParallelPass
     auto first = linearOf(func, a);
     if (!first)
       return std::nullopt;
-    blk.first = *first;
-    auto outType = cast<RankedTensorType>(a->getResult(0).getType());
-    if (outType.getRank() < 2)
-      return std::nullopt;
-    blk.width = outType.getShape().back();
     // This linear layer and the others of the same input and width.
-    SmallVector<Linear> ups{*first};
-    for (Operation *user : first->input().getUsers())
-      if (user != a && isa<MatMulOp, GemmOp>(user) &&
-          user->getOperand(0) == first->input() &&
-          user->getResult(0).getType() == outType)
-        if (auto l = linearOf(func, user))
-          ups.push_back(*l);
+    blk.ups = columnLinears(func, *first, /*sameType=*/true);
+    if (blk.ups.empty())
+      return std::nullopt;
+    auto outType = cast<RankedTensorType>(first->result().getType());
+    blk.width = blk.ups.front().width;
     SmallVector<Value> work;
     llvm::DenseSet<Value> inRegion;
-    for (Linear &l : ups) {
-      MlpBlock::Up up;
-      up.l = l;
-      Value v = l.result();
-      if (!l.bias && v.hasOneUse())
-        if (auto add = dyn_cast<AddOp>(*v.getUsers().begin()))
-          for (Value other : add->getOperands())
-            if (other != v)
-              if (auto b = biasOf(func, other, blk.width);
-                  b && add.getType() == outType) {
-                up.b1 = b;
-                up.bias1 = add;
-                v = add.getResult();
-              }
-      blk.ups.push_back(up);
-      work.push_back(v);
-      inRegion.insert(v);
+    for (ColumnLinear &up : blk.ups) {
+      work.push_back(up.out());
+      inRegion.insert(up.out());
     }
     // The activation: elementwise ops of the block's shape until one
     // linear layer that contracts over the width.
@@ -445,7 +439,7 @@ struct TensorParallelPass
       if (!blk)
         continue;
       used.insert(blk->second.op);
-      for (auto &up : blk->ups)
+      for (ColumnLinear &up : blk->ups)
         used.insert(up.l.op);
       blocks.push_back(std::move(*blk));
     }
@@ -457,8 +451,8 @@ struct TensorParallelPass
       if (!blk)
         continue;
       used.insert(blk->out.op);
-      for (auto &p : blk->projs)
-        used.insert(p.proj.op);
+      for (ColumnLinear &p : blk->projs)
+        used.insert(p.l.op);
       attention.push_back(std::move(*blk));
     }
     if (blocks.empty() && attention.empty()) {
@@ -502,108 +496,89 @@ struct TensorParallelPass
         out = AddOp::create(b, c->getLoc(), partial.getType(), out, *l.bias);
       partial.replaceAllUsesExcept(out, sum);
     };
-    auto split = [&](BlockArgument arg, int64_t axis) {
+    // A parameter split along `axis` (in `blocks` blocks).
+    auto splitArg = [&](BlockArgument arg, int64_t axis, int64_t blocks) {
       auto t = cast<RankedTensorType>(arg.getType());
       arg.setType(withDim(t, axis, t.getDimSize(axis) / size));
+      SmallVector<int64_t> attr{axis, size};
+      if (blocks > 1)
+        attr.push_back(blocks);
       func.setArgAttr(arg.getArgNumber(), kTpSplit,
-                      b.getDenseI64ArrayAttr({axis, size}));
+                      b.getDenseI64ArrayAttr(attr));
+    };
+    // The first layers of a block: their shared input marked (its gradient
+    // sums over the group; a graph input needs none), then each weight and
+    // bias split by columns and the results narrowed.
+    auto splitColumns = [&](MutableArrayRef<ColumnLinear> cols,
+                            int64_t blocks) {
+      Operation *a = cols.front().l.op;
+      for (ColumnLinear &c : cols)
+        if (c.l.op->isBeforeInBlock(a))
+          a = c.l.op;
+      Value x = cols.front().l.input();
+      auto xArg = dyn_cast<BlockArgument>(x);
+      if (!xArg || !func.getArgAttr(xArg.getArgNumber(), attrs::kInput)) {
+        b.setInsertionPoint(a);
+        Value f = TpIdentityOp::create(b, a->getLoc(), x.getType(), x,
+                                       b.getI64IntegerAttr(1));
+        for (ColumnLinear &c : cols)
+          c.l.op->setOperand(0, f);
+      }
+      for (ColumnLinear &c : cols) {
+        int64_t part = c.width / size;
+        splitArg(c.l.w.param, c.l.w.axisOf(/*columns=*/true), blocks);
+        if (c.l.w.transpose)
+          c.l.w.transpose.getResult().setType(
+              withDim(c.l.w.transpose.getType(), 1, part));
+        if (c.l.bias)
+          splitArg(*c.l.bias, 0, blocks);
+        if (c.b1)
+          splitArg(*c.b1, 0, blocks);
+        int64_t last = cast<RankedTensorType>(c.l.result().getType()).getRank() - 1;
+        c.l.result().setType(withDim(c.l.result().getType(), last, part));
+        if (c.bias1)
+          c.bias1.getResult().setType(withDim(c.bias1.getType(), last, part));
+      }
     };
     for (MlpBlock &blk : blocks) {
       if (blk.width % size != 0) {
-        blk.first.op->emitError("--tensor-parallel=")
+        blk.ups.front().l.op->emitError("--tensor-parallel=")
             << static_cast<int64_t>(size)
             << " does not divide this MLP's width " << blk.width;
         return signalPassFailure();
       }
       int64_t hs = blk.width / size;
-      Operation *a = blk.first.op;
-      for (auto &up : blk.ups)
-        if (up.l.op->isBeforeInBlock(a))
-          a = up.l.op;
-      // The input: its gradient sums over the group.
-      // (A graph input needs no gradient: nothing to mark.)
-      b.setInsertionPoint(a);
-      Value x = blk.first.input();
-      auto xArg = dyn_cast<BlockArgument>(x);
-      if (!xArg || !func.getArgAttr(xArg.getArgNumber(), attrs::kInput)) {
-        Value f = TpIdentityOp::create(b, a->getLoc(), x.getType(), x,
-                                       b.getI64IntegerAttr(1));
-        for (auto &up : blk.ups)
-          up.l.op->setOperand(0, f);
-      }
-      // The first weights by columns, their biases, the activation.
-      int64_t last = cast<RankedTensorType>(blk.first.result().getType())
-                         .getRank() - 1;
-      for (auto &up : blk.ups) {
-        split(up.l.w.param, up.l.w.axisOf(/*columns=*/true));
-        if (up.l.w.transpose)
-          up.l.w.transpose.getResult().setType(
-              withDim(up.l.w.transpose.getType(), 1, hs));
-        if (up.l.bias)
-          split(*up.l.bias, 0);
-        Value r = up.l.result();
-        r.setType(withDim(r.getType(), last, hs));
-        if (up.b1) {
-          split(*up.b1, 0);
-          up.bias1.getResult().setType(withDim(up.bias1.getType(), last, hs));
-        }
-      }
+      splitColumns(blk.ups, /*blocks=*/1);
+      int64_t last =
+          cast<RankedTensorType>(blk.ups.front().out().getType()).getRank() - 1;
       for (Operation *op : blk.region)
         op->getResult(0).setType(withDim(op->getResult(0).getType(), last, hs));
       rowSplit(blk.second, hs);
     }
     for (AttentionBlock &blk : attention) {
       if (blk.heads % size != 0) {
-        blk.proj.op->emitError("--tensor-parallel=")
+        blk.projs.front().l.op->emitError("--tensor-parallel=")
             << static_cast<int64_t>(size)
             << " does not divide this attention block's " << blk.heads
             << " heads";
         return signalPassFailure();
       }
-      Operation *a = blk.proj.op;
-      for (auto &p : blk.projs)
-        if (p.proj.op->isBeforeInBlock(a))
-          a = p.proj.op;
-      b.setInsertionPoint(a);
-      Value x = blk.proj.input();
-      auto xArg = dyn_cast<BlockArgument>(x);
-      if (!xArg || !func.getArgAttr(xArg.getArgNumber(), attrs::kInput)) {
-        Value f = TpIdentityOp::create(b, a->getLoc(), x.getType(), x,
-                                       b.getI64IntegerAttr(1));
-        for (auto &p : blk.projs)
-          p.proj.op->setOperand(0, f);
-      }
-      // The projection by heads (each of a fused projection's blocks).
-      auto blockedSplit = [&](BlockArgument arg, int64_t axis) {
-        auto t = cast<RankedTensorType>(arg.getType());
-        arg.setType(withDim(t, axis, t.getDimSize(axis) / size));
-        SmallVector<int64_t> attr{axis, size};
-        if (blk.blocks > 1)
-          attr.push_back(blk.blocks);
-        func.setArgAttr(arg.getArgNumber(), kTpSplit,
-                        b.getDenseI64ArrayAttr(attr));
-      };
-      for (auto &p : blk.projs) {
+      for (ColumnLinear &p : blk.projs)
         if (p.width % size != 0) {
-          p.proj.op->emitError("--tensor-parallel=")
+          p.l.op->emitError("--tensor-parallel=")
               << static_cast<int64_t>(size)
               << " does not divide this projection's width " << p.width;
           return signalPassFailure();
         }
-        blockedSplit(p.proj.w.param, p.proj.w.axisOf(/*columns=*/true));
-        if (p.proj.w.transpose)
-          p.proj.w.transpose.getResult().setType(
-              withDim(p.proj.w.transpose.getType(), 1, p.width / size));
-        if (p.proj.bias)
-          blockedSplit(*p.proj.bias, 0);
-        if (p.b1)
-          blockedSplit(*p.b1, 0);
-        Value r = p.proj.result();
-        int64_t last = cast<RankedTensorType>(r.getType()).getRank() - 1;
-        if (!blk.axis.count(r)) // (with a bias, the add is the region's)
-          r.setType(withDim(r.getType(), last, p.width / size));
-      }
+      // The projections by heads (each of a fused projection's blocks);
+      // then every other value of the region along its heads axis.
+      splitColumns(blk.projs, blk.blocks);
+      llvm::DenseSet<Value> done;
+      for (ColumnLinear &p : blk.projs)
+        done.insert(p.out());
       for (auto &[val, ax] : blk.axis) {
+        if (done.contains(val))
+          continue;
         auto t = cast<RankedTensorType>(val.getType());
         val.setType(withDim(t, ax, t.getDimSize(ax) / size));
       }
