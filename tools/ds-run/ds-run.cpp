@@ -432,8 +432,10 @@ int run(int argc, char **argv) {
   if (const char *fault = std::getenv("DS_FAULT");
       fault && std::strncmp(fault, "nvme-free:", 10) == 0)
     options.nvmePretendFree = std::strtoull(fault + 10, nullptr, 10);
-  Footprint offload = footprintOf(*plan);
-  bool offloads = offload.hostTotal() + offload.nvmeStorage > 0;
+  // The plan's memory and communication figures: what ds-run checks and
+  // prints against, and whether it offloads.
+  const Footprint planned = footprintOf(*plan);
+  bool offloads = planned.hostTotal() + planned.nvmeStorage > 0;
   if (backend == "auto") {
     bool gpu = builtWithCuda() && cudaDeviceVisible();
     options.backend = gpu && !offloads ? "cuda" : "cpu";
@@ -635,7 +637,6 @@ int run(int argc, char **argv) {
                   "gradient partial); use --on-nan=stop");
     // What this rank holds and hands to collectives, measured, against
     // the plan's figures.
-    Footprint planned = footprintOf(*plan);
     uint64_t measuredParams = 0, measuredBuffers = 0, measuredState = 0;
     // Offload: what lives in host memory and on NVMe instead of the device.
     uint64_t measuredHost = 0, measuredNvme = 0;

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -320,7 +319,6 @@ bool NvmeStore::write(int slot, const void *src, uint64_t bytes, int &ticket,
   r.buf = buf;
   r.size = bytes;
   r.read = false;
-  bytesWritten += bytes;
   inflight.push_back({ticket, buf, buf + bytes});
 #ifdef DS_HAVE_LIBURING
   if (m.uring) {
@@ -353,7 +351,6 @@ bool NvmeStore::read(int slot, void *dst, uint64_t bytes, int &ticket,
   r.buf = static_cast<unsigned char *>(dst);
   r.size = bytes;
   r.read = true;
-  bytesRead += bytes;
   inflight.push_back({ticket, r.buf, r.buf + bytes});
 #ifdef DS_HAVE_LIBURING
   if (m.uring) {
@@ -370,7 +367,6 @@ bool NvmeStore::wait(int ticket, std::string &err) {
   auto it = m.requests.find(ticket);
   if (it == m.requests.end())
     return true;
-  auto t0 = std::chrono::steady_clock::now();
   Impl::Request &r = it->second;
 #ifdef DS_HAVE_LIBURING
   if (m.uring) {
@@ -385,8 +381,6 @@ bool NvmeStore::wait(int ticket, std::string &err) {
 #endif
       if (r.done < r.size)
     m.syncIo(r);
-  waitSeconds += std::chrono::duration<double>(
-                     std::chrono::steady_clock::now() - t0).count();
   Impl::Request done = r;
   m.requests.erase(it);
   inflight.erase(std::remove_if(inflight.begin(), inflight.end(),

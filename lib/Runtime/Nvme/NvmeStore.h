@@ -61,12 +61,8 @@ public:
   };
   const std::vector<Pending> &pending() const { return inflight; }
 
-  std::string path() const { return filePath; }
-  uint64_t fileBytes() const { return total; }
+  /// Whether requests go through io_uring (else synchronous I/O).
   bool async() const;
-  /// Bytes moved and seconds spent waiting, since open.
-  uint64_t bytesRead = 0, bytesWritten = 0;
-  double waitSeconds = 0;
 
 private:
   NvmeStore() = default;
