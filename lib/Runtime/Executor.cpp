@@ -31,6 +31,7 @@
 
 #include <cblas.h>
 
+#include <array>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -420,7 +421,16 @@ struct Executor::Impl {
   std::vector<const KernelInfo *> kernels;
   uint64_t arenaHighWater = 0;
   uint64_t runs = 0;
-  std::map<const void *, int> inflight; // async collectives by output
+  // Async collectives by output, per group (-1 all ranks, 0 data-parallel,
+  // 1 tensor-parallel): each completes on its group's communicator.
+  std::array<std::map<const void *, int>, 3> inflight;
+  static int groupOf(const Attrs &attrs) {
+    int64_t g = attrs.getInt("group", 0);
+    return g == -1 || g == 1 ? static_cast<int>(g) : 0;
+  }
+  size_t inflightCount() const {
+    return inflight[0].size() + inflight[1].size() + inflight[2].size();
+  }
   KernelContext::StepState stepState;   // the loss scaler's, per run
   uint64_t skipped = 0;                 // runs whose update overflowed
 
@@ -784,10 +794,12 @@ struct Executor::Impl {
 
   /// Finishes every collective in flight (a run stopped early).
   bool drain(std::string &err) {
-    for (auto &[key, handle] : inflight)
-      if (!device && options.comm && !group(0)->finish(handle, err))
-        return false;
-    inflight.clear();
+    for (int g = -1; g <= 1; ++g) {
+      for (auto &[key, handle] : inflight[g + 1])
+        if (!device && options.comm && !group(g)->finish(handle, err))
+          return false;
+      inflight[g + 1].clear();
+    }
     if (nvme && !nvme->waitAll(err))
       return false;
     return !device || (device->synchronize(err) && dropCopies(err));
@@ -1061,8 +1073,8 @@ bool Executor::run(RunStats &stats, std::string &err) {
     return false;
   if (impl->stepState.overflow)
     ++impl->skipped;
-  if (!impl->inflight.empty()) {
-    err = "the plan started " + std::to_string(impl->inflight.size()) +
+  if (impl->inflightCount() != 0) {
+    err = "the plan started " + std::to_string(impl->inflightCount()) +
           " collective(s) it never waited for";
     return false;
   }
@@ -1122,8 +1134,9 @@ bool Executor::Impl::runInstructions(int from, int to, uint64_t runSeed,
                               : fnv1a64(ins.location().data(),
                                         ins.location().size()));
     ctx.lr = impl->options.lr;
-    ctx.comm = impl->group(ctx.attrs.getInt("group", 0));
-    ctx.inflight = &impl->inflight;
+    int group = Impl::groupOf(ctx.attrs);
+    ctx.comm = impl->group(group);
+    ctx.inflight = &impl->inflight[group + 1];
     ctx.step = &impl->stepState;
     auto k0 = std::chrono::steady_clock::now();
     // NVMe: wait for the reads and writes whose host bytes this
@@ -1226,8 +1239,9 @@ bool Executor::Impl::runInstructions(int from, int to, uint64_t runSeed,
             "): " + ctx.error;
       return false;
     }
-    if (!impl->inflight.empty())
-      impl->group(0)->progress(); // async collectives: the DP group's
+    for (int g = -1; g <= 1; ++g)
+      if (!impl->inflight[g + 1].empty())
+        impl->group(g)->progress();
     if (impl->device && impl->options.profile &&
         !impl->device->synchronize(err))
       return false;

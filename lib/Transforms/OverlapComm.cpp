@@ -82,8 +82,15 @@ struct OverlapCommPass : impl::OverlapCommPassBase<OverlapCommPass> {
       if (k.getKernel() != "all_reduce")
         llvm::append_range(touched, k.getIns());
       llvm::append_range(touched, k.getOuts());
+      // The wait completes it on the same group's communicator (group 0,
+      // the data-parallel ranks, is the default and left implicit).
+      NamedAttrList waitParams;
+      if (auto group = dyn_cast_or_null<IntegerAttr>(params.get("group"));
+          group && group.getInt() != 0)
+        waitParams.set("group", group);
       dsrt::KernelOp::create(b, k.getLoc(), b.getStringAttr("wait"), touched,
-                             ValueRange{}, b.getDictionaryAttr({}),
+                             ValueRange{},
+                             waitParams.getDictionary(b.getContext()),
                              DenseI64ArrayAttr());
     }
   }

@@ -260,9 +260,6 @@ struct LowerToDsRtPass : impl::LowerToDsRtPassBase<LowerToDsRtPass> {
       if (isa<TpAllReduceOp>(op)) { // the sum over the tensor-parallel group
         kernel = "all_reduce";
         params.set("reduction", b.getStringAttr("sum"));
-        // Synchronous: the overlap pass leaves it (its wait would run on
-        // the data-parallel group's communicator).
-        params.set("async", b.getBoolAttr(false));
       }
       SmallVector<int64_t> inplace = inplaceOperands(&op);
       auto kernelOp = dsrt::KernelOp::create(
