@@ -15,6 +15,7 @@
 #include "Nvme/NvmeStore.h"
 #include "TpSlice.h"
 #include "ds/Runtime/Comm.h"
+#include "ds/Support/PipelineSchedule.h"
 #include "ds/Support/PlanFormat.h"
 
 #include <onnx/onnx_pb.h>
@@ -739,6 +740,48 @@ struct Executor::Impl {
   }
 
   uint64_t lastRunSeed = 0;
+  // Pipeline parallelism: the backward section's first instruction, the
+  // byte ranges a forward leaves for its backward, and per micro-batch the
+  // saved bytes, inputs and run seed. `arenaHolds` is the micro-batch whose
+  // forward state is still in the arena (-1: none).
+  int backwardStart = -1, micro = 0;
+  std::vector<ByteRange> stashSpans;
+  struct Stashed {
+    std::vector<unsigned char> bytes;
+    std::vector<HostTensor> inputs;
+    uint64_t seed = 0;
+    bool saved = false;
+  };
+  std::map<int, Stashed> stash;
+  int arenaHolds = -1;
+  uint64_t stashBytes = 0, stashHigh = 0;
+  unsigned char *spanBase(const ByteRange &r) {
+    return (r.space == plan::HOST_ARENA ? hostArena.get() : arena.get()) +
+           r.begin;
+  }
+  void saveStash(int micro) {
+    Stashed &st = stash[micro];
+    uint64_t total = 0;
+    for (const ByteRange &r : stashSpans)
+      total += r.end - r.begin;
+    st.bytes.resize(total);
+    uint64_t at = 0;
+    for (const ByteRange &r : stashSpans) {
+      std::memcpy(st.bytes.data() + at, spanBase(r), r.end - r.begin);
+      at += r.end - r.begin;
+    }
+    st.saved = true;
+    stashBytes += total;
+    stashHigh = std::max(stashHigh, stashBytes);
+  }
+  void restoreStash(int micro) {
+    Stashed &st = stash[micro];
+    uint64_t at = 0;
+    for (const ByteRange &r : stashSpans) {
+      std::memcpy(spanBase(r), st.bytes.data() + at, r.end - r.begin);
+      at += r.end - r.begin;
+    }
+  }
   /// The instruction that computes this rank's loss (-1: none).
   int lossInstruction = -1;
 
@@ -917,6 +960,21 @@ std::unique_ptr<Executor> Executor::create(std::shared_ptr<const Plan> plan,
             impl->hostArenaHighWater, b.offset() + b.bytes());
     }
   }
+  if (p.pipeline().stages() > 1) {
+    if (options.backend == "cuda") {
+      err = "this plan is a pipeline stage, which the CUDA backend does not "
+            "run yet; run it with --backend=cpu";
+      return nullptr;
+    }
+    impl->backwardStart = static_cast<int>(p.pipeline().backward_start());
+    if (impl->backwardStart <= 0 ||
+        impl->backwardStart >= p.programs(0).instructions_size()) {
+      err = "the plan's backward section starts at instruction " +
+            std::to_string(impl->backwardStart) + ", outside its program";
+      return nullptr;
+    }
+    impl->stashSpans = stashRanges(p, impl->backwardStart);
+  }
   // The instruction that writes the loss: the loss output's writer, or
   // under data parallelism the writer of what its all-reduce averages.
   if (!p.loss().empty())
@@ -1084,6 +1142,102 @@ bool Executor::run(RunStats &stats, std::string &err) {
   return true;
 }
 
+bool Executor::runSection(bool forward, int micro, uint64_t runIndex,
+                          RunStats &stats, std::string &err) {
+  Impl &im = *impl;
+  const plan::Plan &p = im.p();
+  if (im.backwardStart < 0) {
+    err = "the plan is not a pipeline stage";
+    return false;
+  }
+  const plan::Program &prog = p.programs(0);
+  auto t0 = std::chrono::steady_clock::now();
+  stats.nanLoss = false;
+  stats.firstNan.clear();
+  if (forward) {
+    // The micro-batch still in the arena keeps its forward state aside.
+    if (im.arenaHolds >= 0)
+      im.saveStash(im.arenaHolds);
+    im.arenaHolds = -1;
+    for (int i = 0; i < p.inputs_size(); ++i) {
+      if (p.inputs(i).name() != "ds.step")
+        continue;
+      HostTensor step;
+      step.dtype = DType::I64;
+      int64_t value = static_cast<int64_t>(runIndex - im.skipped) + 1;
+      step.data.resize(8);
+      std::memcpy(step.data.data(), &value, 8);
+      im.inputs[i] = std::move(step);
+      im.inputSet[i] = true;
+    }
+    for (int i = 0; i < p.inputs_size(); ++i)
+      if (!im.inputSet[i]) {
+        err = "input '" + p.inputs(i).name() + "' was not given";
+        return false;
+      }
+    Impl::Stashed &st = im.stash[micro];
+    st = Impl::Stashed();
+    st.inputs = im.inputs;
+    st.seed = fnv1a64(&runIndex, sizeof(runIndex),
+                      0xcbf29ce484222325ULL ^ im.options.seed);
+    im.stepState = {};
+  } else {
+    auto it = im.stash.find(micro);
+    if (it == im.stash.end()) {
+      err = "the backward of micro-batch " + std::to_string(micro) +
+            " comes before its forward";
+      return false;
+    }
+    if (im.arenaHolds != micro) {
+      if (im.arenaHolds >= 0)
+        im.saveStash(im.arenaHolds);
+      im.restoreStash(micro);
+    }
+    im.inputs = it->second.inputs;
+  }
+  Impl::Stashed &st = im.stash[micro];
+  im.bufferPtr.resize(p.buffers_size());
+  for (int i = 0; i < p.buffers_size(); ++i)
+    im.bufferPtr[i] = im.pointer(p.buffers(i));
+  stats.arenaPlanned = prog.arena_bytes();
+  stats.arenaHighWater = im.arenaHighWater;
+  stats.hostArenaPlanned = prog.host_arena_bytes();
+  stats.hostArenaHighWater = im.hostArenaHighWater;
+  im.micro = micro;
+  im.lastRunSeed = st.seed;
+  bool ok = forward ? im.runInstructions(0, im.backwardStart, st.seed, false,
+                                         stats, err)
+                    : im.runInstructions(im.backwardStart,
+                                         prog.instructions_size(), st.seed,
+                                         false, stats, err);
+  if (!ok)
+    return false;
+  if (stats.nanLoss)
+    return im.drain(err);
+  if (im.inflightCount() != 0) {
+    err = "the plan left " + std::to_string(im.inflightCount()) +
+          " collective(s) in flight at the end of a pipeline section";
+    return false;
+  }
+  if (forward) {
+    im.arenaHolds = micro;
+  } else {
+    if (st.saved)
+      im.stashBytes -= st.bytes.size();
+    im.stash.erase(micro);
+    im.arenaHolds = -1;
+    ++im.runs;
+    if (im.stepState.overflow)
+      ++im.skipped;
+  }
+  stats.milliseconds = std::chrono::duration<double, std::milli>(
+                           std::chrono::steady_clock::now() - t0)
+                           .count();
+  return true;
+}
+
+uint64_t Executor::stashHighWater() const { return impl->stashHigh; }
+
 bool Executor::scanForNan(RunStats &stats, std::string &err) {
   stats.firstNan.clear();
   int end = impl->lossInstruction >= 0 ? impl->lossInstruction + 1
@@ -1138,6 +1292,9 @@ bool Executor::Impl::runInstructions(int from, int to, uint64_t runSeed,
     ctx.comm = impl->group(group);
     ctx.inflight = &impl->inflight[group + 1];
     ctx.step = &impl->stepState;
+    ctx.pipe = impl->options.pipe;
+    ctx.pipeStride = impl->options.pipeStride;
+    ctx.micro = impl->micro;
     auto k0 = std::chrono::steady_clock::now();
     // NVMe: wait for the reads and writes whose host bytes this
     // instruction touches; start its own if it is an NVMe transfer.

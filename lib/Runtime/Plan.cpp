@@ -295,7 +295,33 @@ std::shared_ptr<const Plan> loadPlan(const std::string &path, std::string &err) 
           " differs from the header's";
     return nullptr;
   }
-  if (!checkPlan(plan->proto, err)) {
+  if (const plan::Pipeline &pl = plan->proto.pipeline();
+      pl.stage_plans_size() > 0) {
+    // A pipeline: every stage's plan is checked; the container has none.
+    if (pl.stages() < 2 ||
+        static_cast<uint32_t>(pl.stage_plans_size()) != pl.stages() ||
+        pl.micro_batches() < 1 || plan->proto.world_size() % pl.stages()) {
+      err = "'" + path + "' is corrupt: a pipeline of " +
+            std::to_string(pl.stages()) + " stages holds " +
+            std::to_string(pl.stage_plans_size()) + " stage plans";
+      return nullptr;
+    }
+    for (int s = 0; s < pl.stage_plans_size(); ++s) {
+      const plan::Plan &sp = pl.stage_plans(s);
+      if (!checkPlan(sp, err)) {
+        err = "'" + path + "', stage " + std::to_string(s) + ": " + err;
+        return nullptr;
+      }
+      uint32_t split = sp.pipeline().backward_start();
+      if (sp.pipeline().stage() != static_cast<uint32_t>(s) || split == 0 ||
+          static_cast<int>(split) >= sp.programs(0).instructions_size()) {
+        err = "'" + path + "' is corrupt: stage " + std::to_string(s) +
+              "'s plan names stage " + std::to_string(sp.pipeline().stage()) +
+              " or has no backward section";
+        return nullptr;
+      }
+    }
+  } else if (!checkPlan(plan->proto, err)) {
     err = "'" + path + "': " + err;
     return nullptr;
   }
@@ -309,6 +335,36 @@ std::shared_ptr<const Plan> loadPlan(const std::string &path, std::string &err) 
 }
 
 Footprint footprintOf(const Plan &plan) { return footprint(plan.proto); }
+
+int pipelineStages(const Plan &plan) {
+  return plan.proto.pipeline().stage_plans_size() > 0
+             ? static_cast<int>(plan.proto.pipeline().stages())
+             : 1;
+}
+
+std::string pipelineScheduleName(const Plan &plan) {
+  return plan.proto.pipeline().schedule();
+}
+
+int pipelineMicroBatches(const Plan &plan) {
+  return static_cast<int>(plan.proto.pipeline().micro_batches());
+}
+
+std::shared_ptr<const Plan> stagePlan(const Plan &plan, int stage,
+                                      std::string &err) {
+  const plan::Pipeline &pl = plan.proto.pipeline();
+  if (stage < 0 || stage >= pl.stage_plans_size()) {
+    err = "'" + plan.path + "' has no stage " + std::to_string(stage);
+    return nullptr;
+  }
+  auto out = std::make_shared<Plan>();
+  out->proto = pl.stage_plans(stage);
+  out->path = plan.path;
+  out->dir = plan.dir;
+  // A checkpoint of one stage names its own plan.
+  out->checksum = plan.checksum ^ (0x9e3779b97f4a7c15ULL * (stage + 1));
+  return out;
+}
 
 PlanInfo describe(const Plan &plan) {
   const plan::Plan &p = plan.proto;

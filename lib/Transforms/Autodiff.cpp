@@ -21,11 +21,23 @@ struct AutodiffPass : impl::AutodiffPassBase<AutodiffPass> {
       return;
     Block &body = func.getBody().front();
     Operation *ret = body.getTerminator();
+    // A pipeline stage (docs/design.md section 10): its backward starts from
+    // the gradients the next stage sends back for what this one sent, and
+    // ends by sending the gradients of what it received.
+    bool stage = static_cast<bool>(func->getAttr("ds.pipeline"));
     std::optional<unsigned> loss;
     for (unsigned i = 0; i < func.getNumResults(); ++i)
       if (func.getResultAttr(i, attrs::kLoss))
         loss = i;
-    if (!loss) {
+    SmallVector<PipeSendOp> sends;
+    SmallVector<PipeRecvOp> recvs;
+    for (Operation &op : body) {
+      if (auto s = dyn_cast<PipeSendOp>(op); s && s->hasAttr("ds.needs_grad"))
+        sends.push_back(s);
+      if (auto r = dyn_cast<PipeRecvOp>(op); r && r->hasAttr("ds.needs_grad"))
+        recvs.push_back(r);
+    }
+    if (!loss && !(stage && !sends.empty())) {
       auto diag = func.emitError("autodiff needs a loss: ");
       if (auto names = func->getAttrOfType<ArrayAttr>("ds.loss_candidates")) {
         diag << "the graph has several scalar float outputs (";
@@ -36,39 +48,61 @@ struct AutodiffPass : impl::AutodiffPassBase<AutodiffPass> {
       }
       return signalPassFailure();
     }
-    Value lossValue = ret->getOperand(*loss);
-    auto lossType = cast<RankedTensorType>(lossValue.getType());
-    if (lossType.getNumElements() != 1 ||
-        !isa<FloatType>(lossType.getElementType())) {
-      func.emitError("the loss must be a float scalar, got ") << lossType;
-      return signalPassFailure();
-    }
-
     OpBuilder b(ret);
-    auto lossTensor = cast<RankedTensorType>(lossType);
-    // With loss scaling the backward pass starts from the scale (an input
-    // the runtime sets each step), not from 1.
-    Value seed;
-    for (BlockArgument arg : body.getArguments())
-      if (func.getArgAttr(arg.getArgNumber(), "ds.loss_scale") &&
-          arg.getType() == lossType)
-        seed = arg;
-    if (!seed)
-      seed = ConstantOp::create(
-          b, func.getLoc(), lossTensor,
-          DenseElementsAttr::get(lossTensor,
-                                 ArrayRef<Attribute>(FloatAttr::get(
-                                     lossType.getElementType(), 1.0))));
     SmallVector<Operation *> forwardOps;
     for (Operation &op : body.without_terminator())
-      if (&op != seed.getDefiningOp())
-        forwardOps.push_back(&op);
+      forwardOps.push_back(&op);
+    if (stage)
+      PipeMarkOp::create(b, func.getLoc());
+    SmallVector<std::pair<Value, Value>> seeds;
+    if (loss) {
+      Value lossValue = ret->getOperand(*loss);
+      auto lossType = cast<RankedTensorType>(lossValue.getType());
+      if (lossType.getNumElements() != 1 ||
+          !isa<FloatType>(lossType.getElementType())) {
+        func.emitError("the loss must be a float scalar, got ") << lossType;
+        return signalPassFailure();
+      }
+      // With loss scaling the backward pass starts from the scale (an input
+      // the runtime sets each step), not from 1.
+      Value seed;
+      for (BlockArgument arg : body.getArguments())
+        if (func.getArgAttr(arg.getArgNumber(), "ds.loss_scale") &&
+            arg.getType() == lossType)
+          seed = arg;
+      if (!seed)
+        seed = ConstantOp::create(
+            b, func.getLoc(), lossType,
+            DenseElementsAttr::get(lossType,
+                                   ArrayRef<Attribute>(FloatAttr::get(
+                                       lossType.getElementType(), 1.0))));
+      seeds.push_back({lossValue, seed});
+    }
+    for (PipeSendOp s : sends)
+      seeds.push_back(
+          {s.getInput(),
+           PipeRecvOp::create(b, s.getLoc(), s.getInput().getType(),
+                              b.getI64IntegerAttr(1), s.getTagAttr())});
     SmallVector<Value> args(body.getArguments().begin(),
                             body.getArguments().end());
+    for (PipeRecvOp r : recvs)
+      args.push_back(r.getResult());
     FailureOr<SmallVector<Value>> argGrads =
-        buildGradients(b, forwardOps, lossValue, seed, args);
+        buildGradients(b, forwardOps, seeds, args);
     if (failed(argGrads))
       return signalPassFailure();
+    // The gradients of the received activations go back, in tag order.
+    for (auto [k, r] : llvm::enumerate(recvs)) {
+      Value g = (*argGrads)[body.getNumArguments() + k];
+      auto t = cast<RankedTensorType>(r.getType());
+      if (!g)
+        g = ConstantOp::create(
+            b, r.getLoc(), t,
+            DenseElementsAttr::get(t, ArrayRef<Attribute>(FloatAttr::get(
+                                          t.getElementType(), 0.0))));
+      PipeSendOp::create(b, r.getLoc(), g, b.getI64IntegerAttr(-1),
+                         r.getTagAttr());
+    }
 
     // Gradients of the trainable parameters become results.
     SmallVector<Value> results(ret->getOperands());

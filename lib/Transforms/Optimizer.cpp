@@ -319,6 +319,34 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
       std::string accName = name.str() + ".grad_accum";
       if (gradAccum > 1)
         acc = addArg(t, b.getNamedAttr("ds.state", b.getStringAttr(accName)));
+      // Pipeline parallelism: a parameter several stages hold (tied
+      // weights) is updated with the sum of their gradients.
+      if (auto peers = func.getArgAttrOfType<DenseI64ArrayAttr>(
+              param.getArgNumber(), "ds.tied_peers")) {
+        if (gradClip > 0 || overflow) {
+          func.emitError("tied parameter '")
+              << name << "' across pipeline stages with --grad-clip or "
+              << "loss scaling is not supported yet";
+          return signalPassFailure();
+        }
+        auto id = func.getArgAttrOfType<IntegerAttr>(param.getArgNumber(),
+                                                     "ds.tied_id");
+        SmallVector<Type> types{t};
+        SmallVector<Value> operands{grad, step};
+        if (acc) {
+          types.push_back(t);
+          operands.push_back(acc);
+        }
+        auto tied = TiedGradSumOp::create(
+            b, loc, types, operands,
+            {b.getNamedAttr("peers", peers),
+             b.getNamedAttr("accum_steps", b.getI64IntegerAttr(gradAccum)),
+             b.getNamedAttr("tied_id",
+                            id ? id : b.getI64IntegerAttr(0))});
+        grad = tied.getResult();
+        if (acc)
+          acc = tied.getNewGradAccum();
+      }
       SmallVector<Type> sgdTypes{t, t}, adamTypes{t, t, t};
       if (acc) {
         sgdTypes.push_back(t);

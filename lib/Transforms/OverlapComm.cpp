@@ -55,6 +55,13 @@ struct OverlapCommPass : impl::OverlapCommPassBase<OverlapCommPass> {
           first = op;
           break;
         }
+        // Nothing stays in flight across a pipeline hand-over or the
+        // start of a stage's backward section.
+        if (auto next = dyn_cast<dsrt::KernelOp>(op);
+            next && next.getKernel().starts_with("pipe_")) {
+          first = op;
+          break;
+        }
         bool reads = llvm::any_of(op->getOperands(), [&](Value v) {
           return results.contains(v);
         });

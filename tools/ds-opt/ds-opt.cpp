@@ -15,6 +15,7 @@
 #include "ds/Import/OnnxImporter.h"
 #include "ds/Target/Plan/PlanWriter.h"
 #include "ds/Transforms/Passes.h"
+#include "ds/Transforms/Pipeline.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/AsmState.h"
@@ -147,6 +148,28 @@ llvm::cl::opt<int64_t> tensorParallel(
                    "data-parallel x tensor-parallel (ranks dp*T + tp), with "
                    "ZeRO (any stage) over the data-parallel groups"),
     llvm::cl::init(1), llvm::cl::cat(parallelCategory));
+llvm::cl::opt<int64_t> pipelineParallel(
+    "pipeline-parallel",
+    llvm::cl::desc("Pipeline stages P: the forward is cut where the fewest "
+                   "activation bytes cross, balancing the stages' FLOPs, and "
+                   "each stage becomes its own program in plan.bin (MPMD); "
+                   "activations and their gradients pass by send/recv. "
+                   "--world-size is data-parallel x tensor-parallel x P "
+                   "(rank = stage*DP*T + dp*T + tp)"),
+    llvm::cl::init(1), llvm::cl::cat(parallelCategory));
+llvm::cl::opt<int64_t> microBatches(
+    "micro-batches",
+    llvm::cl::desc("Micro-batches per step with --pipeline-parallel (the "
+                   "model's batch is one micro-batch; DeepSpeed's "
+                   "gradient_accumulation_steps). Default: --grad-accum"),
+    llvm::cl::init(0), llvm::cl::cat(parallelCategory));
+llvm::cl::opt<std::string> pipeSchedule(
+    "schedule",
+    llvm::cl::desc("Pipeline schedule: gpipe (every forward, then every "
+                   "backward) or 1f1b (one forward, one backward: at most P "
+                   "micro-batches alive per stage); the report prints its "
+                   "bubble beside (P-1)/(M+P-1)"),
+    llvm::cl::init("1f1b"), llvm::cl::cat(parallelCategory));
 llvm::cl::opt<int64_t> zeroStage(
     "zero",
     llvm::cl::desc("ZeRO stage (DeepSpeed's semantics): 0 data parallel, "
@@ -449,6 +472,14 @@ std::string mib(int64_t bytes) {
 /// A lowered plan's per-rank peak: parameters, buffers and optimizer state
 /// (dsrt.param storage) plus the planned arena.
 int64_t perRankPeak(ModuleOp module) {
+  // Pipeline parallelism: the largest stage's.
+  if (SmallVector<ModuleOp> stages = ds::pipelineStages(module);
+      !stages.empty()) {
+    int64_t peak = 0;
+    for (ModuleOp m : stages)
+      peak = std::max(peak, perRankPeak(m));
+    return peak;
+  }
   int64_t total = 0;
   module.walk([&](func::FuncOp f) {
     if (auto a = f->getAttrOfType<IntegerAttr>(dsrt::kArenaBytes))
@@ -592,9 +623,9 @@ int applyConfig() {
     int64_t accum = 1;
     // The batch is per data-parallel rank: the world over the tensor-parallel
     // groups.
-    int64_t dpRanks = tensorParallel > 0 && worldSize % tensorParallel == 0
-                          ? worldSize / tensorParallel
-                          : worldSize;
+    int64_t grid = tensorParallel * pipelineParallel;
+    int64_t dpRanks =
+        grid > 0 && worldSize % grid == 0 ? worldSize / grid : worldSize;
     if (!dsconfig::resolveBatch(dsc, dpRanks, configMicroBatch, accum, err)) {
       llvm::errs() << "error: " << configPath << ": " << err << "\n";
       return 1;
@@ -722,6 +753,9 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
     show("min-loss-scale", num(minLossScale));
     show("world-size", std::to_string(worldSize));
     show("tensor-parallel", std::to_string(tensorParallel));
+    show("pipeline-parallel", std::to_string(pipelineParallel));
+    show("micro-batches", std::to_string(microBatches));
+    show("schedule", pipeSchedule);
     show("zero", std::to_string(zeroStage));
     show("comm-dtype", commDtypeName.empty() ? precisionName.getValue()
                                              : commDtypeName.getValue());
@@ -794,21 +828,36 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
     return 1;
   }
 
+  ds::PipelineSplit lastSplit; // the stages of the last pipeline split
   // The pipeline on a copy of the imported module, with a recompute mode
   // (and for "budget" its activation budget); `lower` through the memory
   // plan.
   auto compile = [&](OwningOpRef<ModuleOp> &out, StringRef rMode,
                      int64_t rBudget, bool lower) -> LogicalResult {
     out = OwningOpRef<ModuleOp>((**module).clone());
-    PassManager pm(&context);
-    pm.addPass(createCanonicalizerPass());
-    pm.addPass(createCSEPass());
+    PassManager pre(&context);
+    pre.addPass(createCanonicalizerPass());
+    pre.addPass(createCSEPass());
     bool training = optimizerName != "none";
     if (tensorParallel > 1) {
       ds::TensorParallelPassOptions tp;
       tp.size = tensorParallel;
-      pm.addNestedPass<func::FuncOp>(ds::createTensorParallelPass(tp));
+      pre.addNestedPass<func::FuncOp>(ds::createTensorParallelPass(tp));
     }
+    if (failed(pre.run(*out)) || errors)
+      return failure();
+    // Pipeline parallelism: the rest runs on each stage's module.
+    SmallVector<ModuleOp> targets{*out};
+    if (pipelineParallel > 1) {
+      FailureOr<ds::PipelineSplit> split =
+          ds::splitPipeline(*out, pipelineParallel);
+      if (failed(split) || errors)
+        return failure();
+      lastSplit = *split;
+      targets = ds::pipelineStages(*out);
+    }
+    for (ModuleOp target : targets) {
+    PassManager pm(&context);
     if (emitGrads || training) {
       if (precisionName != "fp32") {
         ds::MixedPrecisionPassOptions mp;
@@ -822,9 +871,10 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
         rc.budget = rBudget;
         pm.addNestedPass<func::FuncOp>(ds::createRecomputePass(rc));
       }
-      if (training && (worldSize / tensorParallel > 1 || zeroStage > 0)) {
+      int64_t dpSize = worldSize / (tensorParallel * pipelineParallel);
+      if (training && (dpSize > 1 || zeroStage > 0)) {
         ds::ZeroPassOptions dp;
-        dp.worldSize = worldSize / tensorParallel; // the data-parallel group
+        dp.worldSize = dpSize; // the data-parallel group
         dp.stage = zeroStage;
         dp.persistenceThreshold = persistenceThreshold;
         dp.reduceBucketSize = reduceBucketSize;
@@ -874,8 +924,9 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
       }
       pm.addNestedPass<func::FuncOp>(ds::createPlanMemoryPass());
     }
-    if (failed(pm.run(*out)) || errors)
+    if (failed(pm.run(target)) || errors)
       return failure();
+    }
     return success();
   };
 
@@ -903,6 +954,15 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
     llvm::errs() << "error: --recompute='" << rMode
                  << "' is not one of none, full, every-layer, auto, "
                     "budget=SIZE\n";
+    return 1;
+  }
+  if (pipelineParallel > 1 &&
+      (rMode == "budget" || (rMode == "auto" && limit) || offloadMode == "auto")) {
+    llvm::errs() << "error: --pipeline-parallel=" << pipelineParallel
+                 << " with a memory search (--recompute=auto with "
+                    "--device-memory, budget=SIZE, or --offload=auto) is not "
+                    "supported yet: give --recompute=none, full or "
+                    "every-layer\n";
     return 1;
   }
   if (rMode != "none" && !training) {
@@ -1131,6 +1191,23 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
         llvm::sys::path::filename(inputFilename).str() + ", ZeRO-" +
         std::to_string(zeroStage) + ", " + std::to_string(worldSize) +
         " rank(s), " + precisionName + ", recompute " + rMode;
+    if (pipelineParallel > 1) {
+      // The report is the pipeline's: per stage, with the schedule.
+      planOptions.pipeline.microBatches = microBatches;
+      planOptions.pipeline.schedule = pipeSchedule;
+      planOptions.pipeline.tied = lastSplit.tied;
+      planOptions.pipeline.cutPoints = lastSplit.cutPoints;
+      for (const ds::PipelineStage &st : lastSplit.stages)
+        planOptions.pipeline.stages.push_back(
+            {st.firstOp, st.lastOp, st.flops, st.sendBytes});
+      if (failed(ds::writePlan(**module, outputFilename, planOptions)) ||
+          errors)
+        return 1;
+      llvm::outs() << reportText;
+      if (printReport && !jsonReport)
+        llvm::outs() << searchLog;
+      return 0;
+    }
     if (printReport && !jsonReport)
       planOptions.views.costReport = &costText;
     if (jsonReport)
@@ -1249,6 +1326,62 @@ int main(int argc, char **argv) {
     llvm::errs() << "error: --tensor-parallel="
                  << static_cast<int64_t>(tensorParallel)
                  << " needs a training step (--optimizer=...)\n";
+    return 1;
+  }
+  if (pipelineParallel < 1 ||
+      worldSize % (tensorParallel * pipelineParallel) != 0) {
+    llvm::errs() << "error: --world-size=" << static_cast<int64_t>(worldSize)
+                 << " is not data-parallel x tensor-parallel x "
+                    "pipeline-parallel with --tensor-parallel="
+                 << static_cast<int64_t>(tensorParallel)
+                 << " and --pipeline-parallel="
+                 << static_cast<int64_t>(pipelineParallel) << " ("
+                 << static_cast<int64_t>(tensorParallel * pipelineParallel)
+                 << " does not divide it)\n";
+    return 1;
+  }
+  if (pipelineParallel > 1) {
+    auto fail = [](const std::string &m) {
+      llvm::errs() << "error: " << m << "\n";
+      return 1;
+    };
+    std::string p = "--pipeline-parallel=" + std::to_string(pipelineParallel);
+    if (optimizerName == "none")
+      return fail(p + " needs a training step (--optimizer=...)");
+    if (zeroStage > 1)
+      return fail(p + " with --zero=" + std::to_string(zeroStage) +
+                  " is not supported (ZeRO stages 0 and 1 only, as in "
+                  "DeepSpeed: gradients are reduced once per micro-batch)");
+    if (StringRef(pipeSchedule).starts_with("interleaved"))
+      return fail("--schedule=" + pipeSchedule +
+                  ": the interleaved schedule is not built yet (use gpipe "
+                  "or 1f1b)");
+    if (pipeSchedule != "gpipe" && pipeSchedule != "1f1b")
+      return fail("--schedule='" + pipeSchedule +
+                  "' is not one of gpipe, 1f1b, interleaved:V");
+    if (microBatches < 0)
+      return fail("--micro-batches must be at least 1, got " +
+                  std::to_string(microBatches));
+    if (microBatches == 0)
+      microBatches = gradAccum;
+    else if (gradAccum.getNumOccurrences() > 0 && gradAccum != microBatches)
+      return fail("--micro-batches=" + std::to_string(microBatches) +
+                  " and --grad-accum=" + std::to_string(gradAccum) +
+                  " disagree: with pipeline parallelism the micro-batches "
+                  "are the accumulation steps");
+    gradAccum = microBatches;
+    if (precisionName == "fp16")
+      return fail(p + " with --precision=fp16 (loss scaling) is not "
+                  "supported yet; use bf16 or fp32");
+    if (gradClip > 0)
+      return fail(p + " with --grad-clip is not supported yet (the norm "
+                  "spans the stages)");
+    if (offloadOptimizer != "none" || offloadParam != "none")
+      return fail(p + " with offload is not supported yet");
+  } else if (microBatches.getNumOccurrences() > 0 ||
+             pipeSchedule.getNumOccurrences() > 0) {
+    llvm::errs() << "error: --micro-batches and --schedule are for "
+                    "--pipeline-parallel (use --grad-accum without it)\n";
     return 1;
   }
   if (zeroStage < 0 || zeroStage > 3) {

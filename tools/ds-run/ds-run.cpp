@@ -11,6 +11,7 @@
 #include "ds/Runtime/LossScaler.h"
 #include "ds/Runtime/Runtime.h"
 #include "ds/Runtime/Schedule.h"
+#include "ds/Support/PipelineSchedule.h"
 
 #include <google/protobuf/stubs/logging.h>
 
@@ -198,6 +199,81 @@ std::string clockText(double seconds) {
   return buf;
 }
 
+/// Pipeline parallelism, --save-weights: each stage's first rank sends its
+/// stage's weights (name, dtype, shape, bytes) to the writer.
+bool exchangeStageWeights(
+    Communicator &world, int stage, int stages, int stageRanks, bool stageLead,
+    bool writer, const std::vector<std::pair<std::string, const HostTensor *>> &own,
+    std::vector<std::pair<std::string, HostTensor>> &received,
+    std::string &err) {
+  const int writerRank = (stages - 1) * stageRanks, tag = 30001;
+  if (stageLead && !writer) {
+    std::string blob;
+    auto put = [&](const void *p, size_t n) {
+      blob.append(static_cast<const char *>(p), n);
+    };
+    uint64_t count = own.size();
+    put(&count, 8);
+    for (const auto &[name, t] : own) {
+      uint64_t n = name.size(), rank = t->shape.size(), bytes = t->data.size();
+      int32_t dtype = static_cast<int32_t>(t->dtype);
+      put(&n, 8);
+      put(name.data(), n);
+      put(&dtype, 4);
+      put(&rank, 8);
+      put(t->shape.data(), rank * 8);
+      put(&bytes, 8);
+      put(t->data.data(), bytes);
+    }
+    uint64_t size = blob.size();
+    return world.send(&size, 8, writerRank, tag, err) &&
+           world.send(blob.data(), size, writerRank, tag + 1, err) &&
+           world.flushSends(err);
+  }
+  if (!writer)
+    return true;
+  for (int st = 0; st < stages - 1; ++st) {
+    uint64_t size = 0;
+    int from = st * stageRanks;
+    if (!world.recv(&size, 8, from, tag, err))
+      return false;
+    std::string blob(size, '\0');
+    if (!world.recv(blob.data(), size, from, tag + 1, err))
+      return false;
+    size_t at = 0;
+    auto get = [&](void *p, size_t n) {
+      if (at + n > blob.size())
+        return false;
+      std::memcpy(p, blob.data() + at, n);
+      at += n;
+      return true;
+    };
+    uint64_t count = 0;
+    if (!get(&count, 8))
+      return (err = "stage " + std::to_string(st) + " sent bad weights", false);
+    for (uint64_t i = 0; i < count; ++i) {
+      uint64_t n = 0, rank = 0, bytes = 0;
+      int32_t dtype = 0;
+      HostTensor t;
+      std::string name;
+      if (!get(&n, 8) || n > blob.size())
+        return (err = "stage " + std::to_string(st) + " sent bad weights", false);
+      name.resize(n);
+      if (!get(name.data(), n) || !get(&dtype, 4) || !get(&rank, 8) || rank > 64)
+        return (err = "stage " + std::to_string(st) + " sent bad weights", false);
+      t.dtype = static_cast<DType>(dtype);
+      t.shape.resize(rank);
+      if (!get(t.shape.data(), rank * 8) || !get(&bytes, 8) || bytes > blob.size())
+        return (err = "stage " + std::to_string(st) + " sent bad weights", false);
+      t.data.resize(bytes);
+      if (!get(t.data.data(), bytes))
+        return (err = "stage " + std::to_string(st) + " sent bad weights", false);
+      received.push_back({name, std::move(t)});
+    }
+  }
+  return true;
+}
+
 int main(int argc, char **argv) {
   // Malformed plans and models are reported by ds-run in one line each;
   // protobuf's own log lines would repeat them.
@@ -383,13 +459,52 @@ int run(int argc, char **argv) {
   std::shared_ptr<const Plan> plan = loadPlan(planPath, err);
   if (!plan)
     return fail(err);
+  // Pipeline parallelism (MPMD): this rank runs its stage's plan; `sc` is
+  // the communicator of its stage's ranks, `comm` stays every rank.
+  int stages = pipelineStages(*plan), stage = 0;
+  int stageRanks = comm->size();
+  std::unique_ptr<Communicator> stageComm;
+  Communicator *sc = comm.get();
+  std::vector<ds::PipeStep> order;
+  std::string scheduleName;
+  if (stages > 1) {
+    std::shared_ptr<const Plan> first = stagePlan(*plan, 0, err);
+    if (!first)
+      return fail(err);
+    int want = describe(*first).worldSize * stages;
+    if (want != comm->size())
+      return failEveryRank("'" + planPath + "' is a pipeline of " +
+                           std::to_string(stages) + " stages x " +
+                           std::to_string(want / stages) +
+                           " rank(s) per stage = " + std::to_string(want) +
+                           " ranks; this run has " +
+                           std::to_string(comm->size()) +
+                           " (start it with mpirun -np " +
+                           std::to_string(want) + ")");
+    stageRanks = comm->size() / stages;
+    stage = comm->rank() / stageRanks;
+    scheduleName = pipelineScheduleName(*plan);
+    std::vector<std::vector<ds::PipeStep>> all = ds::pipelineSchedule(
+        scheduleName, stages, pipelineMicroBatches(*plan));
+    if (all.empty())
+      return fail("'" + planPath + "' has an unknown pipeline schedule '" +
+                  scheduleName + "'");
+    order = all[stage];
+    plan = stagePlan(*plan, stage, err);
+    if (!plan)
+      return fail(err);
+    stageComm = comm->split(stage, comm->rank() % stageRanks, err);
+    if (!stageComm)
+      return fail("cannot form the pipeline stage's group: " + err);
+    sc = stageComm.get();
+  }
   PlanInfo info = describe(*plan);
   // Data parallelism is over the ranks of different tensor-parallel
   // groups: the ranks of one group read the same batch.
   int tensorParallel = std::max(1, info.tensorParallel);
-  int dpSize = comm->size() / tensorParallel;
-  int dpRank = comm->rank() / tensorParallel;
-  if (info.worldSize != comm->size())
+  int dpSize = sc->size() / tensorParallel;
+  int dpRank = sc->rank() / tensorParallel;
+  if (stages == 1 && info.worldSize != comm->size())
     return failEveryRank("'" + planPath + "' is compiled for " +
                 std::to_string(info.worldSize) + " rank(s), this run has " +
                 std::to_string(comm->size()) +
@@ -397,6 +512,14 @@ int run(int argc, char **argv) {
                                           std::to_string(info.worldSize) + ")"
                                     : " (compile it with --world-size=" +
                                           std::to_string(comm->size()) + ")"));
+  if (stages > 1) {
+    // The last stage has the loss: its first rank prints.
+    lead = stage == stages - 1 && sc->rank() == 0;
+    if (!saveDir.empty() || !resumeDir.empty())
+      return failEveryRank("--save and --resume with pipeline parallelism "
+                           "are not supported yet (use --save-weights for "
+                           "the trained weights)");
+  }
   bool trainingPlan = info.updatesParameters;
   if (trainingPlan && info.optimizer.empty())
     info.optimizer = "training_info";
@@ -419,7 +542,11 @@ int run(int argc, char **argv) {
   options.seed = static_cast<uint64_t>(seed);
   options.profile = profile;
   options.lr = lrOverride;
-  options.comm = comm.get();
+  options.comm = sc;
+  if (stages > 1) {
+    options.pipe = comm.get();
+    options.pipeStride = stageRanks;
+  }
   options.injectOverflow = injectOverflow;
   options.nanGuard = trainingPlan && onNan != "continue";
   if (!injectOverflow.empty() && !info.lossScaling)
@@ -706,20 +833,39 @@ int run(int argc, char **argv) {
     // A progress bar on a terminal for long runs (--no-progress-bar: lines).
     bool progressBar = isatty(STDOUT_FILENO) && !noProgressBar &&
                        steps - firstStep + 1 > 20;
+    // The order of work in a step: each micro-batch's whole program, or
+    // with pipeline parallelism this stage's schedule of forward and
+    // backward sections.
+    if (stages == 1) {
+      order.clear();
+      for (int64_t micro = 0; micro < accum; ++micro)
+        order.push_back({true, static_cast<int>(micro)});
+    } else if (static_cast<int64_t>(order.size()) != 2 * accum) {
+      return fail("the pipeline schedule has " + std::to_string(order.size()) +
+                  " items for " + std::to_string(accum) + " micro-batches");
+    }
+    std::vector<std::string> stageInputs;
+    if (stages > 1)
+      stageInputs = exec->inputNames();
+    auto hasInput = [&](const std::string &name) {
+      return stages == 1 || std::find(stageInputs.begin(), stageInputs.end(),
+                                      name) != stageInputs.end();
+    };
     for (long long s = firstStep; s <= steps; ++s) {
      bool nanStep = false;
      double lossSum = 0, msSum = 0;
-     uint64_t comm0 = comm->collectiveBytes;
+     uint64_t comm0 = sc->collectiveBytes;
      uint64_t highWater = 0;
-     for (int64_t micro = 0; micro < accum; ++micro) {
+     for (const ds::PipeStep &item : order) {
+      int64_t micro = item.micro;
       long long m = (s - 1) * accum + micro + 1; // run number, 1-based
-      for (const auto &[name, spec] : specs) {
+      for (const auto &[name, spec] : item.forward ? specs : decltype(specs)()) {
         auto it = data.find(name);
         if (it == data.end())
           continue;
         const HostTensor &t = it->second;
         HostTensor batch = t;
-        if (t.shape != spec.shape || comm->size() > 1) {
+        if (t.shape != spec.shape || sc->size() > 1) {
           // Global batch (m-1) mod k, this rank's rows of it.
           int64_t unit = spec.shape[0] * dpSize;
           int64_t k = t.shape[0] % unit == 0 ? t.shape[0] / unit : 1;
@@ -735,7 +881,7 @@ int run(int argc, char **argv) {
           return fail(err);
       }
       stats.kernelTimes.clear();
-      if (!tokens.empty()) {
+      if (!tokens.empty() && item.forward) {
         // splitmix64 of (seed, step, row): the same windows for the same
         // seed, whatever the thread count.
         HostTensor in, out;
@@ -758,8 +904,8 @@ int run(int argc, char **argv) {
             std::memcpy(out.data.data() + (r * window[1] + j) * 8, &b, 8);
           }
         }
-        if (!exec->setInput(tokIn, std::move(in), err) ||
-            !exec->setInput(tokOut, std::move(out), err))
+        if ((hasInput(tokIn) && !exec->setInput(tokIn, std::move(in), err)) ||
+            (hasInput(tokOut) && !exec->setInput(tokOut, std::move(out), err)))
           return fail(err);
       }
       if (info.lossScaling) {
@@ -781,11 +927,29 @@ int run(int argc, char **argv) {
                                ? std::atoi(std::getenv("DS_FAULT_RANK"))
                                : 1))
         std::raise(SIGKILL);
-      if (!exec->run(stats, err)) {
+      bool ran = stages == 1
+                     ? exec->run(stats, err)
+                     : exec->runSection(item.forward, static_cast<int>(micro),
+                                        static_cast<uint64_t>(m - 1), stats,
+                                        err);
+      if (!ran) {
         if (log)
           std::fclose(log);
-        return fail("step " + std::to_string(s) + ": " + err);
+        return fail((stages > 1 ? "pipeline stage " + std::to_string(stage) +
+                                      " of " + std::to_string(stages) + ", "
+                                : std::string()) +
+                    "step " + std::to_string(s) +
+                    (stages > 1 ? std::string(item.forward ? ", forward"
+                                                           : ", backward") +
+                                      " of micro-batch " +
+                                      std::to_string(micro)
+                                : std::string()) +
+                    ": " + err);
       }
+      msSum += stats.milliseconds;
+      highWater = std::max<uint64_t>(highWater, stats.arenaHighWater);
+      if (stages > 1 && item.forward && !stats.nanLoss)
+        continue; // the loss is read after the micro-batch's backward
       if (stats.nanLoss) {
         // The loss is not finite: nothing was updated.
         if (onNan == "skip") {
@@ -795,6 +959,10 @@ int run(int argc, char **argv) {
           nanStep = true;
           break;
         }
+        if (stages > 1) // a scan would run the hand-overs again
+          return fail("pipeline stage " + std::to_string(stage) + ", step " +
+                      std::to_string(s) +
+                      ": the loss is not finite (--on-nan=stop)");
         std::string where;
         if (!exec->scanForNan(stats, err))
           return fail("step " + std::to_string(s) + ": " + err);
@@ -814,12 +982,10 @@ int run(int argc, char **argv) {
         microLoss = f;
       }
       lossSum += microLoss;
-      msSum += stats.milliseconds;
-      highWater = std::max<uint64_t>(highWater, stats.arenaHighWater);
      }
      if (nanStep)
        continue;
-      stepComm = comm->collectiveBytes - comm0;
+      stepComm = sc->collectiveBytes - comm0;
       stepToHost = stats.toHostBytes;
       stepToDevice = stats.toDeviceBytes;
       stepNvmeRead = stats.nvmeReadBytes;
@@ -930,6 +1096,9 @@ int run(int argc, char **argv) {
     }
     if (log)
       std::fclose(log);
+    // Every hand-over delivered before the stages go on (or end).
+    if (stages > 1 && !comm->flushSends(err))
+      return fail(err);
     if (profile)
       printProfile(stats);
     if (!saveWeights.empty()) {
@@ -941,6 +1110,20 @@ int run(int argc, char **argv) {
         if (!exec->parameter(names[i], values[i], err))
           return fail(err);
         arrays.push_back({names[i], &values[i]});
+      }
+      // Pipeline parallelism: each stage's first rank hands its weights
+      // to the writer (a parameter several stages hold is written once).
+      std::vector<std::pair<std::string, HostTensor>> received;
+      if (stages > 1 && !exchangeStageWeights(*comm, stage, stages, stageRanks,
+                                              sc->rank() == 0, lead, arrays,
+                                              received, err))
+        return fail(err);
+      for (auto &[name, t] : received) {
+        bool have = false;
+        for (auto &a : arrays)
+          have |= a.first == name;
+        if (!have)
+          arrays.push_back({name, &t});
       }
       bool ok = !lead ||
                 (endsWith(saveWeights, ".onnx")
@@ -956,15 +1139,23 @@ int run(int argc, char **argv) {
     if (accum > 1)
       std::printf("each step accumulated %lld micro-batches\n",
                   static_cast<long long>(accum));
+    if (stages > 1)
+      std::printf("pipeline of %d stages (schedule %s, %lld micro-batches per "
+                  "step) x %d data-parallel x %d tensor-parallel ranks; this "
+                  "is stage %d: activation stash %llu bytes at most "
+                  "(figures below are this stage's)\n",
+                  stages, scheduleName.c_str(), static_cast<long long>(accum),
+                  dpSize, tensorParallel, stage,
+                  static_cast<unsigned long long>(exec->stashHighWater()));
     if (tensorParallel > 1)
       std::printf("data parallel over %d group(s) of %d tensor-parallel "
                   "ranks (%d ranks), ZeRO stage %d (losses and gradients are "
                   "the means over the groups)\n",
-                  dpSize, tensorParallel, comm->size(), planned.stage);
-    else if (comm->size() > 1)
+                  dpSize, tensorParallel, sc->size(), planned.stage);
+    else if (sc->size() > 1)
       std::printf("data parallel over %d ranks, ZeRO stage %d (losses and "
                   "gradients are the means over ranks)\n",
-                  comm->size(), planned.stage);
+                  sc->size(), planned.stage);
     std::printf("per rank, measured (plan): parameters %llu (%llu), buffers "
                 "%llu (%llu), optimizer state %llu (%llu), arena high-water "
                 "%llu (%llu) bytes; collectives %llu (%llu) bytes per step\n",

@@ -53,6 +53,23 @@ public:
   virtual std::unique_ptr<Communicator> split(int color, int key,
                                               std::string &err) = 0;
 
+  /// Point to point, for pipeline parallelism. `send` copies the bytes and
+  /// returns at once (so that two stages sending to each other cannot
+  /// deadlock); `recv` blocks until the peer's bytes with the same tag
+  /// arrive and fails if their size differs; `flushSends` waits until every
+  /// send has been delivered.
+  virtual bool send(const void *data, uint64_t bytes, int peer, int tag,
+                    std::string &err) {
+    err = "point-to-point send needs MPI (start with mpirun)";
+    return false;
+  }
+  virtual bool recv(void *data, uint64_t bytes, int peer, int tag,
+                    std::string &err) {
+    err = "point-to-point receive needs MPI (start with mpirun)";
+    return false;
+  }
+  virtual bool flushSends(std::string &err) { return true; }
+
   /// Bytes handed to collectives since creation: each call adds the bytes
   /// of the buffer it reduces or fills (all-reduce: the tensor; all-gather:
   /// the gathered output; reduce-scatter: the input). ds-run compares it

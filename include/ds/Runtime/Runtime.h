@@ -101,6 +101,14 @@ struct PlanInfo {
 /// On failure returns null and sets `err` to one line.
 std::shared_ptr<const Plan> loadPlan(const std::string &path, std::string &err);
 PlanInfo describe(const Plan &plan);
+/// Pipeline parallelism: the stages of a pipeline plan (1 for any other),
+/// and the plan of one stage (its world: the stage's ranks).
+int pipelineStages(const Plan &plan);
+std::shared_ptr<const Plan> stagePlan(const Plan &plan, int stage,
+                                      std::string &err);
+/// The pipeline schedule's name and micro-batches of a pipeline plan.
+std::string pipelineScheduleName(const Plan &plan);
+int pipelineMicroBatches(const Plan &plan);
 /// The plan's per-rank memory and collective bytes (what ds-opt --report
 /// prints), for checking measurements against.
 Footprint footprintOf(const Plan &plan);
@@ -113,8 +121,13 @@ bool builtWithCuda();
 bool cudaDeviceVisible();
 
 struct ExecutorOptions {
-  /// The communicator of collective kernels (null: one rank).
+  /// The communicator of collective kernels (null: one rank). With
+  /// pipeline parallelism: the ranks of this rank's stage.
   Communicator *comm = nullptr;
+  /// Pipeline parallelism: every rank (the send/recv peers are this rank
+  /// plus or minus `pipeStride`, the ranks per stage).
+  Communicator *pipe = nullptr;
+  int pipeStride = 0;
   int threads = 1;
   uint64_t seed = 0;
   bool profile = false;
@@ -174,6 +187,14 @@ public:
   bool setInput(const std::string &name, HostTensor tensor, std::string &err);
   /// Runs the forward program once.
   bool run(RunStats &stats, std::string &err);
+  /// Pipeline parallelism: runs the forward or backward section of
+  /// micro-batch `micro`, the `runIndex`-th (0-based) run of the training.
+  /// What a forward leaves for its backward is kept per micro-batch; the
+  /// inputs set before a forward are the ones its backward sees.
+  bool runSection(bool forward, int micro, uint64_t runIndex, RunStats &stats,
+                  std::string &err);
+  /// Bytes the activation stash holds at most (pipeline parallelism).
+  uint64_t stashHighWater() const;
   /// Runs the forward pass of the last run again, as it was (same inputs,
   /// same random draws), checking each kernel's results for NaN and
   /// infinity; the first found goes to stats.firstNan. For a run that

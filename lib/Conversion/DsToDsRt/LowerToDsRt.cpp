@@ -220,6 +220,7 @@ struct LowerToDsRtPass : impl::LowerToDsRtPassBase<LowerToDsRtPass> {
       SmallVector<Value> ins, outs;
       NamedAttrList params(op.getAttrDictionary());
       params.erase("ds.recompute"); // a compiler mark, not a kernel parameter
+      params.erase("ds.needs_grad");
       // Offload: a host op's results live in the host arena, and so does
       // what a transfer to the host makes.
       bool onHost = params.erase("ds.on_host") != nullptr;

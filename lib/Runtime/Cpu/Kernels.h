@@ -70,6 +70,11 @@ struct KernelContext {
     bool overflow = false;
     bool inject = false;
   } *step = nullptr;
+  /// Pipeline parallelism: every rank, the ranks per stage (a peer stage's
+  /// rank is this one plus a multiple of it) and the micro-batch running.
+  Communicator *pipe = nullptr;
+  int pipeStride = 0;
+  int micro = 0;
   bool fail(const std::string &message) {
     error = message;
     return false;
@@ -323,6 +328,9 @@ DS_KERNEL(kAllGather);
 DS_KERNEL(kReduceScatter);
 DS_KERNEL(kShard);
 DS_KERNEL(kWait);
+// Pipeline.cpp
+DS_KERNEL(kPipeSend); DS_KERNEL(kPipeRecv); DS_KERNEL(kPipeMark);
+DS_KERNEL(kTiedGradSum);
 DS_KERNEL(kCheckOverflow);
 #undef DS_KERNEL
 

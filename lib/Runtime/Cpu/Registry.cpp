@@ -82,6 +82,10 @@ static const KernelInfo kKernels[] = {
     {"shard", 1, 1, 1, 1, kShard},
     {"wait", 1, 1 << 20, 0, 0, kWait},
     {"check_overflow", 1, 1 << 20, 1, 1, kCheckOverflow},
+    {"pipe_send", 1, 1, 0, 0, kPipeSend},
+    {"pipe_recv", 0, 0, 1, 1, kPipeRecv},
+    {"pipe_mark", 0, 0, 0, 0, kPipeMark},
+    {"tied_grad_sum", 2, 3, 1, 2, kTiedGradSum},
 };
 
 const KernelInfo *findKernel(const std::string &name) {

@@ -8,6 +8,8 @@
 #include "../Cpu/Kernels.h"
 
 #include <mpi.h>
+#include <climits>
+#include <list>
 
 #include <cstdlib>
 #include <cstring>
@@ -249,6 +251,59 @@ public:
     MPI_Abort(MPI_COMM_WORLD, code);
     std::exit(code);
   }
+  bool send(const void *data, uint64_t bytes, int peer, int tag,
+            std::string &err) override {
+    if (bytes > static_cast<uint64_t>(INT_MAX)) {
+      err = "a pipeline message of " + std::to_string(bytes) +
+            " bytes is more than MPI's int count";
+      return false;
+    }
+    reap();
+    sends_.emplace_back();
+    PendingSend &p = sends_.back();
+    p.bytes.assign(static_cast<const char *>(data),
+                   static_cast<const char *>(data) + bytes);
+    if (MPI_Isend(p.bytes.data(), static_cast<int>(bytes), MPI_BYTE, peer, tag,
+                  comm_, &p.request) != MPI_SUCCESS) {
+      sends_.pop_back();
+      err = "MPI_Isend to rank " + std::to_string(peer) + " failed";
+      return false;
+    }
+    return true;
+  }
+  bool recv(void *data, uint64_t bytes, int peer, int tag,
+            std::string &err) override {
+    if (bytes > static_cast<uint64_t>(INT_MAX)) {
+      err = "a pipeline message of " + std::to_string(bytes) +
+            " bytes is more than MPI's int count";
+      return false;
+    }
+    reap();
+    MPI_Status status;
+    if (MPI_Recv(data, static_cast<int>(bytes), MPI_BYTE, peer, tag, comm_,
+                 &status) != MPI_SUCCESS) {
+      err = "MPI_Recv from rank " + std::to_string(peer) + " failed";
+      return false;
+    }
+    int got = 0;
+    MPI_Get_count(&status, MPI_BYTE, &got);
+    if (static_cast<uint64_t>(got) != bytes) {
+      err = "rank " + std::to_string(peer) + " sent " + std::to_string(got) +
+            " bytes, this stage expected " + std::to_string(bytes) +
+            " (the ranks run different plans?)";
+      return false;
+    }
+    return true;
+  }
+  bool flushSends(std::string &err) override {
+    for (PendingSend &p : sends_)
+      if (MPI_Wait(&p.request, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+        err = "a pipeline send did not complete";
+        return false;
+      }
+    sends_.clear();
+    return true;
+  }
   bool allOk(bool ok) override {
     int local = ok ? 1 : 0, all = 0;
     MPI_Allreduce(&local, &all, 1, MPI_INT, MPI_MIN, comm_);
@@ -256,6 +311,19 @@ public:
   }
 
 private:
+  // Sends in flight, with their own copy of the bytes.
+  struct PendingSend {
+    std::vector<char> bytes;
+    MPI_Request request = MPI_REQUEST_NULL;
+  };
+  std::list<PendingSend> sends_;
+  void reap() {
+    for (auto it = sends_.begin(); it != sends_.end();) {
+      int done = 0;
+      MPI_Test(&it->request, &done, MPI_STATUS_IGNORE);
+      it = done ? sends_.erase(it) : std::next(it);
+    }
+  }
   // MPI counts are ints: larger collectives are refused, not truncated.
   static bool checkCount(int64_t count, std::string &err) {
     if (count * 8 <= INT32_MAX)

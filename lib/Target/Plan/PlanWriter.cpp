@@ -8,6 +8,7 @@
 #include "ds/Dialect/DsRt/IR/DsRtOps.h"
 #include "ds/Support/PlanFootprint.h"
 #include "ds/Support/PlanTimeline.h"
+#include "ds/Support/PipelineSchedule.h"
 #include "ds/Support/PlanFormat.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -207,8 +208,10 @@ LogicalResult writeViews(ModuleOp module, const pb::Plan &p,
 }
 } // namespace
 
-LogicalResult mlir::ds::writePlan(ModuleOp module, StringRef planPath,
-                            const PlanWriteOptions &options) {
+namespace {
+/// One program's plan: @forward of `module`, lowered and memory-planned.
+LogicalResult buildPlan(ModuleOp module, const PlanWriteOptions &options,
+                        int64_t worldSize, pb::Plan &p) {
   auto func = module.lookupSymbol<func::FuncOp>("forward");
   if (!func || func.getNumArguments() != 0)
     return module.emitError("writing a plan needs @forward lowered to dsrt");
@@ -217,10 +220,9 @@ LogicalResult mlir::ds::writePlan(ModuleOp module, StringRef planPath,
     return func.emitError("the memory plan is missing (run "
                           "--dsrt-plan-memory)");
 
-  pb::Plan p;
   p.set_format_version(::ds::kPlanFormatVersion);
   p.set_producer("ds-opt");
-  p.set_world_size(static_cast<uint32_t>(options.worldSize));
+  p.set_world_size(static_cast<uint32_t>(worldSize));
   if (auto tp = func->getAttrOfType<IntegerAttr>("ds.tensor_parallel"))
     p.set_tensor_parallel(static_cast<uint32_t>(tp.getInt()));
   if (auto stage = func->getAttrOfType<IntegerAttr>("ds.zero_stage"))
@@ -357,7 +359,13 @@ LogicalResult mlir::ds::writePlan(ModuleOp module, StringRef planPath,
     p.mutable_nvme()->set_bandwidth(options.views.nvmeBytesPerSecond);
   }
 
-  // The weights source: the ONNX file relative to the plan, and its hash.
+  return success();
+}
+
+/// The weights source (the ONNX file relative to the plan, and its hash)
+/// and the compile options.
+LogicalResult addSource(ModuleOp module, StringRef planPath,
+                        const PlanWriteOptions &options, pb::Plan &p) {
   if (!options.weightsPath.empty()) {
     auto file = llvm::MemoryBuffer::getFile(options.weightsPath, false, false);
     if (!file)
@@ -375,12 +383,197 @@ LogicalResult mlir::ds::writePlan(ModuleOp module, StringRef planPath,
   for (const auto &[k, v] : options.compileOptions)
     (*p.mutable_options())[k] = v;
 
-  if (failed(writeViews(module, p, options)))
+  return success();
+}
+
+/// Bytes of a parameter as the plan stores it.
+uint64_t parameterBytes(const pb::Parameter &par) {
+  uint64_t n = 4;
+  switch (par.dtype()) {
+  case pb::F16: case pb::BF16: n = 2; break;
+  case pb::I64: n = 8; break;
+  case pb::BOOL: n = 1; break;
+  default: break;
+  }
+  for (int64_t d : par.shape())
+    n *= static_cast<uint64_t>(d);
+  return n;
+}
+
+/// The container of a pipeline's stage plans, and its report.
+LogicalResult writePipelinePlan(ModuleOp module, ArrayRef<ModuleOp> stages,
+                                StringRef planPath,
+                                const PlanWriteOptions &options, pb::Plan &p) {
+  const PlanWriteOptions::Pipeline &pipe = options.pipeline;
+  int stageCount = static_cast<int>(stages.size());
+  int64_t stageWorld = options.worldSize / stageCount;
+  p.set_format_version(::ds::kPlanFormatVersion);
+  p.set_producer("ds-opt");
+  p.set_world_size(static_cast<uint32_t>(options.worldSize));
+  if (failed(addSource(module, planPath, options, p)))
     return failure();
-  if (options.report)
-    *options.report = options.reportJson
-                          ? ::ds::formatFootprintJson(::ds::footprint(p))
-                          : ::ds::formatFootprint(::ds::footprint(p));
+  pb::Pipeline *pl = p.mutable_pipeline();
+  pl->set_stages(stageCount);
+  pl->set_micro_batches(static_cast<uint32_t>(pipe.microBatches));
+  pl->set_schedule(pipe.schedule);
+  for (const std::string &t : pipe.tied)
+    pl->add_tied(t);
+  std::vector<std::vector<::ds::PipeStep>> sched = ::ds::pipelineSchedule(
+      pipe.schedule, stageCount, static_cast<int>(pipe.microBatches));
+  if (sched.empty())
+    return module.emitError("unknown pipeline schedule '")
+           << pipe.schedule << "'";
+  ::ds::CostModel model;
+  model.flopsPerSecond = options.views.flopsPerSecond;
+  model.bytesPerSecond = options.views.bytesPerSecond;
+  model.linkBytesPerSecond = options.views.linkBytesPerSecond;
+  std::vector<double> fwd, bwd;
+  std::vector<uint64_t> stash, peak;
+  std::vector<int> slots;
+  uint64_t maxSend = 0;
+  for (int s = 0; s < stageCount; ++s) {
+    pb::Plan *sp = pl->add_stage_plans();
+    if (failed(buildPlan(stages[s], options, stageWorld, *sp)) ||
+        failed(addSource(module, planPath, options, *sp)))
+      return failure();
+    int split = -1;
+    const pb::Program &prog = sp->programs(0);
+    for (int i = 0; i < prog.instructions_size(); ++i)
+      if (prog.instructions(i).kernel() == "pipe_mark")
+        split = i;
+    if (split < 0)
+      return module.emitError("stage ")
+             << s << " has no backward section (run --ds-autodiff)";
+    pb::Pipeline *own = sp->mutable_pipeline();
+    own->set_stages(stageCount);
+    own->set_micro_batches(static_cast<uint32_t>(pipe.microBatches));
+    own->set_schedule(pipe.schedule);
+    own->set_stage(s);
+    own->set_backward_start(split);
+    uint64_t bytes = 0;
+    for (const ::ds::ByteRange &r : ::ds::stashRanges(*sp, split))
+      bytes += r.end - r.begin;
+    own->set_stash_bytes(bytes);
+    stash.push_back(bytes);
+    slots.push_back(::ds::stashCopies(sched[s]));
+    ::ds::Timeline tl = ::ds::timeline(*sp, model);
+    double fwdEnd = 0;
+    for (const ::ds::TimelineEvent &e : tl.events)
+      if (e.instruction < split)
+        fwdEnd = std::max(fwdEnd, e.start + e.duration);
+    fwd.push_back(fwdEnd);
+    bwd.push_back(std::max(0.0, tl.stepSeconds - fwdEnd));
+    uint64_t params = 0;
+    for (const pb::Parameter &par : sp->parameters())
+      params += parameterBytes(par);
+    peak.push_back(prog.arena_bytes() + params + bytes * slots.back());
+    if (s < static_cast<int>(pipe.stages.size()))
+      maxSend = std::max<uint64_t>(maxSend, pipe.stages[s].sendBytes);
+  }
+  if (!options.report)
+    return success();
+  int m = static_cast<int>(pipe.microBatches);
+  double formula = double(stageCount - 1) / double(m + stageCount - 1);
+  ::ds::PipeSimulation equal = ::ds::simulatePipeline(
+      sched, std::vector<double>(stageCount, 1.0),
+      std::vector<double>(stageCount, 2.0));
+  ::ds::PipeSimulation costed = ::ds::simulatePipeline(
+      sched, fwd, bwd,
+      model.linkBytesPerSecond > 0 ? maxSend / model.linkBytesPerSecond : 0);
+  int tp = pl->stage_plans(0).tensor_parallel() ? pl->stage_plans(0).tensor_parallel() : 1;
+  int64_t dp = stageWorld / tp;
+  uint64_t maxPeak = *std::max_element(peak.begin(), peak.end());
+  std::string &out = *options.report;
+  llvm::raw_string_ostream os(out);
+  if (options.reportJson) {
+    os << "{\"pipeline\": {\"stages\": " << stageCount
+       << ", \"data_parallel\": " << dp << ", \"tensor_parallel\": " << tp
+       << ", \"micro_batches\": " << m << ", \"schedule\": \""
+       << pipe.schedule << "\", \"bubble\": " << equal.bubble
+       << ", \"bubble_formula\": " << formula
+       << ", \"bubble_cost_model\": " << costed.bubble
+       << ", \"step_seconds\": " << costed.stepSeconds
+       << ", \"per_rank_peak\": " << maxPeak << ", \"per_stage\": [";
+    for (int s = 0; s < stageCount; ++s)
+      os << (s ? ", " : "") << "{\"stage\": " << s
+         << ", \"forward_seconds\": " << fwd[s]
+         << ", \"backward_seconds\": " << bwd[s]
+         << ", \"stash_bytes\": " << stash[s] << ", \"stash_copies\": "
+         << slots[s] << ", \"peak\": " << peak[s] << ", \"footprint\": "
+         << ::ds::formatFootprintJson(::ds::footprint(pl->stage_plans(s)))
+         << "}";
+    os << "]}}\n";
+    return success();
+  }
+  os << "pipeline parallelism: " << stageCount << " stages x " << dp
+     << " data-parallel x " << tp << " tensor-parallel = "
+     << options.worldSize << " ranks (rank = stage*" << stageWorld
+     << " + dp*" << tp << " + tp); " << m << " micro-batches per step, "
+     << "schedule " << pipe.schedule << "\n";
+  os << llvm::format("  %-5s %-11s %10s %10s %10s %10s %5s %11s %9s %9s\n",
+                     "stage", "fwd ops", "fwd GFLOP", "params MiB",
+                     "send KiB", "stash KiB", "copies", "peak MiB", "F ms",
+                     "B ms");
+  for (int s = 0; s < stageCount; ++s) {
+    const pb::Plan &sp = pl->stage_plans(s);
+    uint64_t params = 0;
+    for (const pb::Parameter &par : sp.parameters())
+      params += parameterBytes(par);
+    PlanWriteOptions::Pipeline::Stage info;
+    if (s < static_cast<int>(pipe.stages.size()))
+      info = pipe.stages[s];
+    std::string range = std::to_string(info.firstOp) + "-" +
+                        std::to_string(info.lastOp);
+    os << llvm::format("  %-5d %-11s %10.3f %10.2f %10.1f %10.1f %5d %11.2f "
+                       "%9.3f %9.3f\n",
+                       s, range.c_str(), info.flops / 1e9, params / 1048576.0,
+                       info.sendBytes / 1024.0, stash[s] / 1024.0, slots[s],
+                       peak[s] / 1048576.0, fwd[s] * 1e3, bwd[s] * 1e3);
+  }
+  os << llvm::format("  bubble %.4f (the schedule with equal stages), "
+                     "formula (p-1)/(m+p-1) = %.4f\n",
+                     equal.bubble, formula);
+  os << llvm::format("  cost model: step %.3f ms, bubble %.4f (the stages' "
+                     "forward and backward times above, %.3g B/s link)\n",
+                     costed.stepSeconds * 1e3, costed.bubble,
+                     model.linkBytesPerSecond);
+  os << "  per-rank peak " << llvm::format("%.2f", maxPeak / 1048576.0)
+     << " MiB (largest stage: arena + parameters + stash x copies)\n";
+  if (!pipe.tied.empty()) {
+    os << "  tied parameters (held by several stages, gradients summed "
+          "before the update):";
+    for (const std::string &t : pipe.tied)
+      os << " " << t;
+    os << "\n";
+  }
+  for (int s = 0; s < stageCount; ++s)
+    os << "stage " << s << ":\n"
+       << ::ds::formatFootprint(::ds::footprint(pl->stage_plans(s)));
+  return success();
+}
+} // namespace
+
+LogicalResult mlir::ds::writePlan(ModuleOp module, StringRef planPath,
+                                  const PlanWriteOptions &options) {
+  pb::Plan p;
+  SmallVector<ModuleOp> stages;
+  for (Operation &op : *module.getBody())
+    if (auto m = dyn_cast<ModuleOp>(op); m && m->hasAttr("ds.stage"))
+      stages.push_back(m);
+  if (!stages.empty()) {
+    if (failed(writePipelinePlan(module, stages, planPath, options, p)))
+      return failure();
+  } else {
+    if (failed(buildPlan(module, options, options.worldSize, p)) ||
+        failed(addSource(module, planPath, options, p)))
+      return failure();
+    if (failed(writeViews(module, p, options)))
+      return failure();
+    if (options.report)
+      *options.report = options.reportJson
+                            ? ::ds::formatFootprintJson(::ds::footprint(p))
+                            : ::ds::formatFootprint(::ds::footprint(p));
+  }
 
   std::string payload;
   if (!p.SerializeToString(&payload))

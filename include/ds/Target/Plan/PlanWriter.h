@@ -11,6 +11,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 namespace mlir::ds {
 
@@ -25,6 +26,19 @@ struct PlanWriteOptions {
   /// some storage is on NVMe).
   std::string nvmePath;
   uint32_t aioBlockSize = 1 << 20, aioQueueDepth = 8, aioThreads = 1;
+  /// Pipeline parallelism (a module split into stage modules): the
+  /// micro-batches, the schedule, the tied parameters and, per stage, the
+  /// forward op range, FLOPs and bytes sent (for the report).
+  struct Pipeline {
+    int64_t microBatches = 1;
+    std::string schedule = "1f1b";
+    std::vector<std::string> tied;
+    struct Stage {
+      int64_t firstOp = 0, lastOp = 0, flops = 0, sendBytes = 0;
+    };
+    std::vector<Stage> stages;
+    int64_t cutPoints = 0;
+  } pipeline;
   /// When set, receives the plan's per-rank memory and communication
   /// report (ds-opt --report).
   std::string *report = nullptr;

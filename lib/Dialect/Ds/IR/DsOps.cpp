@@ -671,6 +671,12 @@ int64_t ShardOp::getFlops() { return 0; }
 int64_t TransferOp::getFlops() { return 0; }
 int64_t TpIdentityOp::getFlops() { return 0; }
 int64_t TpAllReduceOp::getFlops() { return 0; }
+int64_t PipeSendOp::getFlops() { return 0; }
+int64_t PipeRecvOp::getFlops() { return 0; }
+int64_t PipeMarkOp::getFlops() { return 0; }
+int64_t TiedGradSumOp::getFlops() {
+  return numElements(getResult().getType());
+}
 int64_t CheckOverflowOp::getFlops() {
   int64_t n = 0;
   for (Value g : getGrads())

@@ -515,13 +515,21 @@ FailureOr<SmallVector<Value>> ds::buildGradients(OpBuilder &b,
                                                  ArrayRef<Operation *> ops,
                                                  Value y, Value seed,
                                                  ValueRange xs) {
+  std::pair<Value, Value> one{y, seed};
+  return buildGradients(b, ops, ArrayRef(one), xs);
+}
+
+FailureOr<SmallVector<Value>>
+ds::buildGradients(OpBuilder &b, ArrayRef<Operation *> ops,
+                   ArrayRef<std::pair<Value, Value>> seeds, ValueRange xs) {
   llvm::DenseMap<Value, Value> grads;
   auto accumulate = [&](Value v, Value g) {
     auto [it, inserted] = grads.try_emplace(v, g);
     if (!inserted)
       it->second = AddOp::create(b, g.getLoc(), v.getType(), it->second, g);
   };
-  accumulate(y, seed);
+  for (auto [y, seed] : seeds)
+    accumulate(y, seed);
   for (Operation *op : llvm::reverse(ops)) {
     SmallVector<Value> resultGrads;
     bool any = false;

@@ -56,8 +56,10 @@ LogicalResult ViewOp::verify() {
 LogicalResult KernelOp::verify() {
   if (getKernel().empty())
     return emitOpError("needs a kernel id");
-  // Only "wait" (completing an async collective) writes nothing.
-  if (getOuts().empty() && getKernel() != "wait")
+  // Only "wait" (completing an async collective) and the pipeline's send
+  // and section mark write nothing.
+  if (getOuts().empty() && getKernel() != "wait" &&
+      getKernel() != "pipe_send" && getKernel() != "pipe_mark")
     return emitOpError("writes no buffer");
   if (auto inplace = getInplace())
     for (int64_t i : *inplace)

@@ -61,6 +61,12 @@ void attachVJPModels(MLIRContext &context);
 FailureOr<SmallVector<Value>> buildGradients(OpBuilder &builder,
                                              ArrayRef<Operation *> ops, Value y,
                                              Value seed, ValueRange xs);
+/// The same with several seeded outputs: the gradients of the sum of
+/// <y_i, seed_i> (a pipeline stage's outputs, seeded with the gradients the
+/// next stage sent back).
+FailureOr<SmallVector<Value>>
+buildGradients(OpBuilder &builder, ArrayRef<Operation *> ops,
+               ArrayRef<std::pair<Value, Value>> seeds, ValueRange xs);
 namespace detail {
 } // namespace detail
 } // namespace mlir::ds

@@ -816,4 +816,77 @@ def Ds_TransferOp : Ds_Op<"transfer", [AllTypesMatch<["input", "result"]>]> {
   let hasVerifier = 1;
 }
 
+
+//===----------------------------------------------------------------------===//
+// Pipeline parallelism
+//===----------------------------------------------------------------------===//
+
+def Ds_PipeSendOp : Ds_Op<"pipe_send", [Ds_Collective]> {
+  let summary = "pipeline parallelism: send a tensor to another stage";
+  let description = [{
+    Sends `input` to the rank of stage `this + peer` with the same
+    data- and tensor-parallel index (`peer` is +1 for a forward
+    activation, -1 for the gradient of a received one). `tag` orders the
+    tensors one micro-batch sends. Inserted by the pipeline split; the
+    runtime copies the tensor out and sends it without blocking.
+
+    ```mlir
+    ds.pipe_send %x {peer = 1 : i64, tag = 0 : i64} : tensor<2x8x32xf32>
+    ```
+  }];
+  let arguments = (ins Ds_Tensor:$input, I64Attr:$peer, I64Attr:$tag);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+def Ds_PipeRecvOp : Ds_Op<"pipe_recv", [Ds_Collective]> {
+  let summary = "pipeline parallelism: receive a tensor from another stage";
+  let description = [{
+    The tensor the rank of stage `this + peer` sent with the same `tag`
+    for this micro-batch: a forward activation (`peer = -1`) or the
+    gradient of one this stage sent (`peer = 1`, the backward's seed).
+
+    ```mlir
+    %x = ds.pipe_recv {peer = -1 : i64, tag = 0 : i64} : tensor<2x8x32xf32>
+    ```
+  }];
+  let arguments = (ins I64Attr:$peer, I64Attr:$tag);
+  let results = (outs Ds_Tensor:$result);
+  let assemblyFormat = "attr-dict `:` type($result)";
+}
+
+def Ds_PipeMarkOp : Ds_Op<"pipe_mark", [Ds_Collective]> {
+  let summary = "pipeline parallelism: where a stage's backward section starts";
+  let description = [{
+    Splits a stage's program into its forward section (run when the
+    schedule says F for a micro-batch) and its backward section (B).
+    No collective is in flight across it; what the forward leaves for
+    the backward is kept per micro-batch by the runtime.
+  }];
+  let assemblyFormat = "attr-dict";
+}
+
+def Ds_TiedGradSumOp : Ds_Op<"tied_grad_sum", [Ds_Collective]> {
+  let summary = "pipeline parallelism: the gradient of a parameter several stages use";
+  let description = [{
+    A parameter used by more than one stage (GPT-2's tied embedding and
+    output weights) is held by each; their optimizers must see the sum of
+    every stage's gradient. On the last micro-batch of a step
+    (`(step - 1) % accum_steps == accum_steps - 1`) this stage sends its
+    total (`grad_accum` + `grad`) to the stages `this + d` for `d` in
+    `peers`, and `result` is the sum of every stage's total in stage order
+    (so each copy updates identically) with `new_grad_accum` zero; on the
+    other micro-batches they are `grad` and `grad_accum`. `tied_id` tells
+    the parameters apart on the wire.
+  }];
+  let arguments = (ins Ds_FloatTensor:$grad, Ds_Tensor:$step,
+                       Optional<Ds_FloatTensor>:$grad_accum,
+                       DenseI64ArrayAttr:$peers, I64Attr:$accum_steps,
+                       I64Attr:$tied_id);
+  let results = (outs Ds_FloatTensor:$result,
+                      Optional<Ds_FloatTensor>:$new_grad_accum);
+  let assemblyFormat = [{
+    $grad `,` $step (`,` $grad_accum^)? attr-dict `:` functional-type(operands, results)
+  }];
+}
+
 #endif // DS_DIALECT_DS_IR_DSOPS_TD
