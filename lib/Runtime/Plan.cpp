@@ -350,6 +350,10 @@ int pipelineMicroBatches(const Plan &plan) {
   return static_cast<int>(plan.proto.pipeline().micro_batches());
 }
 
+uint64_t pipelineStashBytes(const Plan &plan) {
+  return plan.proto.pipeline().stash_bytes();
+}
+
 std::shared_ptr<const Plan> stagePlan(const Plan &plan, int stage,
                                       std::string &err) {
   const plan::Pipeline &pl = plan.proto.pipeline();

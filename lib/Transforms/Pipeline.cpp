@@ -102,25 +102,53 @@ FailureOr<PipelineSplit> mlir::ds::splitPipeline(ModuleOp module,
     bytes[c] += bytes[c - 1];
     count[c] += count[c - 1];
   }
-  // The reference crossing: the fewest bytes crossing a cut in the middle
-  // half of the program (a transformer's residual stream, an MLP's
-  // narrowest hidden layer). Cut points cross no more than that.
-  int64_t ref = std::numeric_limits<int64_t>::max();
-  for (int64_t c = std::max<int64_t>(1, n / 4); c <= std::min(maxCut, 3 * n / 4);
-       ++c)
+  // Cut points: where the fewest activations cross (one, for a
+  // transformer's residual stream between sublayers or an MLP between
+  // layers); `ref` is the most bytes one of them hands over.
+  int64_t fewest = std::numeric_limits<int64_t>::max(), ref = 0;
+  for (int64_t c = 1; c <= maxCut; ++c)
     if (count[c] > 0)
-      ref = std::min(ref, bytes[c]);
+      fewest = std::min(fewest, count[c]);
   std::vector<int64_t> cuts;
   for (int64_t c = 1; c <= maxCut; ++c)
-    if (count[c] > 0 && bytes[c] <= ref)
+    if (count[c] > 0 && count[c] == fewest) {
       cuts.push_back(c);
+      ref = std::max(ref, bytes[c]);
+    }
   int64_t k = static_cast<int64_t>(cuts.size());
-  if (numStages - 1 > k)
+  // Every stage holds a trainable parameter (a stage of activations alone
+  // would only forward them): ops using one, counted by prefix.
+  std::vector<int64_t> withParam(n + 1, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    bool uses = llvm::any_of(ops[i]->getOperands(), [&](Value v) {
+      auto a = dyn_cast<BlockArgument>(v);
+      return a && a.getOwner() == &body &&
+             func.getArgAttr(a.getArgNumber(), attrs::kTrainable);
+    });
+    withParam[i + 1] = withParam[i] + (uses ? 1 : 0);
+  }
+  auto holds = [&](int64_t a, int64_t b) {
+    return withParam[b] - withParam[a] > 0;
+  };
+  // The most stages the cut points allow (greedy: cut as soon as the stage
+  // so far holds a parameter and the rest still does).
+  int64_t most = 0;
+  for (int64_t a = 0, x = 0; x <= k; ++x) {
+    int64_t c = x < k ? cuts[x] : n;
+    if (holds(a, c) && holds(c, n) && x < k) {
+      ++most;
+      a = c;
+    } else if (x == k && holds(a, n)) {
+      ++most;
+    }
+  }
+  if (numStages > most)
     return func.emitError("--pipeline-parallel=")
-           << numStages << " needs " << numStages - 1
-           << " cut point(s), but the model's forward has only " << k
-           << " (places where at most " << (ref == std::numeric_limits<int64_t>::max() ? 0 : ref)
-           << " activation bytes cross); use at most " << k + 1 << " stages";
+           << numStages << " is more stages than the model's forward can be "
+           << "cut into: at most " << most << " (" << k
+           << " cut points, where " << fewest
+           << " activation(s) of at most " << ref
+           << " bytes cross, and every stage holds parameters)";
 
   // Balance: a dynamic program over the cut points minimising the largest
   // stage's FLOPs (forward; the backward is about twice as much everywhere).
@@ -140,11 +168,12 @@ FailureOr<PipelineSplit> mlir::ds::splitPipeline(ModuleOp module,
                                            std::vector<int64_t>(k, inf)),
         from(numStages, std::vector<int64_t>(k, -1));
     for (int64_t x = 0; x < k; ++x)
-      best[1][x] = cost(0, cuts[x]);
+      if (holds(0, cuts[x]))
+        best[1][x] = cost(0, cuts[x]);
     for (int64_t j = 2; j < numStages; ++j)
       for (int64_t x = 0; x < k; ++x)
         for (int64_t y = 0; y < x; ++y) {
-          if (best[j - 1][y] == inf)
+          if (best[j - 1][y] == inf || !holds(cuts[y], cuts[x]))
             continue;
           int64_t v = std::max(best[j - 1][y], cost(cuts[y], cuts[x]));
           if (v < best[j][x]) {
@@ -154,7 +183,7 @@ FailureOr<PipelineSplit> mlir::ds::splitPipeline(ModuleOp module,
         }
     int64_t bestX = -1, bestV = inf;
     for (int64_t x = 0; x < k; ++x) {
-      if (best[numStages - 1][x] == inf)
+      if (best[numStages - 1][x] == inf || !holds(cuts[x], n))
         continue;
       int64_t v = std::max(best[numStages - 1][x], cost(cuts[x], n));
       if (v < bestV) {

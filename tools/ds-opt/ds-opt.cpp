@@ -1315,7 +1315,8 @@ int main(int argc, char **argv) {
                  << static_cast<int64_t>(worldSize) << "\n";
     return 1;
   }
-  if (tensorParallel < 1 || worldSize % tensorParallel != 0) {
+  if (tensorParallel < 1 ||
+      (pipelineParallel == 1 && worldSize % tensorParallel != 0)) {
     llvm::errs() << "error: --world-size=" << static_cast<int64_t>(worldSize)
                  << " is not data-parallel x tensor-parallel with "
                     "--tensor-parallel="

@@ -114,12 +114,16 @@ Errors are one line 'error: ...' and exit code 1.
 )";
 
 std::unique_ptr<Communicator> comm; // MPI world or one rank
+// Pipeline parallelism: "stage S of P: ", named in every error.
+std::string stageTag;
 
 int fail(const std::string &message) {
   if (comm && comm->size() > 1) {
     // One line per rank, then end every rank: no rank may wait forever in
-    // a collective the failed one will never join.
-    std::fprintf(stderr, "error: rank %d: %s\n", comm->rank(), message.c_str());
+    // a collective the failed one will never join (a pipeline's other
+    // stages stop too).
+    std::fprintf(stderr, "error: rank %d: %s%s\n", comm->rank(),
+                 stageTag.c_str(), message.c_str());
     std::fflush(stderr);
     comm->abort(1);
   }
@@ -493,6 +497,8 @@ int run(int argc, char **argv) {
     plan = stagePlan(*plan, stage, err);
     if (!plan)
       return fail(err);
+    stageTag = "pipeline stage " + std::to_string(stage) + " of " +
+               std::to_string(stages) + ": ";
     stageComm = comm->split(stage, comm->rank() % stageRanks, err);
     if (!stageComm)
       return fail("cannot form the pipeline stage's group: " + err);
@@ -918,8 +924,16 @@ int run(int argc, char **argv) {
           return fail(err);
       }
       // Fault injection for the tests (docs/reliability.md): rank
-      // DS_FAULT_RANK (default 1) dies as step K starts, while the others
-      // are inside it.
+      // DS_FAULT_RANK (default 1) fails (fail-at-step:K) or dies
+      // (kill-at-step:K) as step K starts, while the others are inside it.
+      if (const char *fault = std::getenv("DS_FAULT");
+          fault && std::strncmp(fault, "fail-at-step:", 13) == 0 &&
+          std::atoll(fault + 13) == s && item.forward && micro == 0 &&
+          comm->rank() == (std::getenv("DS_FAULT_RANK")
+                               ? std::atoi(std::getenv("DS_FAULT_RANK"))
+                               : 1))
+        return fail("step " + std::to_string(s) +
+                    ": injected failure (DS_FAULT)");
       if (const char *fault = std::getenv("DS_FAULT");
           fault && std::strncmp(fault, "kill-at-step:", 13) == 0 &&
           std::atoll(fault + 13) == s &&
@@ -935,10 +949,7 @@ int run(int argc, char **argv) {
       if (!ran) {
         if (log)
           std::fclose(log);
-        return fail((stages > 1 ? "pipeline stage " + std::to_string(stage) +
-                                      " of " + std::to_string(stages) + ", "
-                                : std::string()) +
-                    "step " + std::to_string(s) +
+        return fail("step " + std::to_string(s) +
                     (stages > 1 ? std::string(item.forward ? ", forward"
                                                            : ", backward") +
                                       " of micro-batch " +
@@ -960,8 +971,7 @@ int run(int argc, char **argv) {
           break;
         }
         if (stages > 1) // a scan would run the hand-overs again
-          return fail("pipeline stage " + std::to_string(stage) + ", step " +
-                      std::to_string(s) +
+          return fail("step " + std::to_string(s) +
                       ": the loss is not finite (--on-nan=stop)");
         std::string where;
         if (!exec->scanForNan(stats, err))
@@ -1099,6 +1109,13 @@ int run(int argc, char **argv) {
     // Every hand-over delivered before the stages go on (or end).
     if (stages > 1 && !comm->flushSends(err))
       return fail(err);
+    uint64_t plannedStash =
+        stages > 1 ? pipelineStashBytes(*plan) * ds::stashCopies(order) : 0;
+    if (exec->stashHighWater() > plannedStash)
+      return fail("the activation stash held " +
+                  std::to_string(exec->stashHighWater()) +
+                  " bytes, more than the plan's " +
+                  std::to_string(plannedStash));
     if (profile)
       printProfile(stats);
     if (!saveWeights.empty()) {
@@ -1134,19 +1151,24 @@ int run(int argc, char **argv) {
       if (!ok)
         return fail(err);
     }
+    if (stages > 1 && sc->rank() == 0) // every stage reports its own
+      std::printf("pipeline of %d stages (schedule %s, %lld micro-batches per "
+                  "step) x %d data-parallel x %d tensor-parallel ranks; this "
+                  "is stage %d: activation stash %llu bytes at most, planned "
+                  "%llu (%llu bytes x %d copies); figures below are this "
+                  "stage's\n",
+                  stages, scheduleName.c_str(), static_cast<long long>(accum),
+                  dpSize, tensorParallel, stage,
+                  static_cast<unsigned long long>(exec->stashHighWater()),
+                  static_cast<unsigned long long>(plannedStash),
+                  static_cast<unsigned long long>(pipelineStashBytes(*plan)),
+                  ds::stashCopies(order));
     if (!lead)
       return 0;
     if (accum > 1)
       std::printf("each step accumulated %lld micro-batches\n",
                   static_cast<long long>(accum));
-    if (stages > 1)
-      std::printf("pipeline of %d stages (schedule %s, %lld micro-batches per "
-                  "step) x %d data-parallel x %d tensor-parallel ranks; this "
-                  "is stage %d: activation stash %llu bytes at most "
-                  "(figures below are this stage's)\n",
-                  stages, scheduleName.c_str(), static_cast<long long>(accum),
-                  dpSize, tensorParallel, stage,
-                  static_cast<unsigned long long>(exec->stashHighWater()));
+
     if (tensorParallel > 1)
       std::printf("data parallel over %d group(s) of %d tensor-parallel "
                   "ranks (%d ranks), ZeRO stage %d (losses and gradients are "

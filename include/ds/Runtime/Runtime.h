@@ -109,6 +109,8 @@ std::shared_ptr<const Plan> stagePlan(const Plan &plan, int stage,
 /// The pipeline schedule's name and micro-batches of a pipeline plan.
 std::string pipelineScheduleName(const Plan &plan);
 int pipelineMicroBatches(const Plan &plan);
+/// A stage plan's bytes kept from a micro-batch's forward to its backward.
+uint64_t pipelineStashBytes(const Plan &plan);
 /// The plan's per-rank memory and collective bytes (what ds-opt --report
 /// prints), for checking measurements against.
 Footprint footprintOf(const Plan &plan);

@@ -24,22 +24,23 @@ struct PipelineStage {
 
 struct PipelineSplit {
   std::vector<PipelineStage> stages;
-  /// Places the forward can be cut at: where only the fewest activation
-  /// bytes cross (a transformer's residual stream between sublayers).
+  /// Places the forward can be cut at: where the fewest activations cross
+  /// (a transformer's residual stream between sublayers).
   int64_t cutPoints = 0;
   /// Parameters held by more than one stage (tied weights).
   std::vector<std::string> tied;
 };
 
 /// Cuts `module`'s @forward into `stages` contiguous stages at the cut
-/// points, balancing their FLOPs (a dynamic program minimising the largest
+/// points (where the fewest activations cross), each holding a trainable
+/// parameter, balancing their FLOPs (a dynamic program minimising the largest
 /// stage), and replaces the module's body with one nested module per stage
 /// (`@stage0`, ...), each with its own @forward: `ds.pipe_recv` of what the
 /// previous stage sends, the stage's ops, `ds.pipe_send` of what the next
 /// one needs; only the last stage returns the loss. Parameters used by
 /// several stages are given to each, marked `ds.tied_peers`. Fails with an
-/// error naming the numbers when the model has fewer cut points than
-/// stages - 1.
+/// error naming the numbers when the model cannot be cut into that many
+/// stages.
 FailureOr<PipelineSplit> splitPipeline(ModuleOp module, int64_t stages);
 
 /// The nested stage modules of a split module, in stage order (empty when

@@ -1,0 +1,115 @@
+#!/usr/bin/python3
+"""Pipeline parallelism against one rank, on a model and its data:
+
+the plan compiled with --pipeline-parallel=P --micro-batches=M (with
+--tensor-parallel=T and D data-parallel ranks: world P*T*D) trains with the
+losses of ONE rank running the plan compiled with --grad-accum=D*M: an
+update of the pipeline averages M micro-batches on each of D ranks, and
+ds-run hands rank r of micro-batch j the rows that the one-rank run reads
+as its micro-batch D*j + r, so the D*M micro-batches are the same. Losses
+within LOSS_TOL relative each step; --save-weights (every stage's weights,
+joined) equals the one-rank weights (relative L2 within ADAM_WEIGHT_TOL, as
+in tp_parity.py: Adam amplifies the reordering of sums).
+
+    pp_parity.py --ds-opt DS_OPT --ds-run DS_RUN --mpirun "mpirun ..."
+                 --onnx MODEL --data NPZ --work DIR --pp P --micro M
+                 [--tp T] [--dp D] [--schedule S] [--opt-flag=...]
+"""
+import argparse
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import numpy as np
+
+LOSS_TOL = 1e-5
+ADAM_WEIGHT_TOL = 1e-4
+
+
+def run(cmd):
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit("FAIL: %s\n%s%s" % (" ".join(cmd), p.stdout, p.stderr))
+    return p.stdout
+
+
+def losses(path):
+    return [(r["step"], r["loss"]) for r in map(json.loads, open(path))]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    for a in ("--ds-opt", "--ds-run", "--mpirun", "--onnx", "--data", "--work"):
+        ap.add_argument(a, required=True)
+    ap.add_argument("--pp", type=int, default=2)
+    ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--dp", type=int, default=1)
+    ap.add_argument("--micro", type=int, default=4)
+    ap.add_argument("--schedule", default="1f1b")
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--opt-flag", action="append", default=[])
+    args = ap.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    w = lambda name: os.path.join(args.work, name)
+    mpirun = shlex.split(args.mpirun)
+    world = args.pp * args.tp * args.dp
+    run([args.ds_opt, args.onnx, "-o", w("ref.plan"),
+         "--grad-accum=%d" % (args.dp * args.micro)] + args.opt_flag)
+    report = run([args.ds_opt, args.onnx, "-o", w("pp.plan"), "--report",
+                  "--world-size=%d" % world, "--tensor-parallel=%d" % args.tp,
+                  "--pipeline-parallel=%d" % args.pp,
+                  "--micro-batches=%d" % args.micro,
+                  "--schedule=%s" % args.schedule] + args.opt_flag)
+    print(report.splitlines()[0])
+    common = ["--steps", str(args.steps), "--data", args.data]
+    ref = [args.ds_run, w("ref.plan"), "--log-json", w("ref.json"),
+           "--save-weights", w("ref.npz")] + common
+    run(ref)
+    out = run(mpirun + ["-np", str(world), args.ds_run, w("pp.plan"),
+                        "--log-json", w("pp.json"), "--save-weights",
+                        w("pp.npz")] + common)
+    ok = True
+    a, b = losses(w("ref.json")), losses(w("pp.json"))
+    worst = max(abs(x[1] - y[1]) / abs(x[1]) for x, y in zip(a, b))
+    good = len(a) == len(b) == args.steps and worst <= LOSS_TOL
+    ok &= good
+    print("losses: %d steps, first %.6f last %.6f, worst relative difference "
+          "%.2e (bound %g): %s" % (len(b), b[0][1], b[-1][1], worst, LOSS_TOL,
+                                   "PASS" if good else "FAIL"))
+    w1, wp = np.load(w("ref.npz")), np.load(w("pp.npz"))
+    same_names = sorted(w1.files) == sorted(wp.files) and all(
+        w1[k].shape == wp[k].shape for k in w1.files)
+    err = float("inf")
+    if same_names:
+        diff = np.sqrt(sum(float(np.sum((w1[k] - wp[k]) ** 2)) for k in w1.files))
+        norm = np.sqrt(sum(float(np.sum(w1[k] ** 2)) for k in w1.files))
+        err = diff / norm
+    good = same_names and err <= ADAM_WEIGHT_TOL
+    ok &= good
+    print("weights: %d tensors, same names and shapes %s, relative L2 "
+          "difference %.2e (bound %g): %s"
+          % (len(w1.files), same_names, err, ADAM_WEIGHT_TOL,
+             "PASS" if good else "FAIL"))
+    # Each stage's first rank reports its activation stash, measured and
+    # planned (bytes kept per micro-batch x the copies its schedule needs).
+    stash = sorted(l for l in out.splitlines() if "activation stash" in l)
+    good = len(stash) == args.pp
+    for line in stash:
+        m = re.search(r"(stage \d+): activation stash (\d+) bytes at most, "
+                      r"planned (\d+)", line)
+        good &= bool(m) and m.group(2) == m.group(3)
+        if m:
+            print("%s: stash %s bytes measured, %s planned"
+                  % (m.group(1), m.group(2), m.group(3)))
+    ok &= good
+    print("stash: every stage's measured equals planned: %s"
+          % ("PASS" if good else "FAIL"))
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
