@@ -398,12 +398,21 @@ TEST(Cuda, EveryKernelTested) {
       "softmax_cross_entropy_loss", "nll_loss", "loss_grad", "dropout",
       "adam", "sgd", "onnx_update", "all_reduce", "all_gather",
       "reduce_scatter", "check_overflow", "wait"};
-  for (const std::string &k : kernelNames())
+  // Pipeline parallelism runs on the CPU backend only so far (the CUDA
+  // backend refuses stage plans): its kernels have no CUDA twin yet.
+  const std::vector<std::string> cpuOnly = {"pipe_send", "pipe_recv",
+                                            "pipe_mark", "tied_grad_sum"};
+  size_t twins = 0;
+  for (const std::string &k : kernelNames()) {
+    if (std::find(cpuOnly.begin(), cpuOnly.end(), k) != cpuOnly.end())
+      continue;
+    ++twins;
     EXPECT_NE(std::find(tested.begin(), tested.end(), k), tested.end())
         << "kernel '" << k << "' has no CUDA test";
+  }
   if (gDevice)
-    EXPECT_EQ(gDevice->kernelNames().size(), kernelNames().size())
-        << "every CPU kernel has a CUDA twin";
+    EXPECT_EQ(gDevice->kernelNames().size(), twins)
+        << "every CPU kernel but the pipeline's has a CUDA twin";
 }
 
 } // namespace
