@@ -42,7 +42,6 @@ const std::map<std::string, std::string> &unsupported() {
       {"csv_monitor", "use ds-run --log-json"},
       {"comet", "use ds-run --log-json"},
       {"flops_profiler", "ds-opt --report gives the FLOPs"},
-      {"pipeline", "pipeline parallelism is not available yet"},
       {"elasticity", "not available"},
       {"compression_training", "not available"},
       {"data_efficiency", "not available"},
@@ -60,7 +59,7 @@ const std::vector<std::string> topKeys = {
     "train_batch_size", "train_micro_batch_size_per_gpu",
     "gradient_accumulation_steps", "optimizer", "fp16", "bf16", "bfloat16",
     "gradient_clipping", "communication_data_type", "zero_optimization",
-    "activation_checkpointing", "aio", "tensor_parallel", "ds"};
+    "activation_checkpointing", "aio", "tensor_parallel", "pipeline", "ds"};
 
 struct Reader {
   std::string file, err;
@@ -510,6 +509,32 @@ bool readDeepSpeedConfig(llvm::StringRef path, DeepSpeedConfig &config,
         auto n = r.integer(*o->get("autotp_size"), key + ".autotp_size");
         if ((ok = n.has_value()))
           set("tensor-parallel", std::to_string(*n), key + ".autotp_size");
+      }
+    } else if (key == "pipeline") {
+      // DeepSpeed's pipeline engine: the stage count (its schedule is
+      // 1F1B, ds's default; the micro-batches are the accumulation steps).
+      // ds cuts and balances the stages itself, so the partition method
+      // and the partitioned hand-overs have no counterpart.
+      const Object *o = r.object(v, key);
+      ok = o && r.checkKeys(*o, key,
+                            {"stages", "partition", "seed_layers",
+                             "pipe_partitioned", "grad_partitioned",
+                             "activation_checkpoint_interval"});
+      if (ok && o->get("stages")) {
+        auto n = r.integer(*o->get("stages"), key + ".stages");
+        if ((ok = n.has_value()))
+          set("pipeline-parallel", std::to_string(*n), key + ".stages");
+      }
+      if (ok && o->get("activation_checkpoint_interval")) {
+        auto n = r.integer(*o->get("activation_checkpoint_interval"),
+                           key + ".activation_checkpoint_interval");
+        if (n && *n != 0)
+          ok = r.fail(key + ".activation_checkpoint_interval",
+                      "is not supported (ds chooses what to recompute "
+                      "itself: give \"ds\": {\"recompute\": \"auto\"} or "
+                      "--recompute)");
+        else
+          ok = n.has_value();
       }
     } else if (key == "aio") {
       // DeepSpeed's async I/O: block size, queue depth and thread count
