@@ -744,7 +744,8 @@ struct Executor::Impl {
   // byte ranges a forward leaves for its backward, and per micro-batch the
   // saved bytes, inputs and run seed. `arenaHolds` is the micro-batch whose
   // forward state is still in the arena (-1: none).
-  int backwardStart = -1, micro = 0;
+  int backwardStart = -1, updateStart = 0, micro = 0;
+  int deferred = -1; // the micro-batch whose update waits (-1: none)
   std::vector<ByteRange> stashSpans;
   struct Stashed {
     std::vector<unsigned char> bytes;
@@ -967,6 +968,7 @@ std::unique_ptr<Executor> Executor::create(std::shared_ptr<const Plan> plan,
       return nullptr;
     }
     impl->backwardStart = static_cast<int>(p.pipeline().backward_start());
+    impl->updateStart = static_cast<int>(p.pipeline().update_start());
     if (impl->backwardStart <= 0 ||
         impl->backwardStart >= p.programs(0).instructions_size()) {
       err = "the plan's backward section starts at instruction " +
@@ -1143,11 +1145,21 @@ bool Executor::run(RunStats &stats, std::string &err) {
 }
 
 bool Executor::runSection(bool forward, int micro, uint64_t runIndex,
-                          RunStats &stats, std::string &err) {
+                          RunStats &stats, std::string &err,
+                          bool deferUpdate) {
   Impl &im = *impl;
   const plan::Plan &p = im.p();
   if (im.backwardStart < 0) {
     err = "the plan is not a pipeline stage";
+    return false;
+  }
+  if (im.deferred >= 0) {
+    err = "a section ran before the deferred update of micro-batch " +
+          std::to_string(im.deferred);
+    return false;
+  }
+  if (deferUpdate && (forward || im.updateStart <= 0)) {
+    err = "only a backward section with an update section can defer it";
     return false;
   }
   const plan::Program &prog = p.programs(0);
@@ -1208,8 +1220,9 @@ bool Executor::runSection(bool forward, int micro, uint64_t runIndex,
   bool ok = forward ? im.runInstructions(0, im.backwardStart, st.seed, false,
                                          stats, err)
                     : im.runInstructions(im.backwardStart,
-                                         prog.instructions_size(), st.seed,
-                                         false, stats, err);
+                                         deferUpdate ? im.updateStart
+                                                     : prog.instructions_size(),
+                                         st.seed, false, stats, err);
   if (!ok)
     return false;
   if (stats.nanLoss)
@@ -1221,6 +1234,10 @@ bool Executor::runSection(bool forward, int micro, uint64_t runIndex,
   }
   if (forward) {
     im.arenaHolds = micro;
+  } else if (deferUpdate) {
+    // The arena keeps the gradients for the update.
+    im.arenaHolds = -1;
+    im.deferred = micro;
   } else {
     if (st.saved)
       im.stashBytes -= st.bytes.size();
@@ -1230,6 +1247,39 @@ bool Executor::runSection(bool forward, int micro, uint64_t runIndex,
     if (im.stepState.overflow)
       ++im.skipped;
   }
+  stats.milliseconds = std::chrono::duration<double, std::milli>(
+                           std::chrono::steady_clock::now() - t0)
+                           .count();
+  return true;
+}
+
+bool Executor::runDeferredUpdate(RunStats &stats, std::string &err) {
+  Impl &im = *impl;
+  if (im.deferred < 0)
+    return true;
+  const plan::Plan &p = im.p();
+  int micro = im.deferred;
+  im.deferred = -1;
+  auto t0 = std::chrono::steady_clock::now();
+  Impl::Stashed &st = im.stash[micro];
+  im.inputs = st.inputs;
+  for (int i = 0; i < p.buffers_size(); ++i)
+    im.bufferPtr[i] = im.pointer(p.buffers(i));
+  im.micro = micro;
+  if (!im.runInstructions(im.updateStart, p.programs(0).instructions_size(),
+                          st.seed, false, stats, err))
+    return false;
+  if (im.inflightCount() != 0) {
+    err = "the plan left " + std::to_string(im.inflightCount()) +
+          " collective(s) in flight after an update";
+    return false;
+  }
+  if (st.saved)
+    im.stashBytes -= st.bytes.size();
+  im.stash.erase(micro);
+  ++im.runs;
+  if (im.stepState.overflow)
+    ++im.skipped;
   stats.milliseconds = std::chrono::duration<double, std::milli>(
                            std::chrono::steady_clock::now() - t0)
                            .count();

@@ -299,7 +299,8 @@ std::shared_ptr<const Plan> loadPlan(const std::string &path, std::string &err) 
       pl.stage_plans_size() > 0) {
     // A pipeline: every stage's plan is checked; the container has none.
     if (pl.stages() < 2 ||
-        static_cast<uint32_t>(pl.stage_plans_size()) != pl.stages() ||
+        static_cast<uint32_t>(pl.stage_plans_size()) !=
+            pl.stages() * std::max<uint32_t>(1, pl.virtual_stages()) ||
         pl.micro_batches() < 1 || plan->proto.world_size() % pl.stages()) {
       err = "'" + path + "' is corrupt: a pipeline of " +
             std::to_string(pl.stages()) + " stages holds " +
@@ -313,8 +314,12 @@ std::shared_ptr<const Plan> loadPlan(const std::string &path, std::string &err) 
         return nullptr;
       }
       uint32_t split = sp.pipeline().backward_start();
+      uint32_t update = sp.pipeline().update_start();
       if (sp.pipeline().stage() != static_cast<uint32_t>(s) || split == 0 ||
-          static_cast<int>(split) >= sp.programs(0).instructions_size()) {
+          static_cast<int>(split) >= sp.programs(0).instructions_size() ||
+          (update != 0 &&
+           (update <= split ||
+            static_cast<int>(update) >= sp.programs(0).instructions_size()))) {
         err = "'" + path + "' is corrupt: stage " + std::to_string(s) +
               "'s plan names stage " + std::to_string(sp.pipeline().stage()) +
               " or has no backward section";
@@ -348,6 +353,10 @@ std::string pipelineScheduleName(const Plan &plan) {
 
 int pipelineMicroBatches(const Plan &plan) {
   return static_cast<int>(plan.proto.pipeline().micro_batches());
+}
+
+int pipelineVirtualStages(const Plan &plan) {
+  return std::max<int>(1, static_cast<int>(plan.proto.pipeline().virtual_stages()));
 }
 
 uint64_t pipelineStashBytes(const Plan &plan) {

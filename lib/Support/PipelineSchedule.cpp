@@ -10,30 +10,62 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 
 namespace ds {
 
-std::vector<std::vector<PipeStep>> pipelineSchedule(const std::string &kind,
-                                                    int stages, int micro) {
+std::vector<std::vector<PipeStep>>
+pipelineSchedule(const std::string &kind, int stages, int micro, int virt) {
   std::vector<std::vector<PipeStep>> out(stages);
+  if (stages < 1 || micro < 1 || virt < 1)
+    return {};
   for (int s = 0; s < stages; ++s) {
     std::vector<PipeStep> &v = out[s];
-    if (kind == "gpipe") {
+    if (kind == "gpipe" && virt == 1) {
       for (int m = 0; m < micro; ++m)
-        v.push_back({true, m});
+        v.push_back({true, m, s});
       for (int m = 0; m < micro; ++m)
-        v.push_back({false, m});
-    } else if (kind == "1f1b") {
+        v.push_back({false, m, s});
+    } else if (kind == "1f1b" && virt == 1) {
       int warm = std::min(stages - s - 1, micro);
       int f = 0, b = 0;
       for (; f < warm; ++f)
-        v.push_back({true, f});
+        v.push_back({true, f, s});
       while (f < micro) {
-        v.push_back({true, f++});
-        v.push_back({false, b++});
+        v.push_back({true, f++, s});
+        v.push_back({false, b++, s});
       }
       while (b < micro)
-        v.push_back({false, b++});
+        v.push_back({false, b++, s});
+    } else if (kind == "interleaved") {
+      if (micro % stages)
+        return {};
+      // The k-th forward (backward) of this rank: chunk and micro-batch,
+      // in groups of P micro-batches per chunk.
+      int total = micro * virt;
+      auto fwd = [&](int k) {
+        int local = (k / stages) % virt;
+        int m = (k / (stages * virt)) * stages + k % stages;
+        return PipeStep{true, m, local * stages + s};
+      };
+      auto bwd = [&](int k) {
+        int local = virt - 1 - (k / stages) % virt;
+        int m = (k / (stages * virt)) * stages + k % stages;
+        return PipeStep{false, m, local * stages + s};
+      };
+      int warm = micro == stages
+                     ? total
+                     : std::min(total, (stages - s - 1) * 2 +
+                                           (virt - 1) * stages);
+      int f = 0, b = 0;
+      for (; f < warm; ++f)
+        v.push_back(fwd(f));
+      while (f < total) {
+        v.push_back(fwd(f++));
+        v.push_back(bwd(b++));
+      }
+      while (b < total)
+        v.push_back(bwd(b++));
     } else {
       return {};
     }
@@ -41,19 +73,23 @@ std::vector<std::vector<PipeStep>> pipelineSchedule(const std::string &kind,
   return out;
 }
 
-int stashSlots(const std::vector<PipeStep> &stage) {
+int stashSlots(const std::vector<PipeStep> &stage, int chunk) {
   int alive = 0, most = 0;
   for (const PipeStep &p : stage) {
+    if (chunk >= 0 && p.chunk != chunk)
+      continue;
     alive += p.forward ? 1 : -1;
     most = std::max(most, alive);
   }
   return most;
 }
 
-int stashCopies(const std::vector<PipeStep> &stage) {
+int stashCopies(const std::vector<PipeStep> &stage, int chunk) {
   int holds = -1, saved = 0, most = 0;
   std::vector<char> isSaved(stage.size() + 1, 0);
   for (const PipeStep &p : stage) {
+    if (chunk >= 0 && p.chunk != chunk)
+      continue;
     if (p.forward || holds != p.micro) {
       if (holds >= 0) {
         ++saved;
@@ -79,52 +115,55 @@ PipeSimulation simulatePipeline(const std::vector<std::vector<PipeStep>> &s,
                                 const std::vector<double> &forward,
                                 const std::vector<double> &backward,
                                 double link) {
-  int stages = static_cast<int>(s.size());
+  int ranks = static_cast<int>(s.size());
+  int chunks = static_cast<int>(forward.size());
   PipeSimulation out;
-  if (stages == 0)
+  if (ranks == 0 || chunks == 0)
     return out;
-  // done[stage][(micro, forward)]: when it ended. Items run in each
-  // stage's order; sweep until every item is placed (the schedules are
-  // deadlock-free, so each sweep places at least one).
-  std::vector<std::map<std::pair<int, bool>, double>> done(stages);
-  std::vector<size_t> next(stages, 0);
-  std::vector<double> freeAt(stages, 0), busy(stages, 0);
+  // done[(chunk, micro, forward)]: when it ended. Items run in each rank's
+  // order; sweep until every item is placed (a sweep that places none is
+  // a deadlock).
+  std::map<std::tuple<int, int, bool>, double> done;
+  std::vector<size_t> next(ranks, 0);
+  std::vector<double> freeAt(ranks, 0), busy(ranks, 0);
   size_t total = 0, placed = 0;
   for (const auto &v : s)
     total += v.size();
   while (placed < total) {
     bool progress = false;
-    for (int st = 0; st < stages; ++st) {
-      while (next[st] < s[st].size()) {
-        const PipeStep &p = s[st][next[st]];
-        double ready = freeAt[st];
-        // Its input: the previous stage's forward, the next stage's
-        // backward, and (for a backward) its own forward.
-        int from = p.forward ? st - 1 : st + 1;
-        if (from >= 0 && from < stages) {
-          auto it = done[from].find({p.micro, p.forward});
-          if (it == done[from].end())
+    for (int r = 0; r < ranks; ++r) {
+      while (next[r] < s[r].size()) {
+        const PipeStep &p = s[r][next[r]];
+        if (p.chunk < 0 || p.chunk >= chunks)
+          return PipeSimulation();
+        double ready = freeAt[r];
+        // Its input: the previous chunk's forward or the next chunk's
+        // backward (its own forward ran before, on this rank).
+        int from = p.forward ? p.chunk - 1 : p.chunk + 1;
+        if (from >= 0 && from < chunks) {
+          auto it = done.find({from, p.micro, p.forward});
+          if (it == done.end())
             break;
           ready = std::max(ready, it->second + link);
         }
-        double t = p.forward ? forward[st] : backward[st];
-        freeAt[st] = ready + t;
-        busy[st] += t;
-        done[st][{p.micro, p.forward}] = freeAt[st];
-        ++next[st];
+        double t = p.forward ? forward[p.chunk] : backward[p.chunk];
+        freeAt[r] = ready + t;
+        busy[r] += t;
+        done[{p.chunk, p.micro, p.forward}] = freeAt[r];
+        ++next[r];
         ++placed;
         progress = true;
       }
     }
     if (!progress)
-      break; // not a valid schedule
+      return PipeSimulation(); // not a valid schedule
   }
-  for (int st = 0; st < stages; ++st)
-    out.stepSeconds = std::max(out.stepSeconds, freeAt[st]);
+  for (int r = 0; r < ranks; ++r)
+    out.stepSeconds = std::max(out.stepSeconds, freeAt[r]);
   double idle = 0;
-  for (int st = 0; st < stages; ++st)
-    idle += out.stepSeconds - busy[st];
-  out.bubble = out.stepSeconds > 0 ? idle / (stages * out.stepSeconds) : 0;
+  for (int r = 0; r < ranks; ++r)
+    idle += out.stepSeconds - busy[r];
+  out.bubble = out.stepSeconds > 0 ? idle / (ranks * out.stepSeconds) : 0;
   return out;
 }
 

@@ -82,7 +82,8 @@ struct AutodiffPass : impl::AutodiffPassBase<AutodiffPass> {
       seeds.push_back(
           {s.getInput(),
            PipeRecvOp::create(b, s.getLoc(), s.getInput().getType(),
-                              b.getI64IntegerAttr(1), s.getTagAttr())});
+                              s.getPeerAttr(),
+                              b.getI64IntegerAttr(s.getTag() + 1))});
     SmallVector<Value> args(body.getArguments().begin(),
                             body.getArguments().end());
     for (PipeRecvOp r : recvs)
@@ -91,7 +92,8 @@ struct AutodiffPass : impl::AutodiffPassBase<AutodiffPass> {
         buildGradients(b, forwardOps, seeds, args);
     if (failed(argGrads))
       return signalPassFailure();
-    // The gradients of the received activations go back, in tag order.
+    // The gradients of the received activations go back, in tag order
+    // (a backward message's tag is its forward one's plus 1).
     for (auto [k, r] : llvm::enumerate(recvs)) {
       Value g = (*argGrads)[body.getNumArguments() + k];
       auto t = cast<RankedTensorType>(r.getType());
@@ -100,8 +102,8 @@ struct AutodiffPass : impl::AutodiffPassBase<AutodiffPass> {
             b, r.getLoc(), t,
             DenseElementsAttr::get(t, ArrayRef<Attribute>(FloatAttr::get(
                                           t.getElementType(), 0.0))));
-      PipeSendOp::create(b, r.getLoc(), g, b.getI64IntegerAttr(-1),
-                         r.getTagAttr());
+      PipeSendOp::create(b, r.getLoc(), g, r.getPeerAttr(),
+                         b.getI64IntegerAttr(r.getTag() + 1));
     }
 
     // Gradients of the trainable parameters become results.

@@ -62,6 +62,13 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
     Operation *ret = body.getTerminator();
     MLIRContext *ctx = func.getContext();
     OpBuilder b(ret);
+    // A pipeline stage: the update section starts here. ds-run runs the last
+    // micro-batch's update after the whole schedule, so that exchanging a
+    // tied parameter's gradient never waits on a stage that is still
+    // running its backwards.
+    if (func->hasAttr("ds.pipeline"))
+      PipeMarkOp::create(b, func.getLoc())
+          ->setAttr("update", b.getI64IntegerAttr(1));
 
     // The loss-scale input of an fp16 step (looked up before arguments are
     // added below).

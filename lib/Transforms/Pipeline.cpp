@@ -59,7 +59,19 @@ SmallVector<ModuleOp> mlir::ds::pipelineStages(ModuleOp module) {
 }
 
 FailureOr<PipelineSplit> mlir::ds::splitPipeline(ModuleOp module,
-                                                 int64_t numStages) {
+                                                 int64_t numStages,
+                                                 int64_t ranks) {
+  if (ranks <= 0)
+    ranks = numStages;
+  // Stage (chunk) c runs on pipeline rank c mod ranks; hand-overs name the
+  // peer by its rank distance, and their tags by the boundary (the lower
+  // chunk), the tensor and the direction.
+  auto rankDelta = [&](int64_t from, int64_t to) {
+    return to % ranks - from % ranks;
+  };
+  auto tagOf = [](int64_t boundary, int64_t index) {
+    return ((boundary % 32) * 16 + index % 16) * 2;
+  };
   auto func = module.lookupSymbol<func::FuncOp>("forward");
   if (!func)
     return module.emitError("pipeline parallelism needs @forward");
@@ -142,13 +154,19 @@ FailureOr<PipelineSplit> mlir::ds::splitPipeline(ModuleOp module,
       ++most;
     }
   }
-  if (numStages > most)
-    return func.emitError("--pipeline-parallel=")
-           << numStages << " is more stages than the model's forward can be "
+  if (numStages > most) {
+    auto diag = func.emitError("--pipeline-parallel=");
+    if (ranks < numStages)
+      diag << ranks << " with --schedule=interleaved:" << numStages / ranks
+           << " needs " << numStages << " model chunks, more";
+    else
+      diag << numStages << " is more stages";
+    return diag << " than the model's forward can be "
            << "cut into: at most " << most << " (" << k
            << " cut points, where " << fewest
            << " activation(s) of at most " << ref
            << " bytes cross, and every stage holds parameters)";
+  }
 
   // Balance: a dynamic program over the cut points minimising the largest
   // stage's FLOPs (forward; the backward is about twice as much everywhere).
@@ -225,6 +243,20 @@ FailureOr<PipelineSplit> mlir::ds::splitPipeline(ModuleOp module,
       if (user != ret)
         argStages[a.getArgNumber()].insert(stageOf(index.lookup(user)));
   llvm::DenseMap<unsigned, int64_t> tiedIds;
+  // Interleaved (several chunks per rank): the updates after the schedule
+  // run in chunk order, so tied parameters must all join the same chunks
+  // (two pairs in opposite orders would wait on each other).
+  if (ranks < numStages) {
+    std::set<std::set<int64_t>> groups;
+    for (BlockArgument a : body.getArguments())
+      if (argStages[a.getArgNumber()].size() > 1)
+        groups.insert(argStages[a.getArgNumber()]);
+    if (groups.size() > 1)
+      return func.emitError("the interleaved schedule supports parameters "
+                            "shared by one set of chunks; this model shares "
+                            "them among ")
+             << groups.size() << " different sets";
+  }
   for (BlockArgument a : body.getArguments())
     if (argStages[a.getArgNumber()].size() > 1)
       if (auto name =
@@ -274,9 +306,10 @@ FailureOr<PipelineSplit> mlir::ds::splitPipeline(ModuleOp module,
     if (s > 0)
       for (auto [tag, vr] : llvm::enumerate(crossing(a))) {
         Value v = cops[vr.first]->getResult(vr.second);
-        auto recv = PipeRecvOp::create(bld, v.getLoc(), v.getType(),
-                                       bld.getI64IntegerAttr(-1),
-                                       bld.getI64IntegerAttr(tag));
+        auto recv = PipeRecvOp::create(
+            bld, v.getLoc(), v.getType(),
+            bld.getI64IntegerAttr(rankDelta(s, s - 1)),
+            bld.getI64IntegerAttr(tagOf(s - 1, static_cast<int64_t>(tag))));
         if (trained.contains(ops[vr.first]->getResult(vr.second)) &&
             isFloatTensor(v))
           recv->setAttr("ds.needs_grad", bld.getUnitAttr());
@@ -294,9 +327,9 @@ FailureOr<PipelineSplit> mlir::ds::splitPipeline(ModuleOp module,
         // through: what was received goes on.
         Value v = vr.first < a ? received[vr]
                                : cops[vr.first]->getResult(vr.second);
-        auto send = PipeSendOp::create(bld, v.getLoc(), v,
-                                       bld.getI64IntegerAttr(1),
-                                       bld.getI64IntegerAttr(tag));
+        auto send = PipeSendOp::create(
+            bld, v.getLoc(), v, bld.getI64IntegerAttr(rankDelta(s, s + 1)),
+            bld.getI64IntegerAttr(tagOf(s, static_cast<int64_t>(tag))));
         info.sendBytes += tensorBytes(v.getType());
         if (trained.contains(ops[vr.first]->getResult(vr.second)) &&
             isFloatTensor(v))
@@ -326,9 +359,17 @@ FailureOr<PipelineSplit> mlir::ds::splitPipeline(ModuleOp module,
       }
       if (argStages[i].size() > 1) {
         SmallVector<int64_t> peers;
-        for (int64_t other : argStages[i])
-          if (other != s)
-            peers.push_back(other - s);
+        for (int64_t other : argStages[i]) {
+          if (other == s)
+            continue;
+          if (rankDelta(s, other) == 0)
+            return func.emitError("parameter '")
+                   << f.getArgAttrOfType<StringAttr>(i, attrs::kParam)
+                   << "' is used by chunks " << s << " and " << other
+                   << ", which run on the same pipeline rank; tied "
+                      "parameters within one rank are not supported";
+          peers.push_back(rankDelta(s, other));
+        }
         f.setArgAttr(i, "ds.tied_peers", bld.getDenseI64ArrayAttr(peers));
         f.setArgAttr(i, "ds.tied_id",
                      bld.getI64IntegerAttr(tiedIds.lookup(i)));

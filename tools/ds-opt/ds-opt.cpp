@@ -166,10 +166,14 @@ llvm::cl::opt<int64_t> microBatches(
 llvm::cl::opt<std::string> pipeSchedule(
     "schedule",
     llvm::cl::desc("Pipeline schedule: gpipe (every forward, then every "
-                   "backward) or 1f1b (one forward, one backward: at most P "
-                   "micro-batches alive per stage); the report prints its "
-                   "bubble beside (P-1)/(M+P-1)"),
+                   "backward), 1f1b (one forward, one backward: at most P "
+                   "micro-batches alive per stage) or interleaved:V (each "
+                   "rank holds V model chunks, Megatron's interleaved 1F1B; "
+                   "M a multiple of P); the report prints its bubble beside "
+                   "(P-1)/(V*M+P-1)"),
     llvm::cl::init("1f1b"), llvm::cl::cat(parallelCategory));
+// The interleaved schedule's model chunks per pipeline rank (1 otherwise).
+int64_t virtualStages = 1;
 llvm::cl::opt<int64_t> zeroStage(
     "zero",
     llvm::cl::desc("ZeRO stage (DeepSpeed's semantics): 0 data parallel, "
@@ -849,8 +853,8 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
     // Pipeline parallelism: the rest runs on each stage's module.
     SmallVector<ModuleOp> targets{*out};
     if (pipelineParallel > 1) {
-      FailureOr<ds::PipelineSplit> split =
-          ds::splitPipeline(*out, pipelineParallel);
+      FailureOr<ds::PipelineSplit> split = ds::splitPipeline(
+          *out, pipelineParallel * virtualStages, pipelineParallel);
       if (failed(split) || errors)
         return failure();
       lastSplit = *split;
@@ -1194,7 +1198,10 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
     if (pipelineParallel > 1) {
       // The report is the pipeline's: per stage, with the schedule.
       planOptions.pipeline.microBatches = microBatches;
-      planOptions.pipeline.schedule = pipeSchedule;
+      planOptions.pipeline.schedule =
+          virtualStages > 1 ? std::string("interleaved")
+                            : std::string(pipeSchedule);
+      planOptions.pipeline.virtualStages = virtualStages;
       planOptions.pipeline.tied = lastSplit.tied;
       planOptions.pipeline.cutPoints = lastSplit.cutPoints;
       for (const ds::PipelineStage &st : lastSplit.stages)
@@ -1353,13 +1360,17 @@ int main(int argc, char **argv) {
       return fail(p + " with --zero=" + std::to_string(zeroStage) +
                   " is not supported (ZeRO stages 0 and 1 only, as in "
                   "DeepSpeed: gradients are reduced once per micro-batch)");
-    if (StringRef(pipeSchedule).starts_with("interleaved"))
-      return fail("--schedule=" + pipeSchedule +
-                  ": the interleaved schedule is not built yet (use gpipe "
-                  "or 1f1b)");
-    if (pipeSchedule != "gpipe" && pipeSchedule != "1f1b")
+    if (StringRef(pipeSchedule).starts_with("interleaved")) {
+      StringRef v = StringRef(pipeSchedule).drop_front(11);
+      if (!v.consume_front(":") || v.getAsInteger(10, virtualStages) ||
+          virtualStages < 2 || virtualStages > 64)
+        return fail("--schedule=" + pipeSchedule +
+                    ": give interleaved:V with V from 2 to 64 model chunks "
+                    "per pipeline rank");
+    } else if (pipeSchedule != "gpipe" && pipeSchedule != "1f1b") {
       return fail("--schedule='" + pipeSchedule +
                   "' is not one of gpipe, 1f1b, interleaved:V");
+    }
     if (microBatches < 0)
       return fail("--micro-batches must be at least 1, got " +
                   std::to_string(microBatches));
@@ -1371,6 +1382,10 @@ int main(int argc, char **argv) {
                   " disagree: with pipeline parallelism the micro-batches "
                   "are the accumulation steps");
     gradAccum = microBatches;
+    if (virtualStages > 1 && microBatches % pipelineParallel != 0)
+      return fail("--schedule=" + pipeSchedule + " needs --micro-batches a "
+                  "multiple of " + p + " (it runs them in groups of P), got " +
+                  std::to_string(microBatches));
     if (precisionName == "fp16")
       return fail(p + " with --precision=fp16 (loss scaling) is not "
                   "supported yet; use bf16 or fp32");

@@ -471,6 +471,8 @@ int run(int argc, char **argv) {
   Communicator *sc = comm.get();
   std::vector<ds::PipeStep> order;
   std::string scheduleName;
+  int virt = 1; // model chunks per rank (interleaved)
+  std::vector<std::shared_ptr<const Plan>> chunkPlans;
   if (stages > 1) {
     std::shared_ptr<const Plan> first = stagePlan(*plan, 0, err);
     if (!first)
@@ -488,15 +490,21 @@ int run(int argc, char **argv) {
     stageRanks = comm->size() / stages;
     stage = comm->rank() / stageRanks;
     scheduleName = pipelineScheduleName(*plan);
+    virt = pipelineVirtualStages(*plan);
     std::vector<std::vector<ds::PipeStep>> all = ds::pipelineSchedule(
-        scheduleName, stages, pipelineMicroBatches(*plan));
+        scheduleName, stages, pipelineMicroBatches(*plan), virt);
     if (all.empty())
       return fail("'" + planPath + "' has an unknown pipeline schedule '" +
                   scheduleName + "'");
     order = all[stage];
-    plan = stagePlan(*plan, stage, err);
-    if (!plan)
-      return fail(err);
+    // This rank's model chunks: its stage, and with the interleaved
+    // schedule stage + k x P for k < V.
+    for (int k = 0; k < virt; ++k) {
+      chunkPlans.push_back(stagePlan(*plan, stage + k * stages, err));
+      if (!chunkPlans.back())
+        return fail(err);
+    }
+    plan = chunkPlans[0];
     stageTag = "pipeline stage " + std::to_string(stage) + " of " +
                std::to_string(stages) + ": ";
     stageComm = comm->split(stage, comm->rank() % stageRanks, err);
@@ -505,6 +513,19 @@ int run(int argc, char **argv) {
     sc = stageComm.get();
   }
   PlanInfo info = describe(*plan);
+  // Interleaved: the loss and the inputs of every chunk this rank holds.
+  for (size_t k = 1; k < chunkPlans.size(); ++k) {
+    PlanInfo more = describe(*chunkPlans[k]);
+    if (info.loss.empty())
+      info.loss = more.loss;
+    for (auto &in : more.inputs) {
+      bool have = false;
+      for (auto &mine : info.inputs)
+        have |= mine.first == in.first;
+      if (!have)
+        info.inputs.push_back(in);
+    }
+  }
   // Data parallelism is over the ranks of different tensor-parallel
   // groups: the ranks of one group read the same batch.
   int tensorParallel = std::max(1, info.tensorParallel);
@@ -567,7 +588,22 @@ int run(int argc, char **argv) {
     options.nvmePretendFree = std::strtoull(fault + 10, nullptr, 10);
   // The plan's memory and communication figures: what ds-run checks and
   // prints against, and whether it offloads.
-  const Footprint planned = footprintOf(*plan);
+  // Interleaved: this rank's chunks together (each has its own arena,
+  // parameters and collectives).
+  const Footprint planned = [&] {
+    Footprint f = footprintOf(*plan);
+    for (size_t k = 1; k < chunkPlans.size(); ++k) {
+      Footprint more = footprintOf(*chunkPlans[k]);
+      f.params += more.params;
+      f.buffers += more.buffers;
+      f.state += more.state;
+      f.arena += more.arena;
+      f.allReduceBytes += more.allReduceBytes;
+      f.allGatherBytes += more.allGatherBytes;
+      f.reduceScatterBytes += more.reduceScatterBytes;
+    }
+    return f;
+  }();
   bool offloads = planned.hostTotal() + planned.nvmeStorage > 0;
   if (backend == "auto") {
     bool gpu = builtWithCuda() && cudaDeviceVisible();
@@ -587,6 +623,21 @@ int run(int argc, char **argv) {
   }
   if (!exec)
     return fail(err);
+  // Interleaved: one executor per model chunk (all on this rank's stage
+  // communicator); execFor(chunk) runs a schedule item's chunk.
+  std::vector<std::unique_ptr<Executor>> moreExecs;
+  for (size_t k = 1; k < chunkPlans.size(); ++k) {
+    moreExecs.push_back(Executor::create(chunkPlans[k], options, err));
+    if (!moreExecs.back())
+      return fail(err);
+  }
+  auto execFor = [&](int chunk) -> Executor * {
+    int k = stages > 1 ? chunk / stages : 0;
+    return k == 0 ? exec.get() : moreExecs[k - 1].get();
+  };
+  std::vector<Executor *> allExecs{exec.get()};
+  for (auto &e : moreExecs)
+    allExecs.push_back(e.get());
   if (options.backend != "cpu" && comm->rank() == 0)
     std::printf("device: %s\n", exec->deviceName().c_str());
 
@@ -773,7 +824,8 @@ int run(int argc, char **argv) {
     uint64_t measuredParams = 0, measuredBuffers = 0, measuredState = 0;
     // Offload: what lives in host memory and on NVMe instead of the device.
     uint64_t measuredHost = 0, measuredNvme = 0;
-    for (const Executor::Storage &st : exec->storage()) {
+    for (Executor *e : allExecs)
+    for (const Executor::Storage &st : e->storage()) {
       (st.state ? measuredState : st.trainable ? measuredParams : measuredBuffers) +=
           st.bytes;
       (st.location == 1 ? measuredHost : st.location == 2 ? measuredNvme
@@ -846,24 +898,29 @@ int run(int argc, char **argv) {
       order.clear();
       for (int64_t micro = 0; micro < accum; ++micro)
         order.push_back({true, static_cast<int>(micro)});
-    } else if (static_cast<int64_t>(order.size()) != 2 * accum) {
+    } else if (static_cast<int64_t>(order.size()) != 2 * accum * virt) {
       return fail("the pipeline schedule has " + std::to_string(order.size()) +
                   " items for " + std::to_string(accum) + " micro-batches");
     }
-    std::vector<std::string> stageInputs;
-    if (stages > 1)
-      stageInputs = exec->inputNames();
+    // With pipeline parallelism an input goes to the chunk that has it.
+    Executor *ex = exec.get();
     auto hasInput = [&](const std::string &name) {
-      return stages == 1 || std::find(stageInputs.begin(), stageInputs.end(),
-                                      name) != stageInputs.end();
+      if (stages == 1)
+        return true;
+      std::vector<std::string> names = ex->inputNames();
+      return std::find(names.begin(), names.end(), name) != names.end();
     };
     for (long long s = firstStep; s <= steps; ++s) {
      bool nanStep = false;
      double lossSum = 0, msSum = 0;
      uint64_t comm0 = sc->collectiveBytes;
      uint64_t highWater = 0;
+     // Interleaved: each chunk's executor has its own arena; the rank's
+     // figures are their sums.
+     std::map<Executor *, std::pair<uint64_t, uint64_t>> arenas;
      for (const ds::PipeStep &item : order) {
       int64_t micro = item.micro;
+      ex = stages > 1 ? execFor(item.chunk) : exec.get();
       long long m = (s - 1) * accum + micro + 1; // run number, 1-based
       for (const auto &[name, spec] : item.forward ? specs : decltype(specs)()) {
         auto it = data.find(name);
@@ -883,7 +940,7 @@ int run(int argc, char **argv) {
           batch.data.assign(t.data.begin() + first * rowBytes,
                             t.data.begin() + (first + spec.shape[0]) * rowBytes);
         }
-        if (!exec->setInput(name, std::move(batch), err))
+        if (hasInput(name) && !ex->setInput(name, std::move(batch), err))
           return fail(err);
       }
       stats.kernelTimes.clear();
@@ -910,8 +967,8 @@ int run(int argc, char **argv) {
             std::memcpy(out.data.data() + (r * window[1] + j) * 8, &b, 8);
           }
         }
-        if ((hasInput(tokIn) && !exec->setInput(tokIn, std::move(in), err)) ||
-            (hasInput(tokOut) && !exec->setInput(tokOut, std::move(out), err)))
+        if ((hasInput(tokIn) && !ex->setInput(tokIn, std::move(in), err)) ||
+            (hasInput(tokOut) && !ex->setInput(tokOut, std::move(out), err)))
           return fail(err);
       }
       if (info.lossScaling) {
@@ -943,9 +1000,11 @@ int run(int argc, char **argv) {
         std::raise(SIGKILL);
       bool ran = stages == 1
                      ? exec->run(stats, err)
-                     : exec->runSection(item.forward, static_cast<int>(micro),
+                     : ex->runSection(item.forward, static_cast<int>(micro),
                                         static_cast<uint64_t>(m - 1), stats,
-                                        err);
+                                        err,
+                                        /*deferUpdate=*/!item.forward &&
+                                            micro == accum - 1);
       if (!ran) {
         if (log)
           std::fclose(log);
@@ -959,6 +1018,11 @@ int run(int argc, char **argv) {
       }
       msSum += stats.milliseconds;
       highWater = std::max<uint64_t>(highWater, stats.arenaHighWater);
+      if (stages > 1) {
+        auto &a = arenas[ex];
+        a.first = std::max<uint64_t>(a.first, stats.arenaHighWater);
+        a.second = stats.arenaPlanned;
+      }
       if (stages > 1 && item.forward && !stats.nanLoss)
         continue; // the loss is read after the micro-batch's backward
       if (stats.nanLoss) {
@@ -985,7 +1049,9 @@ int run(int argc, char **argv) {
       }
       HostTensor l;
       double microLoss = NAN;
-      if (!info.loss.empty() && exec->output(info.loss, l, err) &&
+      if (stages > 1 && ex->outputNames().empty())
+        continue; // not the chunk with the loss
+      if (!info.loss.empty() && ex->output(info.loss, l, err) &&
           l.numel() == 1 && l.dtype == DType::F32) {
         float f;
         std::memcpy(&f, l.data.data(), 4);
@@ -993,6 +1059,15 @@ int run(int argc, char **argv) {
       }
       lossSum += microLoss;
      }
+     // Pipeline: the last micro-batch's updates, after the schedule, in
+     // chunk order (a tied parameter's exchange waits for no backward).
+     if (stages > 1 && !nanStep)
+       for (Executor *e : allExecs) {
+         RunStats upd;
+         if (!e->runDeferredUpdate(upd, err))
+           return fail("step " + std::to_string(s) + ", the update: " + err);
+         msSum += upd.milliseconds;
+       }
      if (nanStep)
        continue;
       stepComm = sc->collectiveBytes - comm0;
@@ -1017,6 +1092,13 @@ int run(int argc, char **argv) {
       double loss = lossSum / static_cast<double>(accum);
       stats.milliseconds = msSum;
       stats.arenaHighWater = highWater;
+      if (stages > 1) {
+        stats.arenaHighWater = stats.arenaPlanned = 0;
+        for (auto &[e, a] : arenas) {
+          stats.arenaHighWater += a.first;
+          stats.arenaPlanned += a.second;
+        }
+      }
       totalMs += stats.milliseconds;
       if (s == firstStep)
         firstLoss = loss;
@@ -1109,22 +1191,37 @@ int run(int argc, char **argv) {
     // Every hand-over delivered before the stages go on (or end).
     if (stages > 1 && !comm->flushSends(err))
       return fail(err);
-    uint64_t plannedStash =
-        stages > 1 ? pipelineStashBytes(*plan) * ds::stashCopies(order) : 0;
-    if (exec->stashHighWater() > plannedStash)
+    // Per chunk: the bytes kept per micro-batch x the copies its part of
+    // the schedule needs.
+    uint64_t plannedStash = 0, stashHigh = 0;
+    int stashCopies = 0;
+    for (size_t k = 0; k < chunkPlans.size(); ++k) {
+      int copies = ds::stashCopies(order, stage + static_cast<int>(k) * stages);
+      plannedStash += pipelineStashBytes(*chunkPlans[k]) * copies;
+      stashCopies += copies;
+      stashHigh += allExecs[k]->stashHighWater();
+    }
+    if (stashHigh > plannedStash)
       return fail("the activation stash held " +
-                  std::to_string(exec->stashHighWater()) +
+                  std::to_string(stashHigh) +
                   " bytes, more than the plan's " +
                   std::to_string(plannedStash));
     if (profile)
       printProfile(stats);
     if (!saveWeights.empty()) {
       // Every rank takes part (ZeRO-3 shards are gathered); rank 0 writes.
-      std::vector<std::string> names = exec->parameterNames();
+      std::vector<std::string> names;
+      std::vector<Executor *> owner;
+      for (Executor *e : allExecs)
+        for (const std::string &n : e->parameterNames())
+          if (std::find(names.begin(), names.end(), n) == names.end()) {
+            names.push_back(n);
+            owner.push_back(e);
+          }
       std::vector<HostTensor> values(names.size());
       std::vector<std::pair<std::string, const HostTensor *>> arrays;
       for (size_t i = 0; i < names.size(); ++i) {
-        if (!exec->parameter(names[i], values[i], err))
+        if (!owner[i]->parameter(names[i], values[i], err))
           return fail(err);
         arrays.push_back({names[i], &values[i]});
       }
@@ -1155,14 +1252,13 @@ int run(int argc, char **argv) {
       std::printf("pipeline of %d stages (schedule %s, %lld micro-batches per "
                   "step) x %d data-parallel x %d tensor-parallel ranks; this "
                   "is stage %d: activation stash %llu bytes at most, planned "
-                  "%llu (%llu bytes x %d copies); figures below are this "
-                  "stage's\n",
+                  "%llu (%d cop%s of the kept bytes of %d chunk%s); figures "
+                  "below are this stage's\n",
                   stages, scheduleName.c_str(), static_cast<long long>(accum),
                   dpSize, tensorParallel, stage,
-                  static_cast<unsigned long long>(exec->stashHighWater()),
-                  static_cast<unsigned long long>(plannedStash),
-                  static_cast<unsigned long long>(pipelineStashBytes(*plan)),
-                  ds::stashCopies(order));
+                  static_cast<unsigned long long>(stashHigh),
+                  static_cast<unsigned long long>(plannedStash), stashCopies,
+                  stashCopies == 1 ? "y" : "ies", virt, virt == 1 ? "" : "s");
     if (!lead)
       return 0;
     if (accum > 1)

@@ -109,6 +109,9 @@ std::shared_ptr<const Plan> stagePlan(const Plan &plan, int stage,
 /// The pipeline schedule's name and micro-batches of a pipeline plan.
 std::string pipelineScheduleName(const Plan &plan);
 int pipelineMicroBatches(const Plan &plan);
+/// The interleaved schedule's model chunks per pipeline rank (1 otherwise);
+/// a pipeline plan holds stages x this many stage plans.
+int pipelineVirtualStages(const Plan &plan);
 /// A stage plan's bytes kept from a micro-batch's forward to its backward.
 uint64_t pipelineStashBytes(const Plan &plan);
 /// The plan's per-rank memory and collective bytes (what ds-opt --report
@@ -193,8 +196,11 @@ public:
   /// micro-batch `micro`, the `runIndex`-th (0-based) run of the training.
   /// What a forward leaves for its backward is kept per micro-batch; the
   /// inputs set before a forward are the ones its backward sees.
+  /// With `deferUpdate` a backward stops at the update section (the
+  /// optimizer), which runDeferredUpdate runs later.
   bool runSection(bool forward, int micro, uint64_t runIndex, RunStats &stats,
-                  std::string &err);
+                  std::string &err, bool deferUpdate = false);
+  bool runDeferredUpdate(RunStats &stats, std::string &err);
   /// Bytes the activation stash holds at most (pipeline parallelism).
   uint64_t stashHighWater() const;
   /// Runs the forward pass of the last run again, as it was (same inputs,

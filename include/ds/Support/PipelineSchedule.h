@@ -22,31 +22,39 @@ class Plan;
 struct PipeStep {
   bool forward = true;
   int micro = 0;
+  /// The model chunk (stage program) it runs: the rank's stage, or with
+  /// the interleaved schedule one of its V chunks (chunk c runs on pipeline
+  /// rank c mod P).
+  int chunk = 0;
 };
 
-/// Each stage's order of work: "gpipe" (every forward, then every
-/// backward) or "1f1b" (P - s - 1 forwards to fill, then one forward and one
-/// backward, then the remaining backwards). Empty for an unknown kind.
-std::vector<std::vector<PipeStep>> pipelineSchedule(const std::string &kind,
-                                                    int stages, int micro);
+/// Each pipeline rank's order of work: "gpipe" (every forward, then every
+/// backward), "1f1b" (P - s - 1 forwards to fill, then one forward and one
+/// backward, then the remaining backwards) or "interleaved" with `virt`
+/// chunks per rank (Megatron's interleaved 1F1B: forwards in groups of P
+/// micro-batches per chunk, the backwards likewise from the last chunk;
+/// M must be a multiple of P). Empty for an unknown kind or a bad M.
+std::vector<std::vector<PipeStep>>
+pipelineSchedule(const std::string &kind, int stages, int micro, int virt = 1);
 
 /// Micro-batches a stage holds between their forward and backward at most
 /// (the activation stash's slots).
-int stashSlots(const std::vector<PipeStep> &stage);
+int stashSlots(const std::vector<PipeStep> &stage, int chunk = -1);
 
 /// Copies of the forward state the runtime keeps aside at most for this
 /// order: the arena holds the latest forward's state, which is copied out
 /// only when another section runs before its backward.
-int stashCopies(const std::vector<PipeStep> &stage);
+int stashCopies(const std::vector<PipeStep> &stage, int chunk = -1);
 
 struct PipeSimulation {
   double stepSeconds = 0; // when the last stage's last item ends
   double bubble = 0;      // idle over stages x step time
 };
 
-/// Runs the schedule with each stage's forward and backward time per
-/// micro-batch (and `linkSeconds` per hand-over between stages): every item
-/// waits for its stage and for its input from the neighbour.
+/// Runs the schedule with each chunk's forward and backward time per
+/// micro-batch (and `linkSeconds` per hand-over between chunks): every item
+/// waits for its rank and for its input from the neighbouring chunk.
+/// `stepSeconds` is 0 when the schedule cannot complete (a deadlock).
 PipeSimulation simulatePipeline(const std::vector<std::vector<PipeStep>> &s,
                                 const std::vector<double> &forward,
                                 const std::vector<double> &backward,

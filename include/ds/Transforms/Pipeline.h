@@ -41,7 +41,10 @@ struct PipelineSplit {
 /// several stages are given to each, marked `ds.tied_peers`. Fails with an
 /// error naming the numbers when the model cannot be cut into that many
 /// stages.
-FailureOr<PipelineSplit> splitPipeline(ModuleOp module, int64_t stages);
+/// With `ranks` < `stages` (the interleaved schedule), stage c runs on
+/// pipeline rank c mod `ranks`, and hand-overs name their peer by rank.
+FailureOr<PipelineSplit> splitPipeline(ModuleOp module, int64_t stages,
+                                       int64_t ranks = 0);
 
 /// The nested stage modules of a split module, in stage order (empty when
 /// `module` is not split).

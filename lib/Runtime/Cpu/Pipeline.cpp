@@ -31,10 +31,11 @@ bool peerOf(KernelContext &ctx, int64_t delta, int &peer) {
   return true;
 }
 
-/// Messages between neighbours: forward activations (direction 0) and
-/// gradients (1), per micro-batch and tensor.
-int messageTag(int micro, int64_t tag, int direction) {
-  return ((micro % 256) * 32 + static_cast<int>(tag % 32)) * 2 + direction;
+/// Messages between neighbours: the compiler's tag (boundary, tensor and
+/// direction, below 1024) per micro-batch; tags from 16384 are the tied
+/// gradients'.
+int messageTag(int micro, int64_t tag) {
+  return (micro % 16) * 1024 + static_cast<int>(tag % 1024);
 }
 
 uint64_t bytesOf(const TensorView &v) { return v.numel() * dtypeSize(v.dtype); }
@@ -47,8 +48,7 @@ bool kPipeSend(KernelContext &ctx) {
     return false;
   std::string err;
   if (!ctx.pipe->send(ctx.in[0].data, bytesOf(ctx.in[0]), peer,
-                      messageTag(ctx.micro, ctx.attrs.getInt("tag", 0),
-                                 delta > 0 ? 0 : 1),
+                      messageTag(ctx.micro, ctx.attrs.getInt("tag", 0)),
                       err))
     return ctx.fail(err);
   return true;
@@ -61,12 +61,10 @@ bool kPipeRecv(KernelContext &ctx) {
     return false;
   std::string err;
   if (!ctx.pipe->recv(ctx.out[0].data, bytesOf(ctx.out[0]), peer,
-                      messageTag(ctx.micro, ctx.attrs.getInt("tag", 0),
-                                 delta < 0 ? 0 : 1),
+                      messageTag(ctx.micro, ctx.attrs.getInt("tag", 0)),
                       err))
-    return ctx.fail("from the " +
-                    std::string(delta < 0 ? "previous" : "next") +
-                    " stage: " + err);
+    return ctx.fail("from pipeline rank " + std::to_string(peer) + ": " +
+                    err);
   return true;
 }
 
@@ -102,7 +100,7 @@ bool kTiedGradSum(KernelContext &ctx) {
       own[i] = acc[i] + own[i];
   }
   std::vector<int64_t> peers = ctx.attrs.getInts("peers");
-  int tag = 20000 + static_cast<int>(ctx.attrs.getInt("tied_id", 0) % 10000);
+  int tag = 16384 + static_cast<int>(ctx.attrs.getInt("tied_id", 0) % 16384);
   std::string err;
   std::map<int64_t, std::vector<float>> totals;
   for (int64_t d : peers) {

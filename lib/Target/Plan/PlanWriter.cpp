@@ -405,7 +405,11 @@ LogicalResult writePipelinePlan(ModuleOp module, ArrayRef<ModuleOp> stages,
                                 StringRef planPath,
                                 const PlanWriteOptions &options, pb::Plan &p) {
   const PlanWriteOptions::Pipeline &pipe = options.pipeline;
-  int stageCount = static_cast<int>(stages.size());
+  // Chunks: one per stage, or V per pipeline rank (interleaved; chunk c on
+  // rank c mod P).
+  int chunks = static_cast<int>(stages.size());
+  int virt = static_cast<int>(std::max<int64_t>(1, pipe.virtualStages));
+  int stageCount = chunks / virt;
   int64_t stageWorld = options.worldSize / stageCount;
   p.set_format_version(::ds::kPlanFormatVersion);
   p.set_producer("ds-opt");
@@ -416,10 +420,11 @@ LogicalResult writePipelinePlan(ModuleOp module, ArrayRef<ModuleOp> stages,
   pl->set_stages(stageCount);
   pl->set_micro_batches(static_cast<uint32_t>(pipe.microBatches));
   pl->set_schedule(pipe.schedule);
+  pl->set_virtual_stages(virt);
   for (const std::string &t : pipe.tied)
     pl->add_tied(t);
   std::vector<std::vector<::ds::PipeStep>> sched = ::ds::pipelineSchedule(
-      pipe.schedule, stageCount, static_cast<int>(pipe.microBatches));
+      pipe.schedule, stageCount, static_cast<int>(pipe.microBatches), virt);
   if (sched.empty())
     return module.emitError("unknown pipeline schedule '")
            << pipe.schedule << "'";
@@ -431,31 +436,40 @@ LogicalResult writePipelinePlan(ModuleOp module, ArrayRef<ModuleOp> stages,
   std::vector<uint64_t> stash, peak;
   std::vector<int> slots;
   uint64_t maxSend = 0;
-  for (int s = 0; s < stageCount; ++s) {
+  for (int s = 0; s < chunks; ++s) {
     pb::Plan *sp = pl->add_stage_plans();
     if (failed(buildPlan(stages[s], options, stageWorld, *sp)) ||
         failed(addSource(module, planPath, options, *sp)))
       return failure();
-    int split = -1;
+    // The marks: the backward section's start, and the update's.
+    int split = -1, update = 0;
     const pb::Program &prog = sp->programs(0);
-    for (int i = 0; i < prog.instructions_size(); ++i)
-      if (prog.instructions(i).kernel() == "pipe_mark")
-        split = i;
+    for (int i = 0; i < prog.instructions_size(); ++i) {
+      const pb::Instruction &ins = prog.instructions(i);
+      if (ins.kernel() != "pipe_mark")
+        continue;
+      bool isUpdate = false;
+      for (const pb::Attribute &a : ins.attributes())
+        isUpdate |= a.name() == "update";
+      (isUpdate ? update : split) = i;
+    }
     if (split < 0)
       return module.emitError("stage ")
              << s << " has no backward section (run --ds-autodiff)";
     pb::Pipeline *own = sp->mutable_pipeline();
     own->set_stages(stageCount);
+    own->set_virtual_stages(virt);
     own->set_micro_batches(static_cast<uint32_t>(pipe.microBatches));
     own->set_schedule(pipe.schedule);
     own->set_stage(s);
     own->set_backward_start(split);
+    own->set_update_start(update);
     uint64_t bytes = 0;
     for (const ::ds::ByteRange &r : ::ds::stashRanges(*sp, split))
       bytes += r.end - r.begin;
     own->set_stash_bytes(bytes);
     stash.push_back(bytes);
-    slots.push_back(::ds::stashCopies(sched[s]));
+    slots.push_back(::ds::stashCopies(sched[s % stageCount], s));
     ::ds::Timeline tl = ::ds::timeline(*sp, model);
     double fwdEnd = 0;
     for (const ::ds::TimelineEvent &e : tl.events)
@@ -473,29 +487,35 @@ LogicalResult writePipelinePlan(ModuleOp module, ArrayRef<ModuleOp> stages,
   if (!options.report)
     return success();
   int m = static_cast<int>(pipe.microBatches);
-  double formula = double(stageCount - 1) / double(m + stageCount - 1);
+  double formula =
+      double(stageCount - 1) / double(virt * m + stageCount - 1);
   ::ds::PipeSimulation equal = ::ds::simulatePipeline(
-      sched, std::vector<double>(stageCount, 1.0),
-      std::vector<double>(stageCount, 2.0));
+      sched, std::vector<double>(chunks, 1.0), std::vector<double>(chunks, 2.0));
+  // Per pipeline rank: the sum of its chunks.
+  std::vector<uint64_t> rankPeak(stageCount, 0);
+  for (int c = 0; c < chunks; ++c)
+    rankPeak[c % stageCount] += peak[c];
   ::ds::PipeSimulation costed = ::ds::simulatePipeline(
       sched, fwd, bwd,
       model.linkBytesPerSecond > 0 ? maxSend / model.linkBytesPerSecond : 0);
   int tp = pl->stage_plans(0).tensor_parallel() ? pl->stage_plans(0).tensor_parallel() : 1;
   int64_t dp = stageWorld / tp;
-  uint64_t maxPeak = *std::max_element(peak.begin(), peak.end());
+  uint64_t maxPeak = *std::max_element(rankPeak.begin(), rankPeak.end());
   std::string &out = *options.report;
   llvm::raw_string_ostream os(out);
   if (options.reportJson) {
     os << "{\"pipeline\": {\"stages\": " << stageCount
        << ", \"data_parallel\": " << dp << ", \"tensor_parallel\": " << tp
        << ", \"micro_batches\": " << m << ", \"schedule\": \""
-       << pipe.schedule << "\", \"bubble\": " << equal.bubble
+       << pipe.schedule << "\", \"virtual_stages\": " << virt
+       << ", \"bubble\": " << equal.bubble
        << ", \"bubble_formula\": " << formula
        << ", \"bubble_cost_model\": " << costed.bubble
        << ", \"step_seconds\": " << costed.stepSeconds
        << ", \"per_rank_peak\": " << maxPeak << ", \"per_stage\": [";
-    for (int s = 0; s < stageCount; ++s)
+    for (int s = 0; s < chunks; ++s)
       os << (s ? ", " : "") << "{\"stage\": " << s
+         << ", \"rank\": " << s % stageCount
          << ", \"forward_seconds\": " << fwd[s]
          << ", \"backward_seconds\": " << bwd[s]
          << ", \"stash_bytes\": " << stash[s] << ", \"stash_copies\": "
@@ -509,12 +529,16 @@ LogicalResult writePipelinePlan(ModuleOp module, ArrayRef<ModuleOp> stages,
      << " data-parallel x " << tp << " tensor-parallel = "
      << options.worldSize << " ranks (rank = stage*" << stageWorld
      << " + dp*" << tp << " + tp); " << m << " micro-batches per step, "
-     << "schedule " << pipe.schedule << "\n";
+     << "schedule " << pipe.schedule;
+  if (virt > 1)
+    os << " with " << virt << " model chunks per rank (chunk c on rank c mod "
+       << stageCount << ")";
+  os << "\n";
   os << llvm::format("  %-5s %-11s %10s %10s %10s %10s %5s %11s %9s %9s\n",
                      "stage", "fwd ops", "fwd GFLOP", "params MiB",
                      "send KiB", "stash KiB", "copies", "peak MiB", "F ms",
                      "B ms");
-  for (int s = 0; s < stageCount; ++s) {
+  for (int s = 0; s < chunks; ++s) {
     const pb::Plan &sp = pl->stage_plans(s);
     uint64_t params = 0;
     for (const pb::Parameter &par : sp.parameters())
@@ -530,15 +554,21 @@ LogicalResult writePipelinePlan(ModuleOp module, ArrayRef<ModuleOp> stages,
                        info.sendBytes / 1024.0, stash[s] / 1024.0, slots[s],
                        peak[s] / 1048576.0, fwd[s] * 1e3, bwd[s] * 1e3);
   }
-  os << llvm::format("  bubble %.4f (the schedule with equal stages), "
-                     "formula (p-1)/(m+p-1) = %.4f\n",
-                     equal.bubble, formula);
+  if (virt > 1)
+    os << llvm::format("  bubble %.4f (the schedule with equal stages), "
+                       "formula (p-1)/(v*m+p-1) = %.4f\n",
+                       equal.bubble, formula);
+  else
+    os << llvm::format("  bubble %.4f (the schedule with equal stages), "
+                       "formula (p-1)/(m+p-1) = %.4f\n",
+                       equal.bubble, formula);
   os << llvm::format("  cost model: step %.3f ms, bubble %.4f (the stages' "
                      "forward and backward times above, %.3g B/s link)\n",
                      costed.stepSeconds * 1e3, costed.bubble,
                      model.linkBytesPerSecond);
   os << "  per-rank peak " << llvm::format("%.2f", maxPeak / 1048576.0)
-     << " MiB (largest stage: arena + parameters + stash x copies)\n";
+     << " MiB (largest " << (virt > 1 ? "rank's chunks" : "stage")
+     << ": arena + parameters + stash x copies)\n";
   if (!pipe.tied.empty()) {
     os << "  tied parameters (held by several stages, gradients summed "
           "before the update):";
@@ -546,7 +576,7 @@ LogicalResult writePipelinePlan(ModuleOp module, ArrayRef<ModuleOp> stages,
       os << " " << t;
     os << "\n";
   }
-  for (int s = 0; s < stageCount; ++s)
+  for (int s = 0; s < chunks; ++s)
     os << "stage " << s << ":\n"
        << ::ds::formatFootprint(::ds::footprint(pl->stage_plans(s)));
   return success();

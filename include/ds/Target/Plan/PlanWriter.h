@@ -30,7 +30,7 @@ struct PlanWriteOptions {
   /// micro-batches, the schedule, the tied parameters and, per stage, the
   /// forward op range, FLOPs and bytes sent (for the report).
   struct Pipeline {
-    int64_t microBatches = 1;
+    int64_t microBatches = 1, virtualStages = 1;
     std::string schedule = "1f1b";
     std::vector<std::string> tied;
     struct Stage {
