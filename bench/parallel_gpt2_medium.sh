@@ -2,13 +2,14 @@
 # 3D parallelism, plan only (issue 11): the GPT-2-medium shape (24 layers,
 # d = 1024, 16 heads, vocabulary 50257; 355M parameters) on 8 ranks, a
 # global batch of 8 x 1024 tokens per step, bf16, Adam. For each
-# (DP, TP, PP) the per-rank memory of the plan (the largest stage's with
-# pipeline parallelism: arena, parameters and state, and its activation
-# stash), the cost model's step time, and for a pipeline the schedule's
+# (DP, TP, PP) the per-rank memory of the plan (with pipeline parallelism
+# the parameter and state columns are the largest stage's, or model
+# chunk's with the interleaved schedule, and the peak is the largest
+# rank's: its chunks' arenas, parameters and state, and activation stash), the cost model's step time, and for a pipeline the schedule's
 # bubble beside (p-1)/(m+p-1); ratios against (8, 1, 1) in the same run.
 # A pipeline of P stages takes the step in M micro-batches of
 # 8 / (DP x M) sequences each (M = 4 for P = 2, 8 for P = 4), with each
-# schedule.
+# schedule (interleaved with 2 model chunks per rank).
 #
 #   bench/parallel_gpt2_medium.sh
 #
@@ -24,9 +25,10 @@ if [ ! -f "$MODEL" ]; then
   /usr/bin/python3 "$ROOT/examples/gpt/export_gpt.py" --size gpt2-medium --dynamic -o "$MODEL" 2>/dev/null
 fi
 GLOBAL=8 T=1024 WORLD=8
-printf "%-18s %12s %12s %12s %10s %8s %8s %10s\n" "(DP,TP,PP) sched" "params MiB" "state MiB" "peak MiB" "step ms" "bubble" "formula" "vs (8,1,1)"
+printf "%-24s %12s %12s %12s %10s %8s %8s %10s\n" "(DP,TP,PP) sched" "params MiB" "state MiB" "peak MiB" "step ms" "bubble" "formula" "vs (8,1,1)"
 base=""
-for grid in "8 1 1 -" "4 2 1 -" "2 4 1 -" "2 2 2 gpipe" "2 2 2 1f1b" "1 2 4 gpipe" "1 2 4 1f1b"; do
+for grid in "8 1 1 -" "4 2 1 -" "2 4 1 -" "2 2 2 gpipe" "2 2 2 1f1b" "2 2 2 interleaved:2" \
+            "1 2 4 gpipe" "1 2 4 1f1b" "1 2 4 interleaved:2"; do
   set -- $grid
   dp=$1 tp=$2 pp=$3 sched=$4
   if [ "$pp" = 1 ]; then
@@ -45,17 +47,17 @@ for grid in "8 1 1 -" "4 2 1 -" "2 4 1 -" "2 2 2 gpipe" "2 2 2 1f1b" "1 2 4 gpip
     out=$("$BUILD/bin/ds-opt" "$MODEL" --input-shape=idx:${b}x${T} --input-shape=targets:${b}x${T} \
       --optimizer=adam --precision=bf16 --world-size=$WORLD --tensor-parallel=$tp \
       --pipeline-parallel=$pp --micro-batches=$m --schedule=$sched \
-      --report -o "$BUILD/bench/par-$dp-$tp-$pp-$sched.plan")
+      --report -o "$BUILD/bench/par-$dp-$tp-$pp-${sched%%:*}.plan")
     # The largest stage's parameters and state (stage plans' footprints).
     params=$(echo "$out" | awk '/^  parameters / { if ($2 > p) p = $2 } END { print p / 1048576 }')
     state=$(echo "$out" | awk '/^  optimizer state / { if ($3 > s) s = $3 } END { print s / 1048576 }')
     peak=$(echo "$out" | sed -n 's/^  per-rank peak \([0-9.]*\) MiB.*/\1/p')
     step=$(echo "$out" | sed -n 's/^  cost model: step \([0-9.]*\) ms.*/\1/p')
     bubble=$(echo "$out" | sed -n 's/^  bubble \([0-9.]*\) (the schedule.*/\1/p')
-    formula=$(echo "$out" | sed -n 's/.*formula (p-1)\/(m+p-1) = \([0-9.]*\).*/\1/p')
+    formula=$(echo "$out" | sed -n 's/.*formula (p-1)\/([a-z0-9*+-]*) = \([0-9.]*\).*/\1/p')
   fi
   [ -z "$base" ] && base=$step
   awk -v g="($dp,$tp,$pp) $sched" -v p="$params" -v s="$state" -v k="$peak" -v t="$step" -v b="$base" \
     -v u="$bubble" -v f="$formula" \
-    'BEGIN { printf "%-18s %12.1f %12.1f %12.1f %10.1f %8s %8s %10.2f\n", g, p, s, k, t, u, f, t / b }'
+    'BEGIN { printf "%-24s %12.1f %12.1f %12.1f %10.1f %8s %8s %10.2f\n", g, p, s, k, t, u, f, t / b }'
 done
