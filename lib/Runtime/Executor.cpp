@@ -929,6 +929,15 @@ Executor::~Executor() = default;
 std::unique_ptr<Executor> Executor::create(std::shared_ptr<const Plan> plan,
                                            const ExecutorOptions &options,
                                            std::string &err) {
+  if (plan->proto.programs_size() == 0) {
+    err = plan->proto.pipeline().stage_plans_size() > 0
+              ? "'" + plan->path + "' is a pipeline of " +
+                    std::to_string(plan->proto.pipeline().stages()) +
+                    " stages: each rank runs its stage's plan (ds-run "
+                    "picks it)"
+              : "the plan has no program";
+    return nullptr;
+  }
   auto impl = std::make_unique<Impl>();
   impl->plan = std::move(plan);
   impl->options = options;

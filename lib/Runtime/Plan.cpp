@@ -298,7 +298,7 @@ std::shared_ptr<const Plan> loadPlan(const std::string &path, std::string &err) 
   if (const plan::Pipeline &pl = plan->proto.pipeline();
       pl.stage_plans_size() > 0) {
     // A pipeline: every stage's plan is checked; the container has none.
-    if (pl.stages() < 2 ||
+    if (plan->proto.programs_size() != 0 || pl.stages() < 2 ||
         static_cast<uint32_t>(pl.stage_plans_size()) !=
             pl.stages() * std::max<uint32_t>(1, pl.virtual_stages()) ||
         pl.micro_batches() < 1 || plan->proto.world_size() % pl.stages()) {
@@ -339,7 +339,13 @@ std::shared_ptr<const Plan> loadPlan(const std::string &path, std::string &err) 
   return plan;
 }
 
-Footprint footprintOf(const Plan &plan) { return footprint(plan.proto); }
+Footprint footprintOf(const Plan &plan) {
+  // A pipeline container: its first stage's figures.
+  if (plan.proto.programs_size() == 0 &&
+      plan.proto.pipeline().stage_plans_size() > 0)
+    return footprint(plan.proto.pipeline().stage_plans(0));
+  return footprint(plan.proto);
+}
 
 int pipelineStages(const Plan &plan) {
   return plan.proto.pipeline().stage_plans_size() > 0
@@ -380,6 +386,18 @@ std::shared_ptr<const Plan> stagePlan(const Plan &plan, int stage,
 }
 
 PlanInfo describe(const Plan &plan) {
+  if (plan.proto.programs_size() == 0 &&
+      plan.proto.pipeline().stage_plans_size() > 0) {
+    // A pipeline container: its first stage, on the whole world.
+    Plan first;
+    first.proto = plan.proto.pipeline().stage_plans(0);
+    first.path = plan.path;
+    first.dir = plan.dir;
+    first.checksum = plan.checksum;
+    PlanInfo info = describe(first);
+    info.worldSize = static_cast<int>(plan.proto.world_size());
+    return info;
+  }
   const plan::Plan &p = plan.proto;
   PlanInfo info;
   info.arenaBytes = p.programs(0).arena_bytes();
