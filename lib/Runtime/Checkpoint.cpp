@@ -565,8 +565,12 @@ bool loadCheckpoint(const std::string &dir, Executor &exec, int rank,
   return true;
 }
 
-bool consolidateCheckpoint(const std::string &dir, const std::string &out,
-                           bool withState, std::string &err) {
+/// The whole tensors of one checkpoint (a 16-bit weight as its f32 master
+/// copy, under the weight's name), appended to `arrays` unless a tensor of
+/// that name is already there (a pipeline's tied weight, in two stages).
+static bool collectWhole(const std::string &dir, bool withState,
+                         std::vector<std::pair<std::string, HostTensor>> &arrays,
+                         std::string &err) {
   std::string stepDir;
   Manifest m;
   if (!resolve(dir, stepDir, err) || !readManifest(stepDir, m, err))
@@ -574,8 +578,6 @@ bool consolidateCheckpoint(const std::string &dir, const std::string &out,
   std::vector<std::pair<std::string, HostTensor>> whole;
   if (!wholeTensors(stepDir, m, withState, whole, err))
     return false;
-  // A 16-bit weight is written as its f32 master copy (under the weight's
-  // name; the copy itself only with the optimizer state).
   std::map<std::string, const HostTensor *> byName;
   for (const auto &[name, t] : whole)
     byName[name] = &t;
@@ -583,13 +585,42 @@ bool consolidateCheckpoint(const std::string &dir, const std::string &out,
   for (const Manifest::Tensor &t : m.tensors)
     if (t.kind == "param" && byName.count(t.name + ".master"))
       masters.insert(t.name + ".master");
-  std::vector<std::pair<std::string, const HostTensor *>> arrays;
   for (const auto &[name, t] : whole) {
     if (masters.count(name) && !withState)
       continue;
+    bool have = false;
+    for (const auto &a : arrays)
+      have |= a.first == name;
+    if (have)
+      continue;
     auto master = byName.find(name + ".master");
-    arrays.push_back({name, masters.count(name + ".master") ? master->second : &t});
+    arrays.push_back(
+        {name, masters.count(name + ".master") ? *master->second : t});
   }
+  return true;
+}
+
+bool consolidateCheckpoint(const std::string &dir, const std::string &out,
+                           bool withState, std::string &err) {
+  std::vector<std::pair<std::string, HostTensor>> owned;
+  // A pipeline's checkpoint: one checkpoint per stage (model chunk) in
+  // DIR/stage-K.
+  std::error_code ec;
+  if (std::filesystem::is_directory(dir + "/stage-0", ec)) {
+    for (int k = 0; std::filesystem::is_directory(
+             dir + "/stage-" + std::to_string(k), ec);
+         ++k)
+      if (!collectWhole(dir + "/stage-" + std::to_string(k), withState, owned,
+                        err)) {
+        err = "stage " + std::to_string(k) + ": " + err;
+        return false;
+      }
+  } else if (!collectWhole(dir, withState, owned, err)) {
+    return false;
+  }
+  std::vector<std::pair<std::string, const HostTensor *>> arrays;
+  for (const auto &[name, t] : owned)
+    arrays.push_back({name, &t});
   auto endsWith = [&](const std::string &suffix) {
     return out.size() >= suffix.size() &&
            out.compare(out.size() - suffix.size(), suffix.size(), suffix) == 0;

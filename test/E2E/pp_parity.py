@@ -51,6 +51,10 @@ def main():
     ap.add_argument("--schedule", default="1f1b")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--opt-flag", action="append", default=[])
+    ap.add_argument("--checkpoint", action="store_true",
+                    help="also: save at step 2, resume to the end (the same "
+                    "losses), and consolidate the final checkpoint (equal to "
+                    "--save-weights)")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     w = lambda name: os.path.join(args.work, name)
@@ -70,7 +74,8 @@ def main():
     run(ref)
     out = run(mpirun + ["-np", str(world), args.ds_run, w("pp.plan"),
                         "--log-json", w("pp.json"), "--save-weights",
-                        w("pp.npz")] + common)
+                        w("pp.npz")]
+              + (["--save", w("ck")] if args.checkpoint else []) + common)
     ok = True
     a, b = losses(w("ref.json")), losses(w("pp.json"))
     worst = max(abs(x[1] - y[1]) / abs(x[1]) for x, y in zip(a, b))
@@ -107,6 +112,28 @@ def main():
     ok &= good
     print("stash: every stage's measured equals planned: %s"
           % ("PASS" if good else "FAIL"))
+    if args.checkpoint:
+        # Consolidated (every stage's checkpoint merged) equals the
+        # weights the run wrote.
+        run([args.ds_run, "--consolidate", w("ck"), "-o", w("ck.npz")])
+        wc = np.load(w("ck.npz"))
+        good = sorted(wc.files) == sorted(wp.files) and all(
+            np.array_equal(wc[k], wp[k]) for k in wp.files)
+        ok &= good
+        print("consolidated checkpoint equals --save-weights: %s"
+              % ("PASS" if good else "FAIL"))
+        # Stopped after step 2 and resumed: steps 3.. repeat exactly.
+        two = ["--data", args.data]
+        run(mpirun + ["-np", str(world), args.ds_run, w("pp.plan"), "--steps",
+                      "2", "--save", w("ck2")] + two)
+        run(mpirun + ["-np", str(world), args.ds_run, w("pp.plan"), "--steps",
+                      str(args.steps), "--resume", w("ck2"), "--log-json",
+                      w("resumed.json")] + two)
+        r = losses(w("resumed.json"))
+        good = r == b[2:]
+        ok &= good
+        print("resumed from step 2: steps %s, the same losses: %s"
+              % ([x for x, _ in r], "PASS" if good else "FAIL"))
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 

@@ -542,10 +542,6 @@ int run(int argc, char **argv) {
   if (stages > 1) {
     // The last stage has the loss: its first rank prints.
     lead = stage == stages - 1 && sc->rank() == 0;
-    if (!saveDir.empty() || !resumeDir.empty())
-      return failEveryRank("--save and --resume with pipeline parallelism "
-                           "are not supported yet (use --save-weights for "
-                           "the trained weights)");
   }
   bool trainingPlan = info.updatesParameters;
   if (trainingPlan && info.optimizer.empty())
@@ -863,9 +859,40 @@ int run(int argc, char **argv) {
       int64_t done = 0;
       bool repartitioned = false;
       std::map<std::string, std::string> extra;
-      bool ok = loadCheckpoint(resumeDir, *exec, comm->rank(), info, done,
-                               repartitioned, extra, err) &&
-                exec->commitStorage(err);
+      // A pipeline: each model chunk from its own DIR/stage-K, by its rank
+      // in the stage.
+      bool ok = true;
+      for (size_t k = 0; k < allExecs.size() && ok; ++k) {
+        int64_t chunkDone = 0;
+        std::string dir =
+            stages == 1 ? resumeDir
+                        : resumeDir + "/stage-" +
+                              std::to_string(stage + static_cast<int>(k) * stages);
+        ok = loadCheckpoint(dir, *allExecs[k], stages == 1 ? comm->rank()
+                                                           : sc->rank(),
+                            stages == 1 ? info : describe(*chunkPlans[k]),
+                            chunkDone, repartitioned, extra, err) &&
+             allExecs[k]->commitStorage(err);
+        if (ok && k > 0 && chunkDone != done) {
+          err = "its model chunks were saved at different steps (" +
+                std::to_string(done) + " and " + std::to_string(chunkDone) + ")";
+          ok = false;
+        }
+        done = chunkDone;
+      }
+      if (ok && stages > 1) {
+        // Every stage at the same step (a save that stopped half way
+        // leaves them apart).
+        float mine = static_cast<float>(done), sum = mine;
+        if (!comm->allReduce(&sum, 1, DType::F32, false, err))
+          return fail(err);
+        if (sum != mine * static_cast<float>(comm->size())) {
+          err = "the stages' checkpoints in '" + resumeDir +
+                "' are at different steps (this stage's: " +
+                std::to_string(done) + ")";
+          ok = false;
+        }
+      }
       if (ok && info.lossScaling)
         ok = scaler.restore(extra, err);
       if (!comm->allOk(ok)) {
@@ -1169,11 +1196,26 @@ int run(int argc, char **argv) {
       if (stats.arenaHighWater > stats.arenaPlanned)
         return fail("the arena high-water mark exceeds the plan");
       if (!saveDir.empty() && (s == steps || (saveEvery && s % saveEvery == 0))) {
-        if (!saveCheckpoint(saveDir, *exec, *comm, info, s,
-                            info.lossScaling
-                                ? scaler.state()
-                                : std::map<std::string, std::string>{},
-                            err)) {
+        // A pipeline: each model chunk to DIR/stage-K, over its stage's
+        // ranks; every rank agrees that all saved before going on.
+        bool saved = true;
+        for (size_t k = 0; k < allExecs.size() && saved; ++k)
+          saved = stages == 1
+                      ? saveCheckpoint(saveDir, *exec, *comm, info, s,
+                                       info.lossScaling
+                                           ? scaler.state()
+                                           : std::map<std::string, std::string>{},
+                                       err)
+                      : saveCheckpoint(
+                            saveDir + "/stage-" +
+                                std::to_string(stage + static_cast<int>(k) * stages),
+                            *allExecs[k], *sc, describe(*chunkPlans[k]), s,
+                            std::map<std::string, std::string>{}, err);
+        if (stages > 1 && !comm->allOk(saved) && saved) {
+          saved = false;
+          err = "the checkpoint failed on another stage";
+        }
+        if (!saved) {
           // Every rank knows the save failed; the previous checkpoint stays.
           std::fprintf(stderr, "error: %scheckpoint at step %lld: %s\n",
                        comm->size() > 1
