@@ -72,6 +72,14 @@ struct RecomputePass : impl::RecomputePassBase<RecomputePass> {
     for (unsigned i = 0; i < ret->getNumOperands(); ++i)
       if (func.getResultAttr(i, attrs::kLoss))
         lossDef = ret->getOperand(i).getDefiningOp();
+    // A pipeline stage without the loss: its forward ends where its
+    // backward section starts (the last op before the mark).
+    if (!lossDef && func->hasAttr("ds.pipeline"))
+      for (Operation &op : body)
+        if (isa<PipeMarkOp>(op) && !op.hasAttr("update")) {
+          lossDef = op.getPrevNode();
+          break;
+        }
     if (!lossDef || lossDef->getNextNode() == ret) {
       if (mode != "none") {
         func.emitError("--recompute needs a training step (a loss and its "
