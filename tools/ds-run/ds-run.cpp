@@ -472,6 +472,7 @@ int run(int argc, char **argv) {
   std::vector<ds::PipeStep> order;
   std::string scheduleName;
   int virt = 1; // model chunks per rank (interleaved)
+  std::map<std::string, HostTensor> pipelineInputs;
   std::vector<std::shared_ptr<const Plan>> chunkPlans;
   if (stages > 1) {
     std::shared_ptr<const Plan> first = stagePlan(*plan, 0, err);
@@ -503,6 +504,14 @@ int run(int argc, char **argv) {
       chunkPlans.push_back(stagePlan(*plan, stage + k * stages, err));
       if (!chunkPlans.back())
         return fail(err);
+    }
+    // Every stage's inputs (--token-inputs may name another stage's).
+    for (int c = 0; c < stages * virt; ++c) {
+      std::shared_ptr<const Plan> sp = stagePlan(*plan, c, err);
+      if (!sp)
+        return fail(err);
+      for (auto &in : describe(*sp).inputs)
+        pipelineInputs[in.first] = in.second;
     }
     plan = chunkPlans[0];
     stageTag = "pipeline stage " + std::to_string(stage) + " of " +
@@ -745,9 +754,14 @@ int run(int argc, char **argv) {
     if (!tokensPath.empty()) {
       tokIn = tokenInputs.substr(0, tokenInputs.find(','));
       tokOut = tokenInputs.substr(tokenInputs.find(',') + 1);
+      // With pipeline parallelism the stages split the inputs between
+      // them: a name is checked against every stage's.
+      std::vector<std::pair<std::string, HostTensor>> tokenSpecs = specs;
+      for (const auto &[n, spec] : pipelineInputs)
+        tokenSpecs.push_back({n, spec});
       for (const std::string &name : {tokIn, tokOut}) {
         bool found = false;
-        for (const auto &[n, spec] : specs)
+        for (const auto &[n, spec] : tokenSpecs)
           if (n == name) {
             found = true;
             if (spec.shape.size() != 2 || (spec.dtype != DType::I64 &&
