@@ -554,6 +554,22 @@ LogicalResult writePipelinePlan(ModuleOp module, ArrayRef<ModuleOp> stages,
                        info.sendBytes / 1024.0, stash[s] / 1024.0, slots[s],
                        peak[s] / 1048576.0, fwd[s] * 1e3, bwd[s] * 1e3);
   }
+  // The schedule itself: each rank's order of forward (F) and backward (B)
+  // sections by micro-batch (and chunk), as ds-run walks it.
+  for (int r = 0; r < stageCount; ++r) {
+    os << "  rank " << r << ":";
+    size_t shown = 0;
+    for (const ::ds::PipeStep &x : sched[r]) {
+      if (++shown > 32) {
+        os << " ... (" << sched[r].size() << " in all)";
+        break;
+      }
+      os << " " << (x.forward ? "F" : "B") << x.micro;
+      if (virt > 1)
+        os << "." << x.chunk;
+    }
+    os << "\n";
+  }
   if (virt > 1)
     os << llvm::format("  bubble %.4f (the schedule with equal stages), "
                        "formula (p-1)/(v*m+p-1) = %.4f\n",
