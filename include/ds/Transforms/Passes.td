@@ -35,6 +35,12 @@ def AutodiffPass : Pass<"ds-autodiff", "func::FuncOp"> {
     results with `ds.grad = "<param>"` and `ds.output = "grad:<param>"`
     (zeros for a parameter the loss does not reach). An op on the path to
     the loss without a gradient rule is an error naming it.
+
+    A pipeline stage (`ds.pipeline` on the function) starts its backward
+    after a `ds.pipe_mark`: each `ds.pipe_send` marked `ds.needs_grad` is
+    seeded with a `ds.pipe_recv` of its gradient from the next stage (tag
+    plus 1), the last stage's loss as above, and the gradient of each
+    received `ds.pipe_recv` marked `ds.needs_grad` is sent back.
   }];
 }
 
