@@ -775,6 +775,17 @@ struct Executor::Impl {
     stashBytes += total;
     stashHigh = std::max(stashHigh, stashBytes);
   }
+  /// A micro-batch's backward and update are done: its stash goes, and the
+  /// run counts (for the step input and the loss scaler).
+  void endMicroBatch(int micro) {
+    auto it = stash.find(micro);
+    if (it != stash.end() && it->second.saved)
+      stashBytes -= it->second.bytes.size();
+    stash.erase(micro);
+    ++runs;
+    if (stepState.overflow)
+      ++skipped;
+  }
   void restoreStash(int micro) {
     Stashed &st = stash[micro];
     uint64_t at = 0;
@@ -1248,13 +1259,8 @@ bool Executor::runSection(bool forward, int micro, uint64_t runIndex,
     im.arenaHolds = -1;
     im.deferred = micro;
   } else {
-    if (st.saved)
-      im.stashBytes -= st.bytes.size();
-    im.stash.erase(micro);
     im.arenaHolds = -1;
-    ++im.runs;
-    if (im.stepState.overflow)
-      ++im.skipped;
+    im.endMicroBatch(micro);
   }
   stats.milliseconds = std::chrono::duration<double, std::milli>(
                            std::chrono::steady_clock::now() - t0)
@@ -1283,12 +1289,7 @@ bool Executor::runDeferredUpdate(RunStats &stats, std::string &err) {
           " collective(s) in flight after an update";
     return false;
   }
-  if (st.saved)
-    im.stashBytes -= st.bytes.size();
-  im.stash.erase(micro);
-  ++im.runs;
-  if (im.stepState.overflow)
-    ++im.skipped;
+  im.endMicroBatch(micro);
   stats.milliseconds = std::chrono::duration<double, std::milli>(
                            std::chrono::steady_clock::now() - t0)
                            .count();

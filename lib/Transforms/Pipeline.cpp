@@ -25,16 +25,9 @@
 
 using namespace mlir;
 using namespace mlir::ds;
+using mlir::ds::detail::tensorBytes;
 
 namespace {
-
-int64_t tensorBytes(Type t) {
-  auto r = dyn_cast<RankedTensorType>(t);
-  if (!r || !r.hasStaticShape())
-    return 0;
-  int64_t bits = r.getElementType().getIntOrFloatBitWidth();
-  return r.getNumElements() * std::max<int64_t>(1, bits / 8);
-}
 
 bool isFloatTensor(Value v) {
   auto t = dyn_cast<RankedTensorType>(v.getType());

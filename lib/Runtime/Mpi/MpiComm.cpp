@@ -253,11 +253,8 @@ public:
   }
   bool send(const void *data, uint64_t bytes, int peer, int tag,
             std::string &err) override {
-    if (bytes > static_cast<uint64_t>(INT_MAX)) {
-      err = "a pipeline message of " + std::to_string(bytes) +
-            " bytes is more than MPI's int count";
+    if (!fitsInt(bytes, err))
       return false;
-    }
     reap();
     sends_.emplace_back();
     PendingSend &p = sends_.back();
@@ -273,11 +270,8 @@ public:
   }
   bool recv(void *data, uint64_t bytes, int peer, int tag,
             std::string &err) override {
-    if (bytes > static_cast<uint64_t>(INT_MAX)) {
-      err = "a pipeline message of " + std::to_string(bytes) +
-            " bytes is more than MPI's int count";
+    if (!fitsInt(bytes, err))
       return false;
-    }
     reap();
     MPI_Status status;
     if (MPI_Recv(data, static_cast<int>(bytes), MPI_BYTE, peer, tag, comm_,
@@ -317,6 +311,13 @@ private:
     MPI_Request request = MPI_REQUEST_NULL;
   };
   std::list<PendingSend> sends_;
+  static bool fitsInt(uint64_t bytes, std::string &err) {
+    if (bytes <= static_cast<uint64_t>(INT_MAX))
+      return true;
+    err = "a pipeline message of " + std::to_string(bytes) +
+          " bytes is more than MPI's int count";
+    return false;
+  }
   void reap() {
     for (auto it = sends_.begin(); it != sends_.end();) {
       int done = 0;
