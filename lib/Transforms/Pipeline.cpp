@@ -275,7 +275,6 @@ FailureOr<PipelineSplit> mlir::ds::splitPipeline(ModuleOp module,
   };
 
   OpBuilder top(module.getContext());
-  SmallVector<ModuleOp> stageModules;
   for (int64_t s = 0; s < numStages; ++s) {
     int64_t a = bounds[s], b = bounds[s + 1];
     PipelineStage info;
@@ -380,7 +379,6 @@ FailureOr<PipelineSplit> mlir::ds::splitPipeline(ModuleOp module,
                               ("stage" + std::to_string(s)));
     m->setAttr("ds.stage", top.getI64IntegerAttr(s));
     f->moveBefore(m.getBody(), m.getBody()->end());
-    stageModules.push_back(m);
     split.stages.push_back(info);
   }
   func.erase();
