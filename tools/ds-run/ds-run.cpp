@@ -875,6 +875,12 @@ int run(int argc, char **argv) {
       std::map<std::string, std::string> extra;
       // A pipeline: each model chunk from its own DIR/stage-K, by its rank
       // in the stage.
+      std::error_code dirErr;
+      if (stages == 1 &&
+          std::filesystem::is_directory(resumeDir + "/stage-0", dirErr))
+        return failEveryRank("'" + resumeDir + "' is a pipeline's checkpoint "
+                             "(one folder per stage): resume it with the "
+                             "pipeline's plan, or merge it with --consolidate");
       bool ok = true;
       for (size_t k = 0; k < allExecs.size() && ok; ++k) {
         int64_t chunkDone = 0;
