@@ -484,6 +484,18 @@ LogicalResult writePipelinePlan(ModuleOp module, ArrayRef<ModuleOp> stages,
     if (s < static_cast<int>(pipe.stages.size()))
       maxSend = std::max<uint64_t>(maxSend, pipe.stages[s].sendBytes);
   }
+  // Per pipeline rank: the sum of its chunks, with the activation stash
+  // (what --device-memory is held to).
+  std::vector<uint64_t> rankPeak(stageCount, 0);
+  for (int c = 0; c < chunks; ++c)
+    rankPeak[c % stageCount] += peak[c];
+  for (int r = 0; r < stageCount; ++r)
+    if (options.views.budget && rankPeak[r] > options.views.budget)
+      return module.emitError("pipeline rank ")
+             << r << " needs " << rankPeak[r]
+             << " bytes (its stages' arenas, parameters and state, and "
+                "activation stash), more than --device-memory ("
+             << options.views.budget << " bytes)";
   if (!options.report)
     return success();
   int m = static_cast<int>(pipe.microBatches);
@@ -491,10 +503,6 @@ LogicalResult writePipelinePlan(ModuleOp module, ArrayRef<ModuleOp> stages,
       double(stageCount - 1) / double(virt * m + stageCount - 1);
   ::ds::PipeSimulation equal = ::ds::simulatePipeline(
       sched, std::vector<double>(chunks, 1.0), std::vector<double>(chunks, 2.0));
-  // Per pipeline rank: the sum of its chunks.
-  std::vector<uint64_t> rankPeak(stageCount, 0);
-  for (int c = 0; c < chunks; ++c)
-    rankPeak[c % stageCount] += peak[c];
   ::ds::PipeSimulation costed = ::ds::simulatePipeline(
       sched, fwd, bwd,
       model.linkBytesPerSecond > 0 ? maxSend / model.linkBytesPerSecond : 0);
