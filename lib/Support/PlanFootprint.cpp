@@ -43,6 +43,16 @@ double Footprint::ringBytes() const {
   return part * (2.0 * allReduceBytes + allGatherBytes + reduceScatterBytes);
 }
 
+int bufferLocation(const plan::Plan &p, uint32_t id) {
+  const plan::Buffer &b = p.buffers(id);
+  if (b.space() == plan::HOST_ARENA)
+    return 1;
+  if (b.space() == plan::PARAM &&
+      b.slot() < static_cast<uint32_t>(p.parameters_size()))
+    return static_cast<int>(p.parameters(b.slot()).location());
+  return 0;
+}
+
 Footprint footprint(const plan::Plan &p) {
   Footprint f;
   f.tensorParallel = std::max(1, static_cast<int>(p.tensor_parallel()));
@@ -96,17 +106,9 @@ Footprint footprint(const plan::Plan &p) {
         ins.inputs(0) >= static_cast<uint32_t>(p.buffers_size()) ||
         ins.outputs(0) >= static_cast<uint32_t>(p.buffers_size()))
       continue;
-    auto where = [&](uint32_t id) {
-      const plan::Buffer &b = p.buffers(id);
-      if (b.space() == plan::HOST_ARENA)
-        return 1;
-      if (b.space() == plan::PARAM &&
-          b.slot() < static_cast<uint32_t>(p.parameters_size()))
-        return static_cast<int>(p.parameters(b.slot()).location());
-      return 0;
-    };
     uint64_t bytes = p.buffers(ins.inputs(0)).bytes();
-    int from = where(ins.inputs(0)), to = where(ins.outputs(0));
+    int from = bufferLocation(p, ins.inputs(0)),
+        to = bufferLocation(p, ins.outputs(0));
     if (from == 2)
       f.nvmeReadBytes += bytes;
     else if (to == 2)

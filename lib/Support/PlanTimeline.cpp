@@ -101,15 +101,6 @@ Timeline timeline(const plan::Plan &p, const CostModel &m) {
   // the copy engine's, the NVMe queue's and the host's clocks.
   std::map<uint32_t, double> ready, copyTime; // copyTime: a transfer's own
   double copyClock = 0, nvmeClock = 0, host = 0;
-  auto locationOf = [&](uint32_t id) {
-    const plan::Buffer &b = p.buffers(id);
-    if (b.space() == plan::HOST_ARENA)
-      return 1;
-    if (b.space() == plan::PARAM &&
-        b.slot() < static_cast<uint32_t>(p.parameters_size()))
-      return static_cast<int>(p.parameters(b.slot()).location());
-    return 0;
-  };
   auto inputsReady = [&](const plan::Instruction &ins, double base) {
     for (uint32_t id : ins.inputs())
       if (auto it = ready.find(id); it != ready.end())
@@ -132,7 +123,8 @@ Timeline timeline(const plan::Plan &p, const CostModel &m) {
     if (k == "transfer" && ins.inputs_size() == 1 && ins.outputs_size() == 1 &&
         ins.inputs(0) < static_cast<uint32_t>(p.buffers_size()) &&
         ins.outputs(0) < static_cast<uint32_t>(p.buffers_size())) {
-      int from = locationOf(ins.inputs(0)), to = locationOf(ins.outputs(0));
+      int from = bufferLocation(p, ins.inputs(0)),
+          to = bufferLocation(p, ins.outputs(0));
       bool nvme = from == 2 || to == 2;
       double &clock = nvme ? nvmeClock : copyClock;
       double bytes = static_cast<double>(p.buffers(ins.inputs(0)).bytes());

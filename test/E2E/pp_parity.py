@@ -16,28 +16,15 @@ in tp_parity.py: Adam amplifies the reordering of sums).
                  [--tp T] [--dp D] [--schedule S] [--opt-flag=...]
 """
 import argparse
-import json
 import os
 import re
 import shlex
-import subprocess
 import sys
 
 import numpy as np
 
-LOSS_TOL = 1e-5
-ADAM_WEIGHT_TOL = 1e-4
-
-
-def run(cmd):
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        sys.exit("FAIL: %s\n%s%s" % (" ".join(cmd), p.stdout, p.stderr))
-    return p.stdout
-
-
-def losses(path):
-    return [(r["step"], r["loss"]) for r in map(json.loads, open(path))]
+# The same helpers and bounds as tensor parallelism's check.
+from tp_parity import ADAM_WEIGHT_TOL, LOSS_TOL, losses, relative_l2, run
 
 
 def main():
@@ -87,11 +74,7 @@ def main():
     w1, wp = np.load(w("ref.npz")), np.load(w("pp.npz"))
     same_names = sorted(w1.files) == sorted(wp.files) and all(
         w1[k].shape == wp[k].shape for k in w1.files)
-    err = float("inf")
-    if same_names:
-        diff = np.sqrt(sum(float(np.sum((w1[k] - wp[k]) ** 2)) for k in w1.files))
-        norm = np.sqrt(sum(float(np.sum(w1[k] ** 2)) for k in w1.files))
-        err = diff / norm
+    err = relative_l2(w1, wp) if same_names else float("inf")
     good = same_names and err <= ADAM_WEIGHT_TOL
     ok &= good
     print("weights: %d tensors, same names and shapes %s, relative L2 "

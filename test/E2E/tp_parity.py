@@ -46,6 +46,14 @@ def losses(path):
     return [(r["step"], r["loss"]) for r in map(json.loads, open(path))]
 
 
+def relative_l2(ref, other):
+    """The L2 norm of the difference over all tensors of two npz files, over
+    the reference's norm."""
+    diff = np.sqrt(sum(float(np.sum((ref[k] - other[k]) ** 2)) for k in ref.files))
+    norm = np.sqrt(sum(float(np.sum(ref[k] ** 2)) for k in ref.files))
+    return diff / norm
+
+
 def main():
     ap = argparse.ArgumentParser()
     for a in ("--ds-opt", "--ds-run", "--mpirun", "--onnx", "--data", "--work"):
@@ -81,9 +89,7 @@ def main():
         err = max(float(np.max(np.abs(w1[k] - wt[k]))) for k in w1.files)
         what = "worst absolute element difference"
     else:
-        diff = np.sqrt(sum(float(np.sum((w1[k] - wt[k]) ** 2)) for k in w1.files))
-        norm = np.sqrt(sum(float(np.sum(w1[k] ** 2)) for k in w1.files))
-        err = diff / norm
+        err = relative_l2(w1, wt)
         what = "relative L2 difference"
     bound = WEIGHT_TOL if sgd else ADAM_WEIGHT_TOL
     good = same_names and err <= bound

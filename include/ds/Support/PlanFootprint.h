@@ -113,6 +113,10 @@ struct Footprint {
 
 Footprint footprint(const plan::Plan &plan);
 
+/// Where buffer `id`'s bytes live: 0 the device, 1 host memory (the host
+/// arena or a host-stored parameter), 2 NVMe (an NVMe-stored parameter).
+int bufferLocation(const plan::Plan &plan, uint32_t id);
+
 /// The table `ds-opt --report` prints: each figure beside the ZeRO
 /// formula's (fp32 and, for reference, DeepSpeed's mixed precision), and
 /// the reasons they differ.
