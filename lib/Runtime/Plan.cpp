@@ -452,6 +452,21 @@ PlanInfo describe(const Plan &plan) {
         limit = scores.shape(1);
       name = inputName(ins.inputs(1));
     }
+    // A vocabulary split over the tensor-parallel group: each rank holds
+    // 1/T of the rows (or classes).
+    int64_t tp = std::max(1, info.tensorParallel);
+    if (ins.kernel() == "vocab_gather" && ins.inputs_size() == 2) {
+      const plan::Buffer &data = p.buffers(ins.inputs(0));
+      if (data.shape_size() >= 1)
+        limit = data.shape(0) * tp;
+      name = inputName(ins.inputs(1));
+    } else if (ins.kernel() == "vocab_cross_entropy" &&
+               ins.inputs_size() == 2) {
+      const plan::Buffer &scores = p.buffers(ins.inputs(0));
+      if (scores.shape_size() == 2)
+        limit = scores.shape(1) * tp;
+      name = inputName(ins.inputs(1));
+    }
     if (!name.empty() && limit > 0) {
       auto it = info.indexLimits.find(name);
       info.indexLimits[name] =

@@ -167,6 +167,15 @@ Footprint footprint(const plan::Plan &p) {
     } else if (shared && k == "all_gather" && ins.outputs_size() == 1) {
       ++f.allGathers;
       f.allGatherBytes += bytesOf(ins.outputs(0));
+    } else if (shared && k == "vocab_cross_entropy" &&
+               ins.inputs_size() == 2 && ins.outputs_size() == 2) {
+      // Each row's maximum gathered (N floats per rank), then the sums of
+      // exponentials and the target scores reduced (2N floats).
+      uint64_t rows = bytesOf(ins.outputs(1)); // lse: N floats
+      ++f.allGathers;
+      f.allGatherBytes += rows * groupRanks(ins);
+      ++f.allReduces;
+      f.allReduceBytes += 2 * rows;
     } else if (shared && k == "reduce_scatter" && ins.inputs_size() == 1) {
       ++f.reduceScatters;
       f.reduceScatterBytes += bytesOf(ins.inputs(0));
@@ -184,7 +193,8 @@ Footprint footprint(const plan::Plan &p) {
   // read after its start (a range reused later is a new tensor).
   int boundary = -1;
   for (int i = 0; i < prog.instructions_size() && boundary < 0; ++i)
-    if (prog.instructions(i).kernel() == "loss_grad")
+    if (prog.instructions(i).kernel() == "loss_grad" ||
+        prog.instructions(i).kernel() == "vocab_cross_entropy_grad")
       boundary = i;
   if (boundary >= 0) {
     std::map<std::pair<uint64_t, uint64_t>, int> lastWriter;

@@ -60,7 +60,8 @@ double kernelFlops(const plan::Plan &p, const plan::Instruction &ins) {
       out += numel(*b);
   if (isOneOf(k, {"softmax", "log_softmax", "softmax_grad", "layer_norm",
                   "layer_norm_grad", "softmax_cross_entropy_loss", "nll_loss",
-                  "loss_grad"}))
+                  "loss_grad", "vocab_cross_entropy",
+                  "vocab_cross_entropy_grad"}))
     return 5 * in;
   if (isOneOf(k, {"reduce_sum", "reduce_mean", "reduce_max", "check_overflow"}))
     return in;
@@ -70,6 +71,7 @@ double kernelFlops(const plan::Plan &p, const plan::Instruction &ins) {
     return 4 * in;
   if (isOneOf(k, {"transpose", "concat", "split", "slice", "slice_grad",
                   "copy", "reshape", "expand", "gather", "gather_grad",
+                  "vocab_gather", "vocab_gather_grad",
                   "range", "trilu", "shard", "wait", "all_reduce",
                   "all_gather", "reduce_scatter"}))
     return 0;

@@ -178,7 +178,11 @@ struct RecomputePass : impl::RecomputePassBase<RecomputePass> {
       bool pure = true, hasLoss = false;
       llvm::hash_code sig = llvm::hash_value(s.ops.size());
       for (Operation *op : s.ops) {
-        pure &= isPure(op) && op->getNumRegions() == 0;
+        // A tensor-parallel all-reduce is recomputed like any op: every
+        // rank of its group runs the same program, so the copies in the
+        // backward pass meet in the same order (Megatron recomputes them).
+        pure &= (isPure(op) || isa<TpAllReduceOp, TpIdentityOp>(op)) &&
+                op->getNumRegions() == 0;
         hasLoss |= op == lossDef;
         sig = llvm::hash_combine(sig, op->getName().getStringRef());
         for (Value r : op->getResults())

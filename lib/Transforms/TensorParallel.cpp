@@ -12,6 +12,7 @@
 
 #include "ds/Transforms/Passes.h"
 
+#include "llvm/ADT/BitVector.h"
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/SetVector.h"
 
@@ -195,6 +196,36 @@ int64_t product(ArrayRef<int64_t> dims) {
   for (int64_t d : dims)
     p *= d;
   return p;
+}
+
+/// A vocabulary-parallel output layer: a linear layer by a [V, D] (or
+/// [D, V]) parameter whose logits reach a softmax cross entropy through
+/// reshapes that keep the classes last; the parameter's other uses are
+/// embedding lookups (a tied embedding).
+struct VocabHead {
+  SoftmaxCrossEntropyLossOp loss;
+  Operation *linear = nullptr; // matmul or Gemm
+  BlockArgument table;         // the parameter
+  int64_t axis = 0;            // its vocabulary axis
+  TransposeOp transpose;       // a matmul's transpose of [V, D], or null
+  std::optional<BlockArgument> bias;
+  AddOp biasAdd;               // a bias added after a matmul, or null
+  SmallVector<ReshapeOp> reshapes;
+  SmallVector<GatherOp> lookups; // the tied embedding's gathers
+  llvm::SmallSetVector<unsigned, 2> returned; // results that return logits
+  int64_t vocab = 0;
+};
+
+/// Whether `v` is computed from the graph's inputs alone through ops that
+/// keep index values (reshapes, casts, slices): token ids, not positions.
+bool fromInput(func::FuncOp func, Value v) {
+  while (Operation *def = v.getDefiningOp()) {
+    if (!isa<ReshapeOp, CastOp, SliceOp>(def))
+      return false;
+    v = def->getOperand(0);
+  }
+  auto arg = cast<BlockArgument>(v);
+  return func.getArgAttr(arg.getArgNumber(), attrs::kInput) != nullptr;
 }
 
 struct TensorParallelPass
@@ -421,6 +452,195 @@ struct TensorParallelPass
     return blk;
   }
 
+  static bool isTrainableParam(func::FuncOp func, Value v) {
+    auto arg = dyn_cast<BlockArgument>(v);
+    return arg && arg.getOwner() == &func.getBody().front() &&
+           func.getArgAttr(arg.getArgNumber(), attrs::kParam) &&
+           func.getArgAttr(arg.getArgNumber(), attrs::kTrainable);
+  }
+
+  /// The output layer of a cross entropy, when its vocabulary can split.
+  std::optional<VocabHead> matchVocabHead(func::FuncOp func,
+                                          SoftmaxCrossEntropyLossOp ce) {
+    VocabHead h;
+    h.loss = ce;
+    if (ce.getWeights() || (ce.getLogProb() && !ce.getLogProb().use_empty()))
+      return std::nullopt;
+    auto scores = cast<RankedTensorType>(ce.getScores().getType());
+    if (scores.getRank() != 2 ||
+        cast<RankedTensorType>(ce.getLabels().getType()).getRank() != 1)
+      return std::nullopt;
+    h.vocab = scores.getDimSize(1);
+    Operation *ret = func.getBody().front().getTerminator();
+    // Every other use of a logits value: the graph's results.
+    auto onlyReturned = [&](Value v, Operation *next) {
+      for (OpOperand &use : v.getUses()) {
+        if (use.getOwner() == next)
+          continue;
+        if (use.getOwner() != ret)
+          return false;
+        h.returned.insert(use.getOperandNumber());
+      }
+      return true;
+    };
+    Value v = ce.getScores();
+    Operation *next = ce;
+    while (auto r = v.getDefiningOp<ReshapeOp>()) {
+      if (r.getInput().getType().getShape().back() != h.vocab ||
+          !onlyReturned(v, next))
+        return std::nullopt;
+      h.reshapes.push_back(r);
+      next = r;
+      v = r.getInput();
+    }
+    if (!onlyReturned(v, next))
+      return std::nullopt;
+    // A bias added to a matmul's logits.
+    if (auto add = v.getDefiningOp<AddOp>()) {
+      for (Value o : add->getOperands())
+        if (auto arg = dyn_cast<BlockArgument>(o);
+            arg && isTrainableParam(func, arg) && arg.hasOneUse() &&
+            cast<RankedTensorType>(arg.getType()).getRank() == 1 &&
+            cast<RankedTensorType>(arg.getType()).getDimSize(0) == h.vocab)
+          h.bias = arg;
+      if (!h.bias)
+        return std::nullopt;
+      Value other = add.getLhs() == *h.bias ? add.getRhs() : add.getLhs();
+      if (add.getType() != other.getType() || !onlyReturned(other, add))
+        return std::nullopt;
+      h.biasAdd = add;
+      v = other;
+    }
+    Operation *lin = v.getDefiningOp();
+    Value w;
+    bool transposed = false; // the parameter is [V, D]
+    if (auto m = dyn_cast_or_null<MatMulOp>(lin)) {
+      w = m.getRhs();
+    } else if (auto g = dyn_cast_or_null<GemmOp>(lin)) {
+      if (h.biasAdd || g.getTransA() || g.getAlpha().convertToFloat() != 1.0f ||
+          g.getBeta().convertToFloat() != 1.0f)
+        return std::nullopt;
+      w = g.getB();
+      transposed = g.getTransB();
+      if (Value c = g.getC()) {
+        auto arg = dyn_cast<BlockArgument>(c);
+        if (!arg || !isTrainableParam(func, arg) || !arg.hasOneUse() ||
+            cast<RankedTensorType>(arg.getType()).getRank() != 1)
+          return std::nullopt;
+        h.bias = arg;
+      }
+    } else {
+      return std::nullopt;
+    }
+    if (lin->getOperand(0) == w)
+      return std::nullopt;
+    h.linear = lin;
+    if (auto t = w.getDefiningOp<TransposeOp>(); t && isa<MatMulOp>(lin)) {
+      ArrayRef<int64_t> perm = t.getPerm();
+      if (perm.size() != 2 || perm[0] != 1 || perm[1] != 0 || !t->hasOneUse())
+        return std::nullopt;
+      h.transpose = t;
+      transposed = true;
+      w = t.getInput();
+    }
+    if (!isTrainableParam(func, w) ||
+        cast<RankedTensorType>(w.getType()).getRank() != 2)
+      return std::nullopt;
+    h.table = cast<BlockArgument>(w);
+    h.axis = transposed ? 0 : 1;
+    if (cast<RankedTensorType>(w.getType()).getDimSize(h.axis) != h.vocab)
+      return std::nullopt;
+    // The parameter's other uses: lookups of its rows (a tied embedding).
+    for (Operation *user : h.table.getUsers()) {
+      if (user == lin || user == h.transpose.getOperation())
+        continue;
+      auto g = dyn_cast<GatherOp>(user);
+      if (!g || g.getData() != h.table || g.getAxis() != 0 || h.axis != 0)
+        return std::nullopt;
+      h.lookups.push_back(g);
+    }
+    return h;
+  }
+
+  /// Split the vocabulary of an output layer (and its tied embedding) over
+  /// the group: the table by rows, the logits by columns, the loss computed
+  /// by `ds.vocab_cross_entropy`. Returns the logits results to drop.
+  void splitVocabHead(func::FuncOp func, VocabHead &h, OpBuilder &b) {
+    int64_t part = h.vocab / size;
+    auto t = cast<RankedTensorType>(h.table.getType());
+    h.table.setType(withDim(t, h.axis, part));
+    func.setArgAttr(h.table.getArgNumber(), kTpSplit,
+                    b.getDenseI64ArrayAttr({h.axis, size}));
+    if (h.bias) {
+      h.bias->setType(withDim(h.bias->getType(), 0, part));
+      func.setArgAttr(h.bias->getArgNumber(), kTpSplit,
+                      b.getDenseI64ArrayAttr({0, size}));
+    }
+    if (h.transpose)
+      h.transpose.getResult().setType(
+          withDim(h.transpose.getType(), 1, part));
+    Value x = h.linear->getOperand(0);
+    auto xArg = dyn_cast<BlockArgument>(x);
+    if (!xArg || !func.getArgAttr(xArg.getArgNumber(), attrs::kInput)) {
+      b.setInsertionPoint(h.linear);
+      h.linear->setOperand(0, TpIdentityOp::create(b, h.linear->getLoc(),
+                                                   x.getType(), x,
+                                                   b.getI64IntegerAttr(1)));
+    }
+    auto narrow = [&](Value v) {
+      auto r = cast<RankedTensorType>(v.getType());
+      v.setType(withDim(r, r.getRank() - 1, part));
+    };
+    narrow(h.linear->getResult(0));
+    if (h.biasAdd)
+      narrow(h.biasAdd.getResult());
+    for (ReshapeOp r : h.reshapes)
+      narrow(r.getResult());
+    for (GatherOp g : h.lookups)
+      embedLookup(g, b);
+    SoftmaxCrossEntropyLossOp ce = h.loss;
+    b.setInsertionPoint(ce);
+    auto lse = RankedTensorType::get(
+        {cast<RankedTensorType>(ce.getLabels().getType()).getDimSize(0)},
+        b.getF32Type());
+    auto vce = VocabCrossEntropyOp::create(
+        b, ce.getLoc(), ce.getLoss().getType(), lse, ce.getScores(),
+        ce.getLabels(), ce.getReductionAttr(), ce.getIgnoreIndexAttr(),
+        b.getI64IntegerAttr(1));
+    ce.getLoss().replaceAllUsesWith(vce.getLoss());
+    ce.erase();
+  }
+
+  /// An embedding lookup in a row-split table: the rows this rank holds,
+  /// summed over the group.
+  void embedLookup(GatherOp g, OpBuilder &b) {
+    b.setInsertionPoint(g);
+    auto vg = VocabGatherOp::create(b, g.getLoc(), g.getType(), g.getData(),
+                                    g.getIndices(), b.getI64IntegerAttr(1));
+    auto sum = TpAllReduceOp::create(b, g.getLoc(), g.getType(), vg,
+                                     b.getI64IntegerAttr(1));
+    g.getResult().replaceAllUsesWith(sum.getResult());
+    g.erase();
+  }
+
+  /// A [V, D] embedding table used only by lookups of token ids (indices
+  /// from the graph's inputs): its rows split over the group.
+  bool matchEmbedding(func::FuncOp func, BlockArgument arg,
+                      SmallVectorImpl<GatherOp> &lookups) {
+    auto t = dyn_cast<RankedTensorType>(arg.getType());
+    if (!isTrainableParam(func, arg) || !t || t.getRank() != 2 ||
+        arg.use_empty())
+      return false;
+    for (Operation *user : arg.getUsers()) {
+      auto g = dyn_cast<GatherOp>(user);
+      if (!g || g.getData() != arg || g.getAxis() != 0 ||
+          !fromInput(func, g.getIndices()))
+        return false;
+      lookups.push_back(g);
+    }
+    return true;
+  }
+
   void runOnOperation() override {
     func::FuncOp func = getOperation();
     if (func.getName() != "forward" || size <= 1)
@@ -455,7 +675,27 @@ struct TensorParallelPass
         used.insert(p.l.op);
       attention.push_back(std::move(*blk));
     }
-    if (blocks.empty() && attention.empty()) {
+    // The vocabulary: output layers of a cross entropy (and their tied
+    // embeddings), and embedding tables of token ids, when T divides it.
+    SmallVector<VocabHead> heads;
+    llvm::DenseSet<Value> vocabTables;
+    func.walk([&](SoftmaxCrossEntropyLossOp ce) {
+      auto h = matchVocabHead(func, ce);
+      if (h && !used.count(h->linear) && h->vocab % size == 0 &&
+          !vocabTables.count(h->table)) {
+        vocabTables.insert(h->table);
+        heads.push_back(std::move(*h));
+      }
+    });
+    SmallVector<std::pair<BlockArgument, SmallVector<GatherOp>>> embeddings;
+    for (BlockArgument arg : body.getArguments()) {
+      SmallVector<GatherOp> lookups;
+      if (!vocabTables.count(arg) && matchEmbedding(func, arg, lookups) &&
+          cast<RankedTensorType>(arg.getType()).getDimSize(0) % size == 0)
+        embeddings.push_back({arg, std::move(lookups)});
+    }
+    if (blocks.empty() && attention.empty() && heads.empty() &&
+        embeddings.empty()) {
       func.emitError("--tensor-parallel=")
           << static_cast<int64_t>(size)
           << ": found no MLP block (a linear layer, an elementwise "
@@ -585,9 +825,32 @@ struct TensorParallelPass
       rowSplit(blk.out,
                cast<RankedTensorType>(blk.out.input().getType()).getShape().back());
     }
+    // The vocabulary splits. A split output layer's logits are partial on
+    // each rank: they stop being results of the graph.
+    llvm::BitVector dropped(func.getNumResults());
+    for (VocabHead &h : heads) {
+      splitVocabHead(func, h, b);
+      for (unsigned i : h.returned)
+        dropped.set(i);
+    }
+    for (auto &[arg, lookups] : embeddings) {
+      auto t = cast<RankedTensorType>(arg.getType());
+      arg.setType(withDim(t, 0, t.getDimSize(0) / size));
+      func.setArgAttr(arg.getArgNumber(), kTpSplit,
+                      b.getDenseI64ArrayAttr({0, size}));
+      for (GatherOp g : lookups)
+        embedLookup(g, b);
+    }
+    if (dropped.any()) {
+      body.getTerminator()->eraseOperands(dropped);
+      if (failed(func.eraseResults(dropped)))
+        return signalPassFailure();
+    }
     func.setType(FunctionType::get(func.getContext(), body.getArgumentTypes(),
                                    func.getResultTypes()));
     func->setAttr("ds.tensor_parallel", b.getI64IntegerAttr(size));
+    if (!heads.empty() || !embeddings.empty())
+      func->setAttr("ds.vocab_parallel", b.getUnitAttr());
   }
 };
 } // namespace

@@ -311,6 +311,8 @@ DS_KERNEL(kWhere); DS_KERNEL(kDropout);
 DS_KERNEL(kMatMul); DS_KERNEL(kGemm); DS_KERNEL(kSoftmax);
 DS_KERNEL(kLogSoftmax); DS_KERNEL(kLayerNorm);
 DS_KERNEL(kSoftmaxCrossEntropyLoss); DS_KERNEL(kNllLoss);
+DS_KERNEL(kVocabGather); DS_KERNEL(kVocabGatherGrad);
+DS_KERNEL(kVocabCrossEntropy); DS_KERNEL(kVocabCrossEntropyGrad);
 // Movement.cpp
 DS_KERNEL(kGather); DS_KERNEL(kExpand); DS_KERNEL(kTranspose);
 DS_KERNEL(kConcat); DS_KERNEL(kSplit); DS_KERNEL(kSlice); DS_KERNEL(kTrilu);

@@ -406,6 +406,67 @@ LogicalResult GatherGradOp::verify() {
   return success();
 }
 
+LogicalResult VocabGatherOp::verify() {
+  if (elementOf(getTable()) != getType().getElementType())
+    return emitOpError("result element type differs from the table's");
+  auto emit = [&] { return emitOpError(); };
+  return checkShape(*this,
+                    shapes::gather(shapeOf(getTable()), shapeOf(getIndices()),
+                                   0, emit),
+                    getResult());
+}
+
+LogicalResult VocabGatherGradOp::verify() {
+  if (elementOf(getGrad()) != getType().getElementType())
+    return emitOpError("grad and result element types differ");
+  auto emit = [&] { return emitOpError(); };
+  FailureOr<shapes::Shape> expected =
+      shapes::gather(getType().getShape(), shapeOf(getIndices()), 0, emit);
+  if (failed(expected))
+    return failure();
+  if (!llvm::equal(*expected, shapeOf(getGrad())))
+    return emitOpError("grad shape does not match gathering the result shape");
+  return success();
+}
+
+/// The vocabulary-parallel loss: 2-D scores, 1-D labels of their rows, and
+/// the per-row log-sum-exp in f32.
+static LogicalResult verifyVocabLoss(Operation *op, Value scores, Value labels,
+                                     Value lse, StringRef reduction) {
+  ArrayRef<int64_t> s = shapeOf(scores), l = shapeOf(labels);
+  if (s.size() != 2 || l.size() != 1 || l[0] != s[0])
+    return op->emitOpError("needs N x C scores and N labels");
+  auto t = cast<RankedTensorType>(lse.getType());
+  if (t.getRank() != 1 || t.getDimSize(0) != s[0] ||
+      !t.getElementType().isF32())
+    return op->emitOpError("lse must be N floats (f32)");
+  if (reduction != "mean" && reduction != "sum" && reduction != "none")
+    return op->emitOpError("reduction must be none, sum or mean");
+  return success();
+}
+
+LogicalResult VocabCrossEntropyOp::verify() {
+  if (failed(verifyVocabLoss(*this, getScores(), getLabels(), getLse(),
+                             getReduction())))
+    return failure();
+  auto t = cast<RankedTensorType>(getLoss().getType());
+  bool none = getReduction() == "none";
+  if (none ? (t.getRank() != 1 || t.getDimSize(0) != shapeOf(getLabels())[0])
+           : t.getRank() != 0)
+    return emitOpError("loss must be a scalar, or N values with reduction "
+                       "none");
+  return success();
+}
+
+LogicalResult VocabCrossEntropyGradOp::verify() {
+  if (failed(verifyVocabLoss(*this, getScores(), getLabels(), getLse(),
+                             getReduction())))
+    return failure();
+  if (getType() != getScores().getType())
+    return emitOpError("result must have the scores' type");
+  return success();
+}
+
 LogicalResult LayerNormGradOp::verify() {
   int64_t rank = getInput().getType().getRank();
   if (failed(verifyAxis(*this, getAxis(), rank)))
@@ -671,6 +732,18 @@ int64_t ShardOp::getFlops() { return 0; }
 int64_t TransferOp::getFlops() { return 0; }
 int64_t TpIdentityOp::getFlops() { return 0; }
 int64_t TpAllReduceOp::getFlops() { return 0; }
+int64_t VocabGatherOp::getFlops() { return 0; }
+int64_t VocabGatherGradOp::getFlops() {
+  return numElements(getGrad().getType());
+}
+// The local log-sum-exp terms, the pick and the reduction.
+int64_t VocabCrossEntropyOp::getFlops() {
+  return 5 * numElements(getScores().getType()) +
+         2 * numElements(getLabels().getType());
+}
+int64_t VocabCrossEntropyGradOp::getFlops() {
+  return 4 * numElements(getType());
+}
 int64_t PipeSendOp::getFlops() { return 0; }
 int64_t PipeRecvOp::getFlops() { return 0; }
 int64_t PipeMarkOp::getFlops() { return 0; }

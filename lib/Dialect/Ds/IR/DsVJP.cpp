@@ -347,6 +347,26 @@ LogicalResult vjp(GatherOp op, OpBuilder &b, ValueRange gs, Grads &out) {
          Value()});
   return success();
 }
+LogicalResult vjp(VocabGatherOp op, OpBuilder &b, ValueRange gs, Grads &out) {
+  out.assign({VocabGatherGradOp::create(b, op.getLoc(),
+                                        tensorType(op.getTable()), gs[0],
+                                        op.getIndices(), op.getGroupAttr()),
+              Value()});
+  return success();
+}
+LogicalResult vjp(VocabCrossEntropyOp op, OpBuilder &b, ValueRange gs,
+                  Grads &out) {
+  if (gs.size() > 1 && gs[1])
+    return op.emitOpError("its log-sum-exp result has no gradient rule");
+  Value dScores;
+  if (gs[0])
+    dScores = VocabCrossEntropyGradOp::create(
+        b, op.getLoc(), tensorType(op.getScores()), gs[0], op.getScores(),
+        op.getLabels(), op.getLse(), op.getReductionAttr(),
+        op.getIgnoreIndexAttr(), op.getGroupAttr());
+  out.assign({dScores, Value()});
+  return success();
+}
 LogicalResult vjp(TpIdentityOp op, OpBuilder &b, ValueRange gs, Grads &out) {
   out.assign({TpAllReduceOp::create(b, op.getLoc(), gs[0].getType(), gs[0],
                                     op.getGroupAttr())});
@@ -566,5 +586,5 @@ void ds::detail::attachVJPModels(MLIRContext &ctx) {
          GatherOp, ReshapeOp, ExpandOp, TransposeOp, ConcatOp, SplitOp,
          SliceOp, TriluOp, ReduceSumOp, ReduceMeanOp, ReduceMaxOp, DropoutOp,
          SoftmaxCrossEntropyLossOp, NegativeLogLikelihoodLossOp, TpIdentityOp,
-         TpAllReduceOp>(ctx);
+         TpAllReduceOp, VocabGatherOp, VocabCrossEntropyOp>(ctx);
 }

@@ -796,6 +796,90 @@ def Ds_TpAllReduceOp : Ds_Op<"tp_all_reduce", [SameOperandsAndResultType, Ds_Col
   let assemblyFormat = "$input attr-dict `:` type($input)";
 }
 
+def Ds_VocabGatherOp : Ds_Op<"vocab_gather", [Pure]> {
+  let summary = "tensor parallelism: an embedding lookup in a vocabulary slice";
+  let description = [{
+    `table` is rank r's slice of rows `[r*n, (r+1)*n)` of the whole
+    embedding table (n rows; r is the rank in tensor-parallel group
+    `group`). Each index inside the slice gives its row, any other index a
+    zero row, so the sum over the group (a `ds.tp_all_reduce` after it) is
+    the whole table's lookup. An index outside `[0, n*T)` is an error.
+    Inserted by `--ds-tensor-parallel` for a vocabulary-parallel embedding.
+
+    ```mlir
+    %e = ds.vocab_gather %wte, %ids {group = 1 : i64}
+        : (tensor<64x64xf32>, tensor<4x32xi64>) -> tensor<4x32x64xf32>
+    ```
+  }];
+  let arguments = (ins Ds_FloatTensor:$table, Ds_IndexTensor:$indices,
+                       I64Attr:$group);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = [{
+    $table `,` $indices attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Ds_VocabGatherGradOp : Ds_Op<"vocab_gather_grad", [Pure]> {
+  let summary = "gradient of vocab_gather with respect to its table slice";
+  let description = [{
+    A zero tensor of the slice's shape into which each row of `grad` is
+    added at the row its index names, for the indices inside this rank's
+    slice (see `ds.vocab_gather`).
+  }];
+  let arguments = (ins Ds_FloatTensor:$grad, Ds_IndexTensor:$indices,
+                       I64Attr:$group);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = [{
+    $grad `,` $indices attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Ds_VocabCrossEntropyOp : Ds_Op<"vocab_cross_entropy",
+                                   [Ds_Collective, Ds_F32Island]> {
+  let summary = "tensor parallelism: cross entropy over a split vocabulary";
+  let description = [{
+    `ds.softmax_cross_entropy_loss` of `N x C` scores whose classes are
+    split over tensor-parallel group `group`: `scores` holds rank r's
+    columns `[r*C, (r+1)*C)`, `labels` (`N`) the whole labels on every rank.
+    The kernel exchanges each row's maximum (all-gather), then the sums of
+    exponentials and the target scores (one all-reduce of 2N floats), so no
+    rank ever holds the whole row. `loss` is the same on every rank of the
+    group; `lse` is each row's log-sum-exp, kept for the gradient.
+    `reduction` and `ignore_index` as for `ds.softmax_cross_entropy_loss`.
+    Not `Pure`: it communicates.
+  }];
+  let arguments = (ins Ds_FloatTensor:$scores, Ds_IndexTensor:$labels,
+                       StrAttr:$reduction, OptionalAttr<I64Attr>:$ignore_index,
+                       I64Attr:$group);
+  let results = (outs Ds_FloatTensor:$loss, Ds_FloatTensor:$lse);
+  let assemblyFormat = [{
+    $scores `,` $labels attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Ds_VocabCrossEntropyGradOp : Ds_Op<"vocab_cross_entropy_grad", [Pure]> {
+  let summary = "gradient of vocab_cross_entropy with respect to its scores";
+  let description = [{
+    `exp(scores - lse) - onehot` on this rank's columns (the label's column
+    only on the rank that holds it), zero at ignored labels, times the loss
+    gradient and divided by the count of non-ignored labels for `mean`. No
+    communication: `lse` carries the whole row's statistics.
+  }];
+  let arguments = (ins Ds_FloatTensor:$grad, Ds_FloatTensor:$scores,
+                       Ds_IndexTensor:$labels, Ds_FloatTensor:$lse,
+                       StrAttr:$reduction, OptionalAttr<I64Attr>:$ignore_index,
+                       I64Attr:$group);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = [{
+    $grad `,` $scores `,` $labels `,` $lse attr-dict `:`
+      functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
 def Ds_TransferOp : Ds_Op<"transfer", [AllTypesMatch<["input", "result"]>]> {
   let summary = "copy a tensor to another memory space (offload)";
   let description = [{
