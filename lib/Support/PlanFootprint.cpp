@@ -164,7 +164,8 @@ Footprint footprint(const plan::Plan &p) {
     } else if (shared && k == "check_overflow") {
       ++f.allReduces; // the overflow flag, reduced over ranks (one float)
       f.allReduceBytes += 4;
-    } else if (shared && k == "all_gather" && ins.outputs_size() == 1) {
+    } else if (shared && (k == "all_gather" || k == "sp_all_gather") &&
+               ins.outputs_size() == 1) {
       ++f.allGathers;
       f.allGatherBytes += bytesOf(ins.outputs(0));
     } else if (shared && k == "vocab_cross_entropy" &&
@@ -176,7 +177,8 @@ Footprint footprint(const plan::Plan &p) {
       f.allGatherBytes += rows * groupRanks(ins);
       ++f.allReduces;
       f.allReduceBytes += 2 * rows;
-    } else if (shared && k == "reduce_scatter" && ins.inputs_size() == 1) {
+    } else if (shared && (k == "reduce_scatter" || k == "sp_reduce_scatter") &&
+               ins.inputs_size() == 1) {
       ++f.reduceScatters;
       f.reduceScatterBytes += bytesOf(ins.inputs(0));
     } else if ((k == "adam" || k == "sgd") && ins.inputs_size() >= 2) {
@@ -263,7 +265,8 @@ Footprint footprint(const plan::Plan &p) {
       for (int o = 1; o < ins.outputs_size(); ++o)
         if (ins.outputs(o) < nb)
           extraOutput[ins.outputs(o)] = true;
-      if (k == "all_gather" || k == "reduce_scatter" || k == "all_reduce") {
+      if (k == "all_gather" || k == "reduce_scatter" || k == "all_reduce" ||
+          k == "sp_all_gather" || k == "sp_reduce_scatter") {
         for (uint32_t id : ins.inputs())
           if (id < nb && p.buffers(id).space() == plan::ARENA)
             commRanges.insert(range(id));

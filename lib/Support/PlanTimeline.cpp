@@ -71,9 +71,10 @@ double kernelFlops(const plan::Plan &p, const plan::Instruction &ins) {
     return 4 * in;
   if (isOneOf(k, {"transpose", "concat", "split", "slice", "slice_grad",
                   "copy", "reshape", "expand", "gather", "gather_grad",
-                  "vocab_gather", "vocab_gather_grad",
+                  "vocab_gather", "vocab_gather_grad", "tp_rows",
                   "range", "trilu", "shard", "wait", "all_reduce",
-                  "all_gather", "reduce_scatter"}))
+                  "all_gather", "reduce_scatter", "sp_all_gather",
+                  "sp_reduce_scatter"}))
     return 0;
   return out; // elementwise: one per element
 }
@@ -168,11 +169,13 @@ Timeline timeline(const plan::Plan &p, const CostModel &m) {
       t.offloadWaitSeconds += r - compute;
       compute = r;
     }
-    bool collective = isOneOf(k, {"all_reduce", "all_gather", "reduce_scatter"});
+    bool collective = isOneOf(k, {"all_reduce", "all_gather", "reduce_scatter",
+                                  "sp_all_gather", "sp_reduce_scatter"});
     if (collective && world > 1 && ins.outputs_size() == 1) {
       const plan::Buffer &out = p.buffers(ins.outputs(0));
       double moved = k == "all_reduce"       ? 2 * ring * out.bytes()
-                     : k == "reduce_scatter" && ins.inputs_size() == 1
+                     : (k == "reduce_scatter" || k == "sp_reduce_scatter") &&
+                             ins.inputs_size() == 1
                          ? ring * p.buffers(ins.inputs(0)).bytes()
                          : ring * out.bytes();
       bool async = false;

@@ -89,6 +89,36 @@ struct RecomputePass : impl::RecomputePassBase<RecomputePass> {
       return;
     }
 
+    // Sequence parallelism: a block's gathered input is gathered again for
+    // the backward pass (as Megatron does), so that only the rank's rows
+    // are kept between the passes.
+    {
+      llvm::DenseSet<Operation *> forward;
+      for (Operation &op : body) {
+        forward.insert(&op);
+        if (&op == lossDef)
+          break;
+      }
+      SmallVector<SpAllGatherOp> gathers;
+      for (Operation *op : forward)
+        if (auto g = dyn_cast<SpAllGatherOp>(op))
+          gathers.push_back(g);
+      for (SpAllGatherOp g : gathers) {
+        Operation *firstBwd = nullptr;
+        for (Operation *user : g->getUsers())
+          if (!forward.contains(user) && user != ret &&
+              (!firstBwd || user->isBeforeInBlock(firstBwd)))
+            firstBwd = user;
+        if (!firstBwd)
+          continue;
+        OpBuilder b(firstBwd);
+        Operation *again = b.clone(*g);
+        g.getResult().replaceUsesWithIf(again->getResult(0), [&](OpOperand &u) {
+          return !forward.contains(u.getOwner()) && u.getOwner() != ret;
+        });
+      }
+    }
+
     // The forward pass, and the values computed from arguments and
     // constants alone (kept: they cross every cut).
     SmallVector<Operation *> fwd;
@@ -181,7 +211,8 @@ struct RecomputePass : impl::RecomputePassBase<RecomputePass> {
         // A tensor-parallel all-reduce is recomputed like any op: every
         // rank of its group runs the same program, so the copies in the
         // backward pass meet in the same order (Megatron recomputes them).
-        pure &= (isPure(op) || isa<TpAllReduceOp, TpIdentityOp>(op)) &&
+        pure &= (isPure(op) || isa<TpAllReduceOp, TpIdentityOp, SpAllGatherOp,
+                                     SpReduceScatterOp>(op)) &&
                 op->getNumRegions() == 0;
         hasLoss |= op == lossDef;
         sig = llvm::hash_combine(sig, op->getName().getStringRef());

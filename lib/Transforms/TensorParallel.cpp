@@ -641,6 +641,200 @@ struct TensorParallelPass
     return true;
   }
 
+  /// Sequence parallelism: see the pass description. Runs after the
+  /// blocks and the vocabulary are split. `axis` holds each split value's
+  /// split dimension (retyped at the end).
+  LogicalResult sequenceParallel(func::FuncOp func, OpBuilder &b) {
+    Block &body = func.getBody().front();
+    llvm::MapVector<Value, int64_t> axis;
+    llvm::DenseMap<Value, Value> gathered, identity;
+    llvm::DenseMap<std::pair<Value, int64_t>, Value> sliced;
+    int64_t seeds = 0;
+    SmallVector<int64_t> unsplit; // group sums' token counts T divides not
+    auto rankOf = [](Value v) {
+      return cast<RankedTensorType>(v.getType()).getRank();
+    };
+    auto dim = [](Value v, int64_t d) {
+      return cast<RankedTensorType>(v.getType()).getDimSize(d);
+    };
+    auto constant = [](Value v) {
+      Operation *d = v.getDefiningOp();
+      return d && d->hasTrait<OpTrait::ConstantLike>();
+    };
+    // The whole value of a split one, for a reader that needs it all.
+    auto whole = [&](Value v) {
+      auto [it, fresh] = gathered.try_emplace(v, Value());
+      if (fresh) {
+        b.setInsertionPointAfterValue(v);
+        it->second = SpAllGatherOp::create(
+            b, v.getLoc(), v.getType(), v, b.getI64IntegerAttr(axis.lookup(v)),
+            b.getI64IntegerAttr(1), b.getBoolAttr(false));
+      }
+      return it->second;
+    };
+    // A broadcast operand: its gradient sums over the rows of every rank.
+    auto summed = [&](Value v) {
+      if (constant(v))
+        return v;
+      auto [it, fresh] = identity.try_emplace(v, Value());
+      if (fresh) {
+        b.setInsertionPointAfterValue(v);
+        it->second = TpIdentityOp::create(b, v.getLoc(), v.getType(), v,
+                                          b.getI64IntegerAttr(1));
+      }
+      return it->second;
+    };
+    // A replicated full-size operand: this rank's rows of it.
+    auto rowsOf = [&](Value v, int64_t a) {
+      auto [it, fresh] = sliced.try_emplace({v, a}, Value());
+      if (fresh) {
+        b.setInsertionPointAfterValue(v);
+        it->second = SpSliceOp::create(b, v.getLoc(), v.getType(), v,
+                                       b.getI64IntegerAttr(a),
+                                       b.getI64IntegerAttr(1));
+        axis[it->second] = a;
+      }
+      return it->second;
+    };
+    // The split dimension of a group sum: the tokens just before the
+    // features (the sequence of a [b, s, h] activation), else the leading
+    // one; -1 when T divides neither.
+    auto seedAxis = [&](Value v) -> int64_t {
+      int64_t r = rankOf(v);
+      if (r >= 2 && dim(v, r - 2) % size == 0)
+        return r - 2;
+      if (r >= 1 && dim(v, 0) % size == 0)
+        return 0;
+      if (r >= 2)
+        unsplit.push_back(dim(v, r - 2));
+      return -1;
+    };
+    SmallVector<Operation *> ops;
+    for (Operation &op : body)
+      ops.push_back(&op);
+    for (Operation *op : ops) {
+      if (auto ar = dyn_cast<TpAllReduceOp>(op)) {
+        if (int64_t a = seedAxis(ar.getResult()); a >= 0) {
+          b.setInsertionPoint(ar);
+          auto rs = SpReduceScatterOp::create(b, ar.getLoc(), ar.getType(),
+                                              ar.getInput(),
+                                              b.getI64IntegerAttr(a),
+                                              ar.getGroupAttr());
+          ar.getResult().replaceAllUsesWith(rs.getResult());
+          ar.erase();
+          axis[rs.getResult()] = a;
+          ++seeds;
+          continue;
+        }
+      }
+      SmallVector<unsigned> splitOperands;
+      for (OpOperand &o : op->getOpOperands())
+        if (axis.count(o.get()))
+          splitOperands.push_back(o.getOperandNumber());
+      if (splitOperands.empty())
+        continue;
+      Value first = op->getOperand(splitOperands.front());
+      int64_t a = axis.lookup(first);
+      // A block's input f: gathered, its gradient reduce-scattered.
+      if (auto f = dyn_cast<TpIdentityOp>(op)) {
+        b.setInsertionPoint(f);
+        auto g = SpAllGatherOp::create(b, f.getLoc(), f.getType(), f.getInput(),
+                                       b.getI64IntegerAttr(a), f.getGroupAttr(),
+                                       b.getBoolAttr(true));
+        f.getResult().replaceAllUsesWith(g.getResult());
+        f.erase();
+        continue;
+      }
+      // Row by row along the split dimension? `ra`: the result's.
+      int64_t ra = -1;
+      Value res = op->getNumResults() == 1 ? op->getResult(0) : Value();
+      auto resType = res ? dyn_cast<RankedTensorType>(res.getType())
+                         : RankedTensorType();
+      if (resType) {
+        int64_t R = resType.getRank();
+        if (isElementwise(op) || isa<WhereOp>(op)) {
+          ra = a + (R - rankOf(first));
+        } else if (auto ln = dyn_cast<LayerNormOp>(op)) {
+          if (splitOperands.front() == 0 && a < ln.getAxis())
+            ra = a;
+        } else if (auto sm = dyn_cast<SoftmaxOp>(op)) {
+          if (a != static_cast<int64_t>(sm.getAxis()))
+            ra = a;
+        } else if (auto sm = dyn_cast<LogSoftmaxOp>(op)) {
+          if (a != static_cast<int64_t>(sm.getAxis()))
+            ra = a;
+        } else if (auto r = dyn_cast<ReshapeOp>(op)) {
+          ArrayRef<int64_t> in = r.getInput().getType().getShape();
+          ArrayRef<int64_t> out = r.getType().getShape();
+          if (static_cast<int64_t>(out.size()) > a &&
+              in.take_front(a + 1) == out.take_front(a + 1))
+            ra = a;
+        } else if (auto m = dyn_cast<MatMulOp>(op)) {
+          if (splitOperands.size() == 1 && splitOperands.front() == 0 &&
+              rankOf(m.getLhs()) == R && rankOf(m.getRhs()) == 2 &&
+              a <= R - 2)
+            ra = a;
+        }
+        if (ra >= 0 && (ra >= R || resType.getDimSize(ra) != dim(first, a)))
+          ra = -1;
+      }
+      if (ra >= 0) {
+        int64_t R = resType.getRank(), n = resType.getDimSize(ra);
+        for (OpOperand &o : op->getOpOperands()) {
+          Value v = o.get();
+          if (!isa<RankedTensorType>(v.getType()))
+            continue;
+          int64_t ao = ra - (R - rankOf(v)); // aligned (broadcasting)
+          if (axis.count(v)) {
+            if (isa<MatMulOp>(op) ? o.getOperandNumber() != 0
+                                  : axis.lookup(v) != ao) {
+              ra = -1;
+              break;
+            }
+            continue;
+          }
+          if (isa<MatMulOp>(op) || ao < 0 || dim(v, ao) == 1)
+            o.set(summed(v));
+          else if (dim(v, ao) == n)
+            o.set(rowsOf(v, ao));
+          else {
+            ra = -1;
+            break;
+          }
+        }
+      }
+      if (ra >= 0) {
+        axis[res] = ra;
+        continue;
+      }
+      // Any other reader: the whole value.
+      for (unsigned i : splitOperands)
+        op->setOperand(i, whole(op->getOperand(i)));
+    }
+    if (seeds == 0) {
+      InFlightDiagnostic d = func.emitError("--sequence-parallel: --tensor-parallel=")
+                             << static_cast<int64_t>(size)
+                             << " divides the token dimension of no block "
+                                "output";
+      if (!unsplit.empty())
+        d << " (" << unsplit.front()
+          << " tokens); give a batch or sequence length it divides";
+      return d;
+    }
+    for (auto &[v, a] : axis) {
+      auto t = cast<RankedTensorType>(v.getType());
+      if (t.getDimSize(a) % size != 0)
+        return (v.getDefiningOp() ? v.getDefiningOp()->emitError()
+                                  : func.emitError())
+               << "--sequence-parallel: --tensor-parallel="
+               << static_cast<int64_t>(size) << " does not divide dimension "
+               << a << " (" << t.getDimSize(a) << ")";
+      v.setType(withDim(t, a, t.getDimSize(a) / size));
+    }
+    func->setAttr("ds.sequence_parallel", b.getUnitAttr());
+    return success();
+  }
+
   void runOnOperation() override {
     func::FuncOp func = getOperation();
     if (func.getName() != "forward" || size <= 1)
@@ -846,6 +1040,8 @@ struct TensorParallelPass
       if (failed(func.eraseResults(dropped)))
         return signalPassFailure();
     }
+    if (sequence && failed(sequenceParallel(func, b)))
+      return signalPassFailure();
     func.setType(FunctionType::get(func.getContext(), body.getArgumentTypes(),
                                    func.getResultTypes()));
     func->setAttr("ds.tensor_parallel", b.getI64IntegerAttr(size));

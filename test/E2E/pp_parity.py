@@ -38,6 +38,8 @@ def main():
     ap.add_argument("--schedule", default="1f1b")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--opt-flag", action="append", default=[])
+    # Flags for the pipeline plan only (--sequence-parallel).
+    ap.add_argument("--pp-flag", action="append", default=[])
     ap.add_argument("--checkpoint", action="store_true",
                     help="also: save at step 2, resume to the end (the same "
                     "losses), and consolidate the final checkpoint (equal to "
@@ -53,7 +55,7 @@ def main():
                   "--world-size=%d" % world, "--tensor-parallel=%d" % args.tp,
                   "--pipeline-parallel=%d" % args.pp,
                   "--micro-batches=%d" % args.micro,
-                  "--schedule=%s" % args.schedule] + args.opt_flag)
+                  "--schedule=%s" % args.schedule] + args.opt_flag + args.pp_flag)
     print(report.splitlines()[0])
     common = ["--steps", str(args.steps), "--data", args.data]
     ref = [args.ds_run, w("ref.plan"), "--log-json", w("ref.json"),

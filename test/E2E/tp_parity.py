@@ -13,6 +13,7 @@
 
     tp_parity.py --ds-opt DS_OPT --ds-run DS_RUN --mpirun "mpirun ..."
                  --onnx MODEL --data NPZ --work DIR --tp T [--opt-flag=...]
+                 [--tp-flag=...]  (the tensor-parallel plan only)
 """
 import argparse
 import json
@@ -61,13 +62,15 @@ def main():
     ap.add_argument("--tp", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--opt-flag", action="append", default=[])
+    # Flags for the tensor-parallel plan only (--sequence-parallel).
+    ap.add_argument("--tp-flag", action="append", default=[])
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     w = lambda name: os.path.join(args.work, name)
     mpirun = shlex.split(args.mpirun)
     run([args.ds_opt, args.onnx, "-o", w("one.plan")] + args.opt_flag)
     run([args.ds_opt, args.onnx, "-o", w("tp.plan"), "--world-size=%d" % args.tp,
-         "--tensor-parallel=%d" % args.tp] + args.opt_flag)
+         "--tensor-parallel=%d" % args.tp] + args.opt_flag + args.tp_flag)
     common = ["--steps", str(args.steps), "--data", args.data]
     run([args.ds_run, w("one.plan"), "--log-json", w("one.json"),
          "--save-weights", w("one.npz")] + common)

@@ -148,6 +148,15 @@ llvm::cl::opt<int64_t> tensorParallel(
                    "data-parallel x tensor-parallel (ranks dp*T + tp), with "
                    "ZeRO (any stage) over the data-parallel groups"),
     llvm::cl::init(1), llvm::cl::cat(parallelCategory));
+llvm::cl::opt<bool> sequenceParallel(
+    "sequence-parallel",
+    llvm::cl::desc("With --tensor-parallel: keep the activations between the "
+                   "blocks (norms, residual adds, biases) in row blocks of "
+                   "their leading dimension, 1/T per rank; each block's "
+                   "all-reduce becomes a reduce-scatter after it and an "
+                   "all-gather before the next (Megatron's sequence "
+                   "parallelism)"),
+    llvm::cl::init(false), llvm::cl::cat(parallelCategory));
 llvm::cl::opt<int64_t> pipelineParallel(
     "pipeline-parallel",
     llvm::cl::desc("Pipeline stages P: the forward is cut where the fewest "
@@ -757,6 +766,7 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
     show("min-loss-scale", num(minLossScale));
     show("world-size", std::to_string(worldSize));
     show("tensor-parallel", std::to_string(tensorParallel));
+    show("sequence-parallel", sequenceParallel ? "true" : "false");
     show("pipeline-parallel", std::to_string(pipelineParallel));
     show("micro-batches", std::to_string(microBatches));
     show("schedule", pipeSchedule);
@@ -846,6 +856,7 @@ int runOnnx(StringRef inputFilename, StringRef outputFilename,
     if (tensorParallel > 1) {
       ds::TensorParallelPassOptions tp;
       tp.size = tensorParallel;
+      tp.sequence = sequenceParallel;
       pre.addNestedPass<func::FuncOp>(ds::createTensorParallelPass(tp));
     }
     if (failed(pre.run(*out)) || errors)
@@ -1328,6 +1339,12 @@ int main(int argc, char **argv) {
                  << " is not data-parallel x tensor-parallel with "
                     "--tensor-parallel="
                  << static_cast<int64_t>(tensorParallel) << "\n";
+    return 1;
+  }
+  if (sequenceParallel && tensorParallel < 2) {
+    llvm::errs() << "error: --sequence-parallel splits the activations over "
+                    "a tensor-parallel group; give --tensor-parallel=T with "
+                    "T > 1\n";
     return 1;
   }
   if (tensorParallel > 1 && optimizerName == "none") {

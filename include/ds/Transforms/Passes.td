@@ -273,12 +273,35 @@ def TensorParallelPass : Pass<"ds-tensor-parallel", "func::FuncOp"> {
     each rank loads, `ds.tp_identity` (Megatron's f) marks a block's input
     (its gradient is summed over the group) and `ds.tp_all_reduce` (g)
     sums the partial output before the output bias. Collectives name group
-    1, the tensor-parallel ranks. Embeddings, norms and the loss stay
-    replicated. `size` not dividing a width or the heads is an error; no
-    block found is an error.
+    1, the tensor-parallel ranks. `size` not dividing a width or the heads
+    is an error; no block found is an error.
+
+    The vocabulary: the output layer of a softmax cross entropy (a linear
+    layer by a `[V, D]` or `[D, V]` parameter, the logits reaching the loss
+    through reshapes that keep the classes last) and its tied embedding, or
+    an embedding table looked up by token ids (indices from the graph's
+    inputs), split by rows when `size` divides V: `ds.vocab_gather` plus a
+    group sum for each lookup, `ds.vocab_cross_entropy` for the loss. The
+    split logits stop being results of the graph. Otherwise they stay
+    whole.
+
+    `sequence-parallel`: every group sum whose leading dimension `size`
+    divides becomes `ds.sp_reduce_scatter`; the ops after it that work row
+    by row (elementwise, layer_norm and softmax over later axes, reshapes
+    and matmuls that keep the leading dimension) run on the rank's rows;
+    a block's input f becomes `ds.sp_all_gather` (its gradient a
+    reduce-scatter), any other reader gathers the rows whole. Parameters
+    and other values those ops broadcast get `ds.tp_identity` (their
+    gradients are partial sums over the rows), replicated full-size
+    operands `ds.sp_slice`. Dropout is not split (its random stream follows
+    the element's place in the whole tensor).
   }];
   let options = [
     Option<"size", "size", "int64_t", "1", "ranks in the tensor-parallel group">,
+    Option<"sequence", "sequence-parallel", "bool", "false",
+           "keep the activations between the blocks in row blocks of their "
+           "leading dimension (reduce-scatter and all-gather instead of "
+           "all-reduce)">,
   ];
 }
 

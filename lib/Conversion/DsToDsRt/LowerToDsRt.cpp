@@ -262,6 +262,24 @@ struct LowerToDsRtPass : impl::LowerToDsRtPassBase<LowerToDsRtPass> {
         kernel = "all_reduce";
         params.set("reduction", b.getStringAttr("sum"));
       }
+      // Sequence parallelism: row blocks of the leading dimension (or of
+      // a later one after leading dimensions of 1) are the collectives'
+      // contiguous rank shards; others take the kernels that reorder.
+      if (isa<SpAllGatherOp, SpReduceScatterOp, SpSliceOp>(op)) {
+        auto t = cast<RankedTensorType>(op.getOperand(0).getType());
+        int64_t axis = cast<IntegerAttr>(op.getAttr("axis")).getInt();
+        bool contiguous = llvm::all_of(t.getShape().take_front(axis),
+                                       [](int64_t d) { return d == 1; });
+        params.erase("partial_grad");
+        if (isa<SpAllGatherOp>(op))
+          kernel = contiguous ? "all_gather" : "sp_all_gather";
+        else if (isa<SpReduceScatterOp>(op))
+          kernel = contiguous ? "reduce_scatter" : "sp_reduce_scatter";
+        else
+          kernel = "tp_rows";
+        if (isa<SpReduceScatterOp>(op))
+          params.set("reduction", b.getStringAttr("sum"));
+      }
       SmallVector<int64_t> inplace = inplaceOperands(&op);
       auto kernelOp = dsrt::KernelOp::create(
           b, loc, b.getStringAttr(kernel), ins, outs,

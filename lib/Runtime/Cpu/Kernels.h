@@ -313,6 +313,7 @@ DS_KERNEL(kLogSoftmax); DS_KERNEL(kLayerNorm);
 DS_KERNEL(kSoftmaxCrossEntropyLoss); DS_KERNEL(kNllLoss);
 DS_KERNEL(kVocabGather); DS_KERNEL(kVocabGatherGrad);
 DS_KERNEL(kVocabCrossEntropy); DS_KERNEL(kVocabCrossEntropyGrad);
+DS_KERNEL(kTpRows); DS_KERNEL(kSpAllGather); DS_KERNEL(kSpReduceScatter);
 // Movement.cpp
 DS_KERNEL(kGather); DS_KERNEL(kExpand); DS_KERNEL(kTranspose);
 DS_KERNEL(kConcat); DS_KERNEL(kSplit); DS_KERNEL(kSlice); DS_KERNEL(kTrilu);

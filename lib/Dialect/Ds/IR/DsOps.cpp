@@ -406,6 +406,35 @@ LogicalResult GatherGradOp::verify() {
   return success();
 }
 
+/// Sequence parallelism: `rows` has dimension `axis` of `whole` divided
+/// by some parts, the rest equal, and one element type.
+static LogicalResult verifyRows(Operation *op, Type whole, Type rows,
+                                int64_t axis) {
+  auto w = cast<RankedTensorType>(whole), r = cast<RankedTensorType>(rows);
+  if (axis < 0 || axis >= w.getRank())
+    return op->emitOpError("axis ") << axis << " is out of range";
+  bool ok = w.getElementType() == r.getElementType() &&
+            w.getRank() == r.getRank() && r.getDimSize(axis) > 0 &&
+            w.getDimSize(axis) % r.getDimSize(axis) == 0;
+  for (int64_t d = 0; ok && d < w.getRank(); ++d)
+    ok = d == axis || w.getDimSize(d) == r.getDimSize(d);
+  if (!ok)
+    return op->emitOpError("the row block ")
+           << rows << " does not divide dimension " << axis << " of "
+           << whole;
+  return success();
+}
+
+LogicalResult SpAllGatherOp::verify() {
+  return verifyRows(*this, getType(), getInput().getType(), getAxis());
+}
+LogicalResult SpReduceScatterOp::verify() {
+  return verifyRows(*this, getInput().getType(), getType(), getAxis());
+}
+LogicalResult SpSliceOp::verify() {
+  return verifyRows(*this, getInput().getType(), getType(), getAxis());
+}
+
 LogicalResult VocabGatherOp::verify() {
   if (elementOf(getTable()) != getType().getElementType())
     return emitOpError("result element type differs from the table's");
@@ -732,6 +761,11 @@ int64_t ShardOp::getFlops() { return 0; }
 int64_t TransferOp::getFlops() { return 0; }
 int64_t TpIdentityOp::getFlops() { return 0; }
 int64_t TpAllReduceOp::getFlops() { return 0; }
+int64_t SpAllGatherOp::getFlops() { return 0; }
+int64_t SpReduceScatterOp::getFlops() {
+  return numElements(getInput().getType());
+}
+int64_t SpSliceOp::getFlops() { return 0; }
 int64_t VocabGatherOp::getFlops() { return 0; }
 int64_t VocabGatherGradOp::getFlops() {
   return numElements(getGrad().getType());

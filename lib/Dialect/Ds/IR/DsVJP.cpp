@@ -347,6 +347,30 @@ LogicalResult vjp(GatherOp op, OpBuilder &b, ValueRange gs, Grads &out) {
          Value()});
   return success();
 }
+LogicalResult vjp(SpAllGatherOp op, OpBuilder &b, ValueRange gs, Grads &out) {
+  Type t = op.getInput().getType();
+  Value g = op.getPartialGrad()
+                ? Value(SpReduceScatterOp::create(b, op.getLoc(), t, gs[0],
+                                                  op.getAxisAttr(),
+                                                  op.getGroupAttr()))
+                : Value(SpSliceOp::create(b, op.getLoc(), t, gs[0],
+                                          op.getAxisAttr(), op.getGroupAttr()));
+  out.assign({g});
+  return success();
+}
+LogicalResult vjp(SpReduceScatterOp op, OpBuilder &b, ValueRange gs,
+                  Grads &out) {
+  out.assign({SpAllGatherOp::create(b, op.getLoc(), op.getInput().getType(),
+                                    gs[0], op.getAxisAttr(), op.getGroupAttr(),
+                                    b.getBoolAttr(false))});
+  return success();
+}
+LogicalResult vjp(SpSliceOp op, OpBuilder &b, ValueRange gs, Grads &out) {
+  out.assign({SpAllGatherOp::create(b, op.getLoc(), op.getInput().getType(),
+                                    gs[0], op.getAxisAttr(), op.getGroupAttr(),
+                                    b.getBoolAttr(false))});
+  return success();
+}
 LogicalResult vjp(VocabGatherOp op, OpBuilder &b, ValueRange gs, Grads &out) {
   out.assign({VocabGatherGradOp::create(b, op.getLoc(),
                                         tensorType(op.getTable()), gs[0],
@@ -586,5 +610,6 @@ void ds::detail::attachVJPModels(MLIRContext &ctx) {
          GatherOp, ReshapeOp, ExpandOp, TransposeOp, ConcatOp, SplitOp,
          SliceOp, TriluOp, ReduceSumOp, ReduceMeanOp, ReduceMaxOp, DropoutOp,
          SoftmaxCrossEntropyLossOp, NegativeLogLikelihoodLossOp, TpIdentityOp,
-         TpAllReduceOp, VocabGatherOp, VocabCrossEntropyOp>(ctx);
+         TpAllReduceOp, VocabGatherOp, VocabCrossEntropyOp, SpAllGatherOp,
+         SpReduceScatterOp, SpSliceOp>(ctx);
 }

@@ -796,6 +796,52 @@ def Ds_TpAllReduceOp : Ds_Op<"tp_all_reduce", [SameOperandsAndResultType, Ds_Col
   let assemblyFormat = "$input attr-dict `:` type($input)";
 }
 
+def Ds_SpAllGatherOp : Ds_Op<"sp_all_gather", [Ds_Collective]> {
+  let summary = "sequence parallelism: the whole activation from its row blocks";
+  let description = [{
+    Every rank of tensor-parallel group `group` holds rows
+    `[r*n, (r+1)*n)` of dimension `axis`; the result is the whole tensor on
+    every rank (an all-gather). Its gradient: with
+    `partial_grad` (the input of a column-split block, whose gradient is a
+    partial sum on each rank) a reduce-scatter, Megatron's `g-bar`;
+    without, the rank's own rows of the gradient (`ds.sp_slice`).
+    Inserted by `--ds-tensor-parallel` with `sequence-parallel`.
+  }];
+  let arguments = (ins Ds_FloatTensor:$input, I64Attr:$axis, I64Attr:$group,
+                       BoolAttr:$partial_grad);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Ds_SpReduceScatterOp : Ds_Op<"sp_reduce_scatter", [Ds_Collective]> {
+  let summary = "sequence parallelism: a block's partial sums, each rank its rows";
+  let description = [{
+    The sum over tensor-parallel group `group` of every rank's partial
+    result; rank r keeps rows `[r*n, (r+1)*n)` of dimension `axis` (a
+    reduce-scatter, Megatron's `g` with sequence parallelism). Its
+    gradient is the all-gather of the rows' gradients.
+  }];
+  let arguments = (ins Ds_FloatTensor:$input, I64Attr:$axis, I64Attr:$group);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Ds_SpSliceOp : Ds_Op<"sp_slice", [Pure]> {
+  let summary = "sequence parallelism: this rank's rows of a replicated tensor";
+  let description = [{
+    Rows `[r*n, (r+1)*n)` of dimension `axis` of a tensor every rank of
+    tensor-parallel group `group` holds whole (r: the rank in the group).
+    No communication; its gradient is the all-gather of the rows'
+    gradients.
+  }];
+  let arguments = (ins Ds_FloatTensor:$input, I64Attr:$axis, I64Attr:$group);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
 def Ds_VocabGatherOp : Ds_Op<"vocab_gather", [Pure]> {
   let summary = "tensor parallelism: an embedding lookup in a vocabulary slice";
   let description = [{

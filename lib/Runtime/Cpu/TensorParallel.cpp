@@ -1,10 +1,12 @@
-//===- Vocab.cpp - vocabulary-parallel embedding and cross entropy --------===//
+//===- TensorParallel.cpp - vocabulary split, sequence-parallel rows ------===//
 //
 // Part of the ds project (runtime: no MLIR or LLVM).
 //
-// The kernels of a vocabulary split over the tensor-parallel group (the
-// communicator of the instruction's group): rank r holds rows (or score
-// columns) [r*n, (r+1)*n) of the whole vocabulary of n*T entries.
+// Kernels that need the rank in the tensor-parallel group (the
+// communicator of the instruction's group): the vocabulary split (rank r
+// holds rows, or score columns, [r*n, (r+1)*n) of the whole vocabulary of
+// n*T entries) and a rank's rows of a replicated activation (sequence
+// parallelism).
 //
 //===----------------------------------------------------------------------===//
 
@@ -239,6 +241,96 @@ bool kVocabCrossEntropyGrad(KernelContext &ctx) {
       }
     }
   });
+  return true;
+}
+
+namespace {
+/// Row blocks of dimension `axis`: `whole` is [outer, n*T, inner] and
+/// `rows` [outer, n, inner]; the sizes of one block in each, in bytes.
+struct RowBlocks {
+  int64_t outer = 1, wholeBlock = 0, rowBlock = 0, ranks = 1, rank = 0;
+};
+bool rowBlocks(KernelContext &ctx, const TensorView &whole,
+               const TensorView &rows, RowBlocks &g) {
+  int64_t axis = ctx.attrs.getInt("axis", 0);
+  g.ranks = ctx.comm ? ctx.comm->size() : 1;
+  g.rank = ctx.comm ? ctx.comm->rank() : 0;
+  if (axis < 0 || axis >= whole.rank() || whole.rank() != rows.rank() ||
+      whole.dtype != rows.dtype)
+    return ctx.fail("row blocks: the axis or the shapes do not match");
+  for (int64_t d = 0; d < whole.rank(); ++d)
+    if (whole.shape[d] != (d == axis ? rows.shape[d] * g.ranks : rows.shape[d]))
+      return ctx.fail("a " + std::to_string(whole.numel()) +
+                      "-element tensor is not " + std::to_string(g.ranks) +
+                      " row blocks of " + std::to_string(rows.numel()) +
+                      " elements along dimension " + std::to_string(axis));
+  size_t es = dtypeSize(whole.dtype);
+  g.outer = prod(whole.shape, 0, axis);
+  int64_t inner = prod(whole.shape, axis + 1, whole.shape.size());
+  g.rowBlock = rows.shape[axis] * inner * es;
+  g.wholeBlock = g.rowBlock * g.ranks;
+  return true;
+}
+} // namespace
+
+bool kTpRows(KernelContext &ctx) {
+  const TensorView &in = ctx.in[0];
+  TensorView &out = ctx.out[0];
+  RowBlocks g;
+  if (!rowBlocks(ctx, in, out, g))
+    return false;
+  for (int64_t o = 0; o < g.outer; ++o)
+    std::memcpy(out.as<char>() + o * g.rowBlock,
+                in.as<char>() + o * g.wholeBlock + g.rank * g.rowBlock,
+                g.rowBlock);
+  return true;
+}
+
+bool kSpAllGather(KernelContext &ctx) {
+  const TensorView &in = ctx.in[0];
+  TensorView &out = ctx.out[0];
+  RowBlocks g;
+  if (!rowBlocks(ctx, out, in, g))
+    return false;
+  // Gathered rank by rank ([T][outer][rows]), then put in place.
+  std::vector<char> all(static_cast<size_t>(g.wholeBlock * g.outer));
+  if (g.ranks > 1) {
+    ctx.comm->collectiveBytes += all.size();
+    std::string err;
+    if (!ctx.comm->allGather(in.data, all.data(), in.numel(), in.dtype, err))
+      return ctx.fail(err);
+  } else {
+    std::memcpy(all.data(), in.data, all.size());
+  }
+  for (int64_t r = 0; r < g.ranks; ++r)
+    for (int64_t o = 0; o < g.outer; ++o)
+      std::memcpy(out.as<char>() + o * g.wholeBlock + r * g.rowBlock,
+                  all.data() + (r * g.outer + o) * g.rowBlock, g.rowBlock);
+  return true;
+}
+
+bool kSpReduceScatter(KernelContext &ctx) {
+  const TensorView &in = ctx.in[0];
+  TensorView &out = ctx.out[0];
+  RowBlocks g;
+  if (!rowBlocks(ctx, in, out, g))
+    return false;
+  // Each rank's rows made contiguous ([T][outer][rows]), then reduced.
+  std::vector<char> packed(static_cast<size_t>(g.wholeBlock * g.outer));
+  for (int64_t r = 0; r < g.ranks; ++r)
+    for (int64_t o = 0; o < g.outer; ++o)
+      std::memcpy(packed.data() + (r * g.outer + o) * g.rowBlock,
+                  in.as<char>() + o * g.wholeBlock + r * g.rowBlock,
+                  g.rowBlock);
+  if (g.ranks == 1) {
+    std::memcpy(out.data, packed.data(), packed.size());
+    return true;
+  }
+  ctx.comm->collectiveBytes += packed.size();
+  std::string err;
+  if (!ctx.comm->reduceScatter(packed.data(), out.data, out.numel(), out.dtype,
+                               false, err))
+    return ctx.fail(err);
   return true;
 }
 
