@@ -8,8 +8,8 @@ td, kernels = sys.argv[1], sys.argv[2]
 ops = set(re.findall(r':\s*Ds_\w*Op<"(\w+)"', open(td).read()))
 no_kernel = {"constant", "shape", "constant_of_shape", "reshape",
              # tensor parallelism: the identity is a view, the sum lowers to
-             # the all_reduce kernel
-             "tp_identity", "tp_all_reduce"}
+             # the all_reduce kernel, a rank's rows to tp_rows
+             "tp_identity", "tp_all_reduce", "sp_slice"}
 have = set(open(kernels).read().split())
 missing = sorted(ops - no_kernel - have)
 if not ops or missing:
