@@ -342,6 +342,18 @@ struct TensorParallelPass
           if (static_cast<int64_t>(sm.getAxis()) == ax)
             return std::nullopt;
           newAxis = ax;
+        } else if (auto sl = dyn_cast<SliceOp>(user)) {
+          // A slice that keeps every head (rotary embeddings' halves).
+          if (sl.getStarts()[ax] != 0 || sl.getSteps()[ax] != 1 ||
+              sl.getType().getDimSize(ax) !=
+                  cast<RankedTensorType>(x.getType()).getDimSize(ax))
+            return std::nullopt;
+          newAxis = ax;
+        } else if (auto cat = dyn_cast<ConcatOp>(user)) {
+          // Joined along another axis (rotate_half's halves).
+          if (static_cast<int64_t>(cat.getAxis()) == ax)
+            return std::nullopt;
+          newAxis = ax;
         } else if (isElementwise(user) || isa<WhereOp>(user)) {
           newAxis = ax;
         } else {
@@ -369,7 +381,7 @@ struct TensorParallelPass
       Value res = op->getResult(0);
       int64_t ax = blk.axis.lookup(res);
       int64_t rank = cast<RankedTensorType>(res.getType()).getRank();
-      if (isa<MatMulOp>(op) &&
+      if (isa<MatMulOp, ConcatOp>(op) &&
           llvm::any_of(op->getOperands(), [&](Value o) {
             return !inRegion(o) || blk.axis.lookup(o) != ax;
           }))
@@ -377,7 +389,7 @@ struct TensorParallelPass
       for (Value o : op->getOperands()) {
         if (inRegion(o) || isa<TransposeOp, ReshapeOp>(op))
           continue;
-        if (isa<MatMulOp>(op) || !broadcastOk(o, ax, rank))
+        if (isa<MatMulOp, ConcatOp>(op) || !broadcastOk(o, ax, rank))
           return std::nullopt;
       }
     }
@@ -763,6 +775,13 @@ struct TensorParallelPass
         } else if (auto sm = dyn_cast<LogSoftmaxOp>(op)) {
           if (a != static_cast<int64_t>(sm.getAxis()))
             ra = a;
+        } else if (isa<ReduceSumOp, ReduceMeanOp, ReduceMaxOp>(op)) {
+          // Over other axes (an RMS norm's mean of squares).
+          auto axes = op->getAttrOfType<DenseI64ArrayAttr>("axes").asArrayRef();
+          bool keep = op->getAttrOfType<BoolAttr>("keepdims").getValue();
+          if (!llvm::is_contained(axes, a))
+            ra = keep ? a
+                      : a - llvm::count_if(axes, [&](int64_t x) { return x < a; });
         } else if (auto r = dyn_cast<ReshapeOp>(op)) {
           ArrayRef<int64_t> in = r.getInput().getType().getShape();
           ArrayRef<int64_t> out = r.getType().getShape();

@@ -265,7 +265,8 @@ def TensorParallelPass : Pass<"ds-tensor-parallel", "func::FuncOp"> {
     - each attention block: a fused Q/K/V projection whose result is split
       into equal blocks, or separate projections of one input, followed
       through the reshape into heads, transposes, per-head matmuls, the
-      mask and the softmax to the output projection over the merged heads.
+      mask, rotary embeddings (slices and concats that keep the heads) and
+      the softmax to the output projection over the merged heads.
       The projections are split by heads (a fused one in blocks:
       `ds.tp_split = [axis, parts, blocks]`), the output projection by rows.
 
@@ -287,8 +288,9 @@ def TensorParallelPass : Pass<"ds-tensor-parallel", "func::FuncOp"> {
 
     `sequence-parallel`: every group sum whose leading dimension `size`
     divides becomes `ds.sp_reduce_scatter`; the ops after it that work row
-    by row (elementwise, layer_norm and softmax over later axes, reshapes
-    and matmuls that keep the leading dimension) run on the rank's rows;
+    by row (elementwise, layer_norm, softmax and reductions over later
+    axes, reshapes and matmuls that keep the split dimension) run on the
+    rank's rows;
     a block's input f becomes `ds.sp_all_gather` (its gradient a
     reduce-scatter), any other reader gathers the rows whole. Parameters
     and other values those ops broadcast get `ds.tp_identity` (their
