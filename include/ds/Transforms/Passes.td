@@ -286,12 +286,12 @@ def TensorParallelPass : Pass<"ds-tensor-parallel", "func::FuncOp"> {
     split logits stop being results of the graph. Otherwise they stay
     whole.
 
-    `sequence-parallel`: every group sum whose leading dimension `size`
-    divides becomes `ds.sp_reduce_scatter`; the ops after it that work row
-    by row (elementwise, layer_norm, softmax and reductions over later
-    axes, reshapes and matmuls that keep the split dimension) run on the
-    rank's rows;
-    a block's input f becomes `ds.sp_all_gather` (its gradient a
+    `sequence-parallel`: every group sum becomes `ds.sp_reduce_scatter`
+    over its token dimension (the one before the features, the sequence of
+    `[b, s, h]`, when `size` divides it, else the leading one); the ops
+    after it that work row by row (elementwise, layer_norm, softmax and
+    reductions over later axes, reshapes and matmuls that keep the split
+    dimension) run on the rank's rows; a block's input f becomes `ds.sp_all_gather` (its gradient a
     reduce-scatter), any other reader gathers the rows whole. Parameters
     and other values those ops broadcast get `ds.tp_identity` (their
     gradients are partial sums over the rows), replicated full-size
