@@ -1,4 +1,4 @@
-//===- PrintCost.cpp - report the cost model per op -----------------------===//
+//===- PrintCost.cpp - report the cost model and split rules per op -------===//
 //
 // Part of the ds project.
 //
@@ -8,6 +8,7 @@
 
 namespace mlir::ds {
 #define GEN_PASS_DEF_PRINTCOSTPASS
+#define GEN_PASS_DEF_PRINTSPLITAXESPASS
 #include "ds/Transforms/Passes.h.inc"
 
 namespace {
@@ -25,6 +26,28 @@ struct PrintCostPass : impl::PrintCostPassBase<PrintCostPass> {
     getOperation()->emitRemark()
         << "total flops=" << flops << " read=" << read
         << " written=" << written;
+    markAllAnalysesPreserved();
+  }
+};
+
+struct PrintSplitAxesPass
+    : impl::PrintSplitAxesPassBase<PrintSplitAxesPass> {
+  void runOnOperation() override {
+    getOperation().walk([&](SplitAxisOpInterface op) {
+      std::string text = "split axes:";
+      for (OpOperand &o : op->getOpOperands()) {
+        auto t = dyn_cast<RankedTensorType>(o.get().getType());
+        if (!t)
+          continue;
+        text += " [";
+        for (int64_t a = 0; a < t.getRank(); ++a) {
+          int64_t r = op.getResultSplitAxis(o.getOperandNumber(), a);
+          text += (a ? " " : "") + (r < 0 ? std::string("-") : std::to_string(r));
+        }
+        text += "]";
+      }
+      op->emitRemark() << text;
+    });
     markAllAnalysesPreserved();
   }
 };

@@ -304,11 +304,11 @@ struct TensorParallelPass
     while (!work.empty()) {
       Value x = work.pop_back_val();
       int64_t ax = blk.axis.lookup(x);
-      for (Operation *user : x.getUsers()) {
+      for (OpOperand &use : x.getUses()) {
+        Operation *user = use.getOwner();
         if (blk.ops.contains(user) || user == exit)
           continue;
         int64_t rank = cast<RankedTensorType>(x.getType()).getRank();
-        int64_t newAxis = -1;
         if (isa<MatMulOp, GemmOp>(user) && user->getOperand(0) == x &&
             ax == rank - 1) {
           // The output projection: contracts over the merged heads.
@@ -317,47 +317,27 @@ struct TensorParallelPass
           exit = user;
           continue;
         }
+        // The heads pass through the op by its split-axis rule.
+        auto rule = dyn_cast<SplitAxisOpInterface>(user);
+        if (!rule || isa<GemmOp>(user))
+          return std::nullopt;
+        int64_t newAxis = rule.getResultSplitAxis(use.getOperandNumber(), ax);
         if (auto r = dyn_cast<ReshapeOp>(user)) {
+          // Features split into heads x head size: the heads carry it.
           int64_t heads = 0;
-          newAxis = reshapedAxis(cast<RankedTensorType>(x.getType()).getShape(),
-                                 r.getType().getShape(), ax, heads);
+          reshapedAxis(cast<RankedTensorType>(x.getType()).getShape(),
+                       r.getType().getShape(), ax, heads);
           if (heads) {
             if (blk.heads && blk.heads != heads)
               return std::nullopt;
             blk.heads = heads;
           }
-        } else if (auto t = dyn_cast<TransposeOp>(user)) {
-          ArrayRef<int64_t> perm = t.getPerm();
-          for (int64_t i = 0; i < static_cast<int64_t>(perm.size()); ++i)
-            if (perm[i] == ax)
-              newAxis = i;
         } else if (auto m = dyn_cast<MatMulOp>(user)) {
           // Per head: both operands carry the heads on the same batch axis.
           Value other = m.getLhs() == x ? m.getRhs() : m.getLhs();
           if (ax >= rank - 2 ||
               (inRegion(other) && blk.axis.lookup(other) != ax))
             return std::nullopt;
-          newAxis = ax;
-        } else if (auto sm = dyn_cast<SoftmaxOp>(user)) {
-          if (static_cast<int64_t>(sm.getAxis()) == ax)
-            return std::nullopt;
-          newAxis = ax;
-        } else if (auto sl = dyn_cast<SliceOp>(user)) {
-          // A slice that keeps every head (rotary embeddings' halves).
-          if (sl.getStarts()[ax] != 0 || sl.getSteps()[ax] != 1 ||
-              sl.getType().getDimSize(ax) !=
-                  cast<RankedTensorType>(x.getType()).getDimSize(ax))
-            return std::nullopt;
-          newAxis = ax;
-        } else if (auto cat = dyn_cast<ConcatOp>(user)) {
-          // Joined along another axis (rotate_half's halves).
-          if (static_cast<int64_t>(cat.getAxis()) == ax)
-            return std::nullopt;
-          newAxis = ax;
-        } else if (isElementwise(user) || isa<WhereOp>(user)) {
-          newAxis = ax;
-        } else {
-          return std::nullopt;
         }
         if (newAxis < 0 || user->getNumResults() != 1)
           return std::nullopt;
@@ -757,69 +737,71 @@ struct TensorParallelPass
         f.erase();
         continue;
       }
-      // Row by row along the split dimension? `ra`: the result's.
+      // Row by row along the split dimension? `ra`: the result's, by the
+      // op's split-axis rule. A matmul passes its left operand's rows
+      // (its weight is whole: its gradient sums over the rows); a layer
+      // norm passes its input's.
       int64_t ra = -1;
       Value res = op->getNumResults() == 1 ? op->getResult(0) : Value();
       auto resType = res ? dyn_cast<RankedTensorType>(res.getType())
                          : RankedTensorType();
-      if (resType) {
-        int64_t R = resType.getRank();
-        if (isElementwise(op) || isa<WhereOp>(op)) {
-          ra = a + (R - rankOf(first));
-        } else if (auto ln = dyn_cast<LayerNormOp>(op)) {
-          if (splitOperands.front() == 0 && a < ln.getAxis())
-            ra = a;
-        } else if (auto sm = dyn_cast<SoftmaxOp>(op)) {
-          if (a != static_cast<int64_t>(sm.getAxis()))
-            ra = a;
-        } else if (auto sm = dyn_cast<LogSoftmaxOp>(op)) {
-          if (a != static_cast<int64_t>(sm.getAxis()))
-            ra = a;
-        } else if (isa<ReduceSumOp, ReduceMeanOp, ReduceMaxOp>(op)) {
-          // Over other axes (an RMS norm's mean of squares).
-          auto axes = op->getAttrOfType<DenseI64ArrayAttr>("axes").asArrayRef();
-          bool keep = op->getAttrOfType<BoolAttr>("keepdims").getValue();
-          if (!llvm::is_contained(axes, a))
-            ra = keep ? a
-                      : a - llvm::count_if(axes, [&](int64_t x) { return x < a; });
-        } else if (auto r = dyn_cast<ReshapeOp>(op)) {
-          ArrayRef<int64_t> in = r.getInput().getType().getShape();
-          ArrayRef<int64_t> out = r.getType().getShape();
-          if (static_cast<int64_t>(out.size()) > a &&
-              in.take_front(a + 1) == out.take_front(a + 1))
-            ra = a;
-        } else if (auto m = dyn_cast<MatMulOp>(op)) {
-          if (splitOperands.size() == 1 && splitOperands.front() == 0 &&
-              rankOf(m.getLhs()) == R && rankOf(m.getRhs()) == 2 &&
-              a <= R - 2)
-            ra = a;
-        }
-        if (ra >= 0 && (ra >= R || resType.getDimSize(ra) != dim(first, a)))
+      auto rule = dyn_cast<SplitAxisOpInterface>(op);
+      bool weightRule = !isa<MatMulOp>(op) ||
+                        (splitOperands.size() == 1 &&
+                         splitOperands.front() == 0 &&
+                         rankOf(op->getOperand(1)) == 2);
+      // (Only float results are kept split: the collectives move floats.)
+      if (resType && isa<FloatType>(resType.getElementType()) && rule &&
+          weightRule && !isa<GemmOp>(op)) {
+        ra = rule.getResultSplitAxis(splitOperands.front(), a);
+        if (ra >= 0 && (ra >= resType.getRank() ||
+                        resType.getDimSize(ra) % size != 0 ||
+                        resType.getDimSize(ra) != dim(first, a)))
           ra = -1;
       }
+      // The other operands: split the same way, broadcast along the axis
+      // (whole on every rank; a float one's gradient summed over the
+      // group), or replicated at full size (this rank's rows of it).
+      // Decided for all before any is rewritten.
+      enum class Use { Split, Summed, Rows };
+      SmallVector<std::pair<OpOperand *, Use>> plan;
       if (ra >= 0) {
         int64_t R = resType.getRank(), n = resType.getDimSize(ra);
         for (OpOperand &o : op->getOpOperands()) {
           Value v = o.get();
-          if (!isa<RankedTensorType>(v.getType()))
+          auto vt = dyn_cast<RankedTensorType>(v.getType());
+          if (!vt)
             continue;
-          int64_t ao = ra - (R - rankOf(v)); // aligned (broadcasting)
+          bool isFloat = isa<FloatType>(vt.getElementType());
+          int64_t ao = ra - (R - vt.getRank()); // aligned (broadcasting)
           if (axis.count(v)) {
-            if (isa<MatMulOp>(op) ? o.getOperandNumber() != 0
-                                  : axis.lookup(v) != ao) {
+            // Every split operand carries its rows to the same result axis.
+            if (rule.getResultSplitAxis(o.getOperandNumber(),
+                                        axis.lookup(v)) != ra) {
               ra = -1;
               break;
             }
-            continue;
-          }
-          if (isa<MatMulOp>(op) || ao < 0 || dim(v, ao) == 1)
-            o.set(summed(v));
-          else if (dim(v, ao) == n)
-            o.set(rowsOf(v, ao));
-          else {
+            plan.push_back({&o, Use::Split});
+          } else if (isa<MatMulOp>(op) || ao < 0 || vt.getDimSize(ao) == 1) {
+            plan.push_back({&o, Use::Summed});
+          } else if (vt.getDimSize(ao) == n && isFloat) {
+            plan.push_back({&o, Use::Rows});
+          } else {
             ra = -1;
             break;
           }
+        }
+      }
+      if (ra >= 0) {
+        int64_t R = resType.getRank();
+        for (auto &[o, use] : plan) {
+          Value v = o->get();
+          bool isFloat = isa<FloatType>(
+              cast<RankedTensorType>(v.getType()).getElementType());
+          if (use == Use::Summed && isFloat)
+            o->set(summed(v));
+          else if (use == Use::Rows)
+            o->set(rowsOf(v, ra - (R - rankOf(v))));
         }
       }
       if (ra >= 0) {

@@ -9,6 +9,21 @@
 
 include "mlir/Pass/PassBase.td"
 
+def PrintSplitAxesPass : Pass<"ds-print-split-axes", "func::FuncOp"> {
+  let summary = "Report how a split of each operand axis passes through each op";
+  let description = [{
+    Emits a remark on every op that implements `SplitAxisOpInterface`: for
+    each ranked operand, the result axis that carries a split of each of
+    its axes (`-` where the split cannot pass). It changes nothing; it
+    shows the rules tensor and sequence parallelism propagate with.
+
+    ```mlir
+    %0 = ds.matmul %a, %b : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
+    // remark: split axes: [0 -] [- 1]
+    ```
+  }];
+}
+
 def PrintCostPass : Pass<"ds-print-cost", "func::FuncOp"> {
   let summary = "Report the cost model's FLOPs and bytes of every ds op";
   let description = [{

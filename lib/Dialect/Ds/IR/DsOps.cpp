@@ -23,6 +23,7 @@ void DsDialect::initialize() {
 #include "ds/Dialect/Ds/IR/DsOps.cpp.inc"
       >();
   detail::attachVJPModels(*getContext());
+  detail::attachSplitAxisModels(*getContext());
 }
 
 Operation *DsDialect::materializeConstant(OpBuilder &builder, Attribute value,

@@ -1,7 +1,8 @@
 //===- DsInterfaces.td - ds op interfaces ------------------*- tablegen -*-===//
 //
-// Per-op knowledge that passes query: cost (FLOPs, bytes) and the
-// vector-Jacobian product used by autodiff.
+// Per-op knowledge that passes query: cost (FLOPs, bytes), the
+// vector-Jacobian product used by autodiff, and how a split axis passes
+// through (tensor and sequence parallelism).
 //
 //===----------------------------------------------------------------------===//
 
@@ -44,6 +45,28 @@ def Ds_VJPOpInterface : OpInterface<"VJPOpInterface"> {
       (ins "::mlir::OpBuilder &":$builder,
            "::mlir::ValueRange":$resultGrads,
            "::llvm::SmallVectorImpl<::mlir::Value> &":$operandGrads)>,
+  ];
+}
+
+def Ds_SplitAxisOpInterface : OpInterface<"SplitAxisOpInterface"> {
+  let cppNamespace = "::mlir::ds";
+  let description = [{
+    How a tensor split into equal blocks along one axis passes through the
+    op: the sharding rule that tensor and sequence parallelism propagate
+    (upstream MLIR's `shard` dialect's ShardingInterface, reduced to one
+    split axis per tensor and equal blocks). Given that operand `operand`
+    is split along `axis`, returns the result axis that holds the same
+    blocks (every result's, for an op of several results), or -1 when the
+    op mixes elements along that axis (a reduction over it, a softmax
+    along it, a contraction) so that the split cannot pass. Operands whose
+    aligned axis is broadcast (size 1 or absent) are left to the caller:
+    they are whole on every rank.
+  }];
+  let methods = [
+    InterfaceMethod<"The result axis that carries operand `operand`'s split "
+                    "along `axis`, or -1",
+      "int64_t", "getResultSplitAxis",
+      (ins "unsigned":$operand, "int64_t":$axis)>,
   ];
 }
 

@@ -51,6 +51,8 @@ LogicalResult verifyReduceOp(Operation *op, ArrayRef<int64_t> axes,
                              bool keepdims);
 /// Attaches VJPOpInterface to every differentiable op (DsVJP.cpp).
 void attachVJPModels(MLIRContext &context);
+/// The SplitAxisOpInterface models (DsSplitAxis.cpp).
+void attachSplitAxisModels(MLIRContext &context);
 } // namespace detail
 
 /// Reverse mode: builds, at `builder`'s insertion point, the gradients of
