@@ -665,12 +665,15 @@ struct TensorParallelPass
       return it->second;
     };
     // A broadcast operand: its gradient sums over the rows of every rank.
-    auto summed = [&](Value v) {
+    // Placed before its first reader (ops are visited in order), so that a
+    // parameter's copy is not live across the layers before it (a
+    // pipeline cut would count it as a crossing activation).
+    auto summed = [&](Value v, Operation *user) {
       if (constant(v))
         return v;
       auto [it, fresh] = identity.try_emplace(v, Value());
       if (fresh) {
-        b.setInsertionPointAfterValue(v);
+        b.setInsertionPoint(user);
         it->second = TpIdentityOp::create(b, v.getLoc(), v.getType(), v,
                                           b.getI64IntegerAttr(1));
       }
@@ -799,7 +802,7 @@ struct TensorParallelPass
           bool isFloat = isa<FloatType>(
               cast<RankedTensorType>(v.getType()).getElementType());
           if (use == Use::Summed && isFloat)
-            o->set(summed(v));
+            o->set(summed(v, op));
           else if (use == Use::Rows)
             o->set(rowsOf(v, ra - (R - rankOf(v))));
         }
