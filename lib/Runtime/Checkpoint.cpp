@@ -187,8 +187,10 @@ bool readManifest(const std::string &stepDir, Manifest &m, std::string &err) {
           (t.kind != "param" && t.kind != "buffer" && t.kind != "state") ||
           !parseDType(dtype, t.dtype) || !parseShape(shape, t.shape))
         return bad("bad tensor line '" + line + "'");
+      // (A plain split may be padded; blocks divide exactly.)
       if (t.tpParts > 1 && (t.tpAxis >= static_cast<int>(t.shape.size()) ||
-                            t.shape[t.tpAxis] % (t.tpParts * t.tpBlocks)))
+                            (t.tpBlocks > 1 &&
+                             t.shape[t.tpAxis] % (t.tpParts * t.tpBlocks))))
         return bad("bad tensor line '" + line + "'");
       m.tensors.push_back(t);
     } else if (key == "state") {
@@ -287,7 +289,8 @@ bool wholeTensors(const std::string &stepDir, const Manifest &m, bool withState,
     // ranks d*T + t's shards in order, padding dropped.
     std::vector<HostTensor> joined;
     if (t.sharded && t.tpParts > 1) {
-      size_t sliceBytes = want / t.tpParts;
+      size_t sliceBytes = TpLayout(t.shape, t.tpAxis, t.tpParts, t.tpBlocks)
+                              .sliceBytes(dtypeSize(t.dtype));
       for (int tp = 0; tp < t.tpParts; ++tp) {
         HostTensor one;
         for (int r = tp; r < m.world; r += t.tpParts)
@@ -308,11 +311,12 @@ bool wholeTensors(const std::string &stepDir, const Manifest &m, bool withState,
     if (t.tpParts > 1) {
       // Join the slices along the axis.
       TpLayout layout(t.shape, t.tpAxis, t.tpParts, t.tpBlocks);
+      size_t sliceBytes = layout.sliceBytes(dtypeSize(t.dtype));
       for (HostTensor *s : slices)
-        if (s->data.size() != want / t.tpParts) {
+        if (s->data.size() != sliceBytes) {
           err = "checkpoint tensor '" + t.name + "' has a slice of " +
                 std::to_string(s->data.size()) + " bytes, not " +
-                std::to_string(want / t.tpParts);
+                std::to_string(sliceBytes);
           return false;
         }
       w.data.resize(want);
@@ -385,7 +389,7 @@ bool loadRepartitioned(const std::string &stepDir, const Manifest &m,
         layout.cut(t.data.data(), dst, rank % st.tpParts, dtypeSize(st.dtype));
         continue;
       }
-      std::vector<unsigned char> slice(t.data.size() / st.tpParts);
+      std::vector<unsigned char> slice(layout.sliceBytes(dtypeSize(st.dtype)));
       layout.cut(t.data.data(), slice.data(), rank % st.tpParts,
                  dtypeSize(st.dtype));
       size_t shardBytes = st.bytes, first = shardBytes * (rank / st.tpParts);

@@ -539,14 +539,14 @@ struct Executor::Impl {
       DType dt = toDType(param.dtype());
       // Tensor parallelism: this rank's slice along an axis (a master
       // copy is sliced as its parameter is).
-      auto [tpAxis, tpParts, tpBlocks] = tpSplitOf(i);
+      auto [tpAxis, tpParts, tpBlocks, tpTotal] = tpSplitOf(i);
       std::vector<int64_t> tpWhole =
           param.sharded()
               ? std::vector<int64_t>(param.full_shape().begin(),
                                      param.full_shape().end())
               : std::vector<int64_t>(param.shape().begin(), param.shape().end());
       if (tpParts > 1)
-        tpWhole[tpAxis] *= tpParts;
+        tpWhole[tpAxis] = tpTotal > 0 ? tpTotal : tpWhole[tpAxis] * tpParts;
       google::protobuf::RepeatedField<int64_t> wholeShape(tpWhole.begin(),
                                                           tpWhole.end());
       const auto &shape =
@@ -581,9 +581,10 @@ struct Executor::Impl {
                               whole.data(), err))
           return false;
         TpLayout layout(tpWhole, tpAxis, tpParts, tpBlocks);
-        std::vector<unsigned char> slice(whole.size() / tpParts);
+        std::vector<unsigned char> slice(layout.sliceBytes(dtypeSize(ft)));
         layout.cut(whole.data(), slice.data(), rank % tpParts, dtypeSize(ft));
-        int64_t n = total / tpParts, first = 0;
+        int64_t n = static_cast<int64_t>(slice.size() / dtypeSize(ft)),
+                first = 0;
         if (param.sharded()) {
           // A ZeRO shard of the slice: elements [r*S, (r+1)*S), zeros past
           // its end.
@@ -879,7 +880,7 @@ struct Executor::Impl {
 
   /// Tensor parallelism: parameter i's slice axis and parts (a master copy
   /// is sliced as its parameter); parts 1 when whole.
-  std::tuple<int, int, int> tpSplitOf(int i) const {
+  std::tuple<int, int, int, int64_t> tpSplitOf(int i) const {
     const plan::Parameter &param = p().parameters(i);
     const plan::Parameter *of = &param;
     if (!param.master_of().empty() && param.tp_parts() <= 1)
@@ -887,9 +888,9 @@ struct Executor::Impl {
         if (q.name() == param.master_of())
           of = &q;
     if (of->tp_parts() <= 1)
-      return {0, 1, 1};
+      return {0, 1, 1, 0};
     return {of->tp_axis(), static_cast<int>(of->tp_parts()),
-            std::max(1, static_cast<int>(of->tp_blocks()))};
+            std::max(1, static_cast<int>(of->tp_blocks())), of->tp_whole()};
   }
 
   /// The index of the f32 master copy of parameter `i`, or -1.
@@ -1575,7 +1576,7 @@ bool Executor::parameter(const std::string &name, HostTensor &out,
         n *= d;
       mine.resize(n * es);
     }
-    auto [axis, parts, blocks] = impl->tpSplitOf(i);
+    auto [axis, parts, blocks, tpTotal] = impl->tpSplitOf(i);
     if (parts <= 1) {
       out.shape = shape;
       out.data = std::move(mine);
@@ -1594,10 +1595,12 @@ bool Executor::parameter(const std::string &name, HostTensor &out,
     std::vector<unsigned char> all(mine.size() * parts);
     if (!comm->allGather(mine.data(), all.data(), n, out.dtype, err))
       return false;
-    shape[axis] *= parts;
+    shape[axis] = tpTotal > 0 ? tpTotal : shape[axis] * parts;
     out.shape = shape;
-    out.data.resize(all.size());
     TpLayout layout(shape, axis, parts, blocks);
+    out.data.resize(static_cast<size_t>(layout.outer * layout.total *
+                                        layout.inner) *
+                    es);
     for (int r = 0; r < parts; ++r)
       layout.join(all.data() + static_cast<size_t>(r) * n * es,
                   out.data.data(), r, es);
@@ -1636,7 +1639,7 @@ std::vector<Executor::Storage> Executor::storage() {
     s.state = param.state();
     s.trainable = param.trainable();
     s.location = static_cast<int>(param.location());
-    std::tie(s.tpAxis, s.tpParts, s.tpBlocks) = impl->tpSplitOf(i);
+    std::tie(s.tpAxis, s.tpParts, s.tpBlocks, s.tpWhole) = impl->tpSplitOf(i);
     s.data = impl->paramPtr[i];
     s.bytes = dtypeSize(s.dtype);
     for (int64_t d : s.shape)

@@ -459,12 +459,18 @@ PlanInfo describe(const Plan &plan) {
       const plan::Buffer &data = p.buffers(ins.inputs(0));
       if (data.shape_size() >= 1)
         limit = data.shape(0) * tp;
+      for (const plan::Attribute &a : ins.attributes())
+        if (a.name() == "vocab") // padded slices: the true size
+          limit = a.i();
       name = inputName(ins.inputs(1));
     } else if (ins.kernel() == "vocab_cross_entropy" &&
                ins.inputs_size() == 2) {
       const plan::Buffer &scores = p.buffers(ins.inputs(0));
       if (scores.shape_size() == 2)
         limit = scores.shape(1) * tp;
+      for (const plan::Attribute &a : ins.attributes())
+        if (a.name() == "vocab")
+          limit = a.i();
       name = inputName(ins.inputs(1));
     }
     if (!name.empty() && limit > 0) {

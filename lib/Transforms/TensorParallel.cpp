@@ -557,16 +557,28 @@ struct TensorParallelPass
   /// Split the vocabulary of an output layer (and its tied embedding) over
   /// the group: the table by rows, the logits by columns, the loss computed
   /// by `ds.vocab_cross_entropy`. Returns the logits results to drop.
+  /// The slice size of a vocabulary, and its split attribute (padded to
+  /// ceil(V / T) entries per rank when T does not divide V).
+  int64_t vocabPart(int64_t vocab) const { return (vocab + size - 1) / size; }
+  DenseI64ArrayAttr vocabSplit(OpBuilder &b, int64_t axis, int64_t vocab) {
+    if (vocab % size == 0)
+      return b.getDenseI64ArrayAttr({axis, size});
+    return b.getDenseI64ArrayAttr({axis, size, 1, vocab});
+  }
+  IntegerAttr vocabAttr(OpBuilder &b, int64_t vocab) {
+    return vocab % size == 0 ? IntegerAttr() : b.getI64IntegerAttr(vocab);
+  }
+
   void splitVocabHead(func::FuncOp func, VocabHead &h, OpBuilder &b) {
-    int64_t part = h.vocab / size;
+    int64_t part = vocabPart(h.vocab);
     auto t = cast<RankedTensorType>(h.table.getType());
     h.table.setType(withDim(t, h.axis, part));
     func.setArgAttr(h.table.getArgNumber(), kTpSplit,
-                    b.getDenseI64ArrayAttr({h.axis, size}));
+                    vocabSplit(b, h.axis, h.vocab));
     if (h.bias) {
       h.bias->setType(withDim(h.bias->getType(), 0, part));
       func.setArgAttr(h.bias->getArgNumber(), kTpSplit,
-                      b.getDenseI64ArrayAttr({0, size}));
+                      vocabSplit(b, 0, h.vocab));
     }
     if (h.transpose)
       h.transpose.getResult().setType(
@@ -589,7 +601,7 @@ struct TensorParallelPass
     for (ReshapeOp r : h.reshapes)
       narrow(r.getResult());
     for (GatherOp g : h.lookups)
-      embedLookup(g, b);
+      embedLookup(g, b, h.vocab);
     SoftmaxCrossEntropyLossOp ce = h.loss;
     b.setInsertionPoint(ce);
     auto lse = RankedTensorType::get(
@@ -598,17 +610,18 @@ struct TensorParallelPass
     auto vce = VocabCrossEntropyOp::create(
         b, ce.getLoc(), ce.getLoss().getType(), lse, ce.getScores(),
         ce.getLabels(), ce.getReductionAttr(), ce.getIgnoreIndexAttr(),
-        b.getI64IntegerAttr(1));
+        b.getI64IntegerAttr(1), vocabAttr(b, h.vocab));
     ce.getLoss().replaceAllUsesWith(vce.getLoss());
     ce.erase();
   }
 
   /// An embedding lookup in a row-split table: the rows this rank holds,
   /// summed over the group.
-  void embedLookup(GatherOp g, OpBuilder &b) {
+  void embedLookup(GatherOp g, OpBuilder &b, int64_t vocab) {
     b.setInsertionPoint(g);
     auto vg = VocabGatherOp::create(b, g.getLoc(), g.getType(), g.getData(),
-                                    g.getIndices(), b.getI64IntegerAttr(1));
+                                    g.getIndices(), b.getI64IntegerAttr(1),
+                                    vocabAttr(b, vocab));
     auto sum = TpAllReduceOp::create(b, g.getLoc(), g.getType(), vg,
                                      b.getI64IntegerAttr(1));
     g.getResult().replaceAllUsesWith(sum.getResult());
@@ -879,7 +892,7 @@ struct TensorParallelPass
     llvm::DenseSet<Value> vocabTables;
     func.walk([&](SoftmaxCrossEntropyLossOp ce) {
       auto h = matchVocabHead(func, ce);
-      if (h && !used.count(h->linear) && h->vocab % size == 0 &&
+      if (h && !used.count(h->linear) && h->vocab >= size &&
           !vocabTables.count(h->table)) {
         vocabTables.insert(h->table);
         heads.push_back(std::move(*h));
@@ -889,7 +902,7 @@ struct TensorParallelPass
     for (BlockArgument arg : body.getArguments()) {
       SmallVector<GatherOp> lookups;
       if (!vocabTables.count(arg) && matchEmbedding(func, arg, lookups) &&
-          cast<RankedTensorType>(arg.getType()).getDimSize(0) % size == 0)
+          cast<RankedTensorType>(arg.getType()).getDimSize(0) >= size)
         embeddings.push_back({arg, std::move(lookups)});
     }
     if (blocks.empty() && attention.empty() && heads.empty() &&
@@ -1033,11 +1046,11 @@ struct TensorParallelPass
     }
     for (auto &[arg, lookups] : embeddings) {
       auto t = cast<RankedTensorType>(arg.getType());
-      arg.setType(withDim(t, 0, t.getDimSize(0) / size));
-      func.setArgAttr(arg.getArgNumber(), kTpSplit,
-                      b.getDenseI64ArrayAttr({0, size}));
+      int64_t vocab = t.getDimSize(0);
+      arg.setType(withDim(t, 0, vocabPart(vocab)));
+      func.setArgAttr(arg.getArgNumber(), kTpSplit, vocabSplit(b, 0, vocab));
       for (GatherOp g : lookups)
-        embedLookup(g, b);
+        embedLookup(g, b, vocab);
     }
     if (dropped.any()) {
       body.getTerminator()->eraseOperands(dropped);

@@ -4,7 +4,7 @@ an MLP block (Gemm with bias: 2-D input), and an output layer with its own
 bias (a Gemm with trans_b and C), softmax cross entropy with ignored
 labels; exported for ds with its data.
 
-    tok_model.py OUT.onnx DATA.npz
+    tok_model.py OUT.onnx DATA.npz [VOCAB]   (VOCAB: 96 by default)
 """
 import sys
 
@@ -30,17 +30,18 @@ class Model(nn.Module):
 
 
 def main():
+    vocab = int(sys.argv[3]) if len(sys.argv) > 3 else 96
     torch.manual_seed(0)
-    model = Model()
+    model = Model(vocab)
     g = torch.Generator().manual_seed(1)
-    ids = torch.randint(0, 96, (24,), generator=g)
-    labels = torch.randint(0, 96, (24,), generator=g)
+    ids = torch.randint(0, vocab, (24,), generator=g)
+    labels = torch.randint(0, vocab, (24,), generator=g)
     torch.onnx.export(model, (ids, labels), sys.argv[1],
                       training=torch.onnx.TrainingMode.TRAINING,
                       do_constant_folding=False, opset_version=17,
                       input_names=["ids", "labels"], output_names=["loss"])
-    ids = torch.randint(0, 96, (120,), generator=g)
-    labels = torch.randint(0, 96, (120,), generator=g)
+    ids = torch.randint(0, vocab, (120,), generator=g)
+    labels = torch.randint(0, vocab, (120,), generator=g)
     labels[::7] = -1  # ignored positions
     np.savez(sys.argv[2], ids=ids.numpy(), labels=labels.numpy())
 

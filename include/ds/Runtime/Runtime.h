@@ -229,10 +229,12 @@ public:
     /// Tensor parallelism: this rank's slice (rank % tpParts) along tpAxis
     /// of a tensor of wholeShape (tpParts 1: whole).
     int tpAxis = 0, tpParts = 1, tpBlocks = 1;
+    /// The whole size along tpAxis when the slices are padded (0: exact).
+    int64_t tpWhole = 0;
     std::vector<int64_t> wholeShape() const {
       std::vector<int64_t> s = sharded ? fullShape : shape;
       if (tpParts > 1)
-        s[tpAxis] *= tpParts;
+        s[tpAxis] = tpWhole > 0 ? tpWhole : s[tpAxis] * tpParts;
       return s;
     }
     void *data = nullptr;

@@ -296,10 +296,11 @@ def TensorParallelPass : Pass<"ds-tensor-parallel", "func::FuncOp"> {
     layer by a `[V, D]` or `[D, V]` parameter, the logits reaching the loss
     through reshapes that keep the classes last) and its tied embedding, or
     an embedding table looked up by token ids (indices from the graph's
-    inputs), split by rows when `size` divides V: `ds.vocab_gather` plus a
-    group sum for each lookup, `ds.vocab_cross_entropy` for the loss. The
-    split logits stop being results of the graph. Otherwise they stay
-    whole.
+    inputs), split by rows: `ds.vocab_gather` plus a group sum for each
+    lookup, `ds.vocab_cross_entropy` for the loss. When `size` does not
+    divide V each rank holds ceil(V / size) rows, zero past the end
+    (`ds.tp_split = [axis, size, 1, V]`; the ops take `vocab = V` and leave
+    the padding out). The split logits stop being results of the graph.
 
     `sequence-parallel`: every group sum becomes `ds.sp_reduce_scatter`
     over its token dimension (the one before the features, the sequence of

@@ -43,7 +43,7 @@ bool lookupGeometry(KernelContext &ctx, const char *kernel,
   rows = table.shape[0];
   inner = prod(table.shape, 1, table.shape.size());
   s = sliceOf(ctx, rows);
-  vocab = rows * s.ranks;
+  vocab = ctx.attrs.getInt("vocab", rows * s.ranks); // padded slices: true size
   if (gathered != indices.numel() * inner)
     return ctx.fail(std::string(kernel) + " sizes do not match");
   for (int64_t j = 0; j < indices.numel(); ++j) {
@@ -144,7 +144,9 @@ bool kVocabCrossEntropy(KernelContext &ctx) {
                     "N f32 lse");
   int64_t N = scores.shape[0], C = scores.shape[1];
   Slice s = sliceOf(ctx, C);
-  int64_t vocab = C * s.ranks;
+  // Classes from `vocab` on are padding (a vocabulary T does not divide).
+  int64_t vocab = ctx.attrs.getInt("vocab", C * s.ranks);
+  int64_t valid = std::max<int64_t>(0, std::min(C, vocab - s.first));
   std::vector<double> weight;
   double count;
   // Every rank holds the same labels: all fail here, before the exchange.
@@ -154,7 +156,7 @@ bool kVocabCrossEntropy(KernelContext &ctx) {
   std::vector<float> mx(N), all(N * s.ranks);
   for (int64_t n = 0; n < N; ++n) {
     float m = -std::numeric_limits<float>::infinity();
-    for (int64_t c = 0; c < C; ++c)
+    for (int64_t c = 0; c < valid; ++c)
       m = std::max(m, static_cast<float>(loadD(scores.data, scores.dtype,
                                                n * C + c)));
     mx[n] = m;
@@ -175,7 +177,7 @@ bool kVocabCrossEntropy(KernelContext &ctx) {
               [&](int64_t b, int64_t e) {
     for (int64_t n = b; n < e; ++n) {
       double sum = 0;
-      for (int64_t c = 0; c < C; ++c)
+      for (int64_t c = 0; c < valid; ++c)
         sum += std::exp(loadD(scores.data, scores.dtype, n * C + c) - mx[n]);
       sums[n] = static_cast<float>(sum);
       int64_t y = loadI(labels.data, labels.dtype, n) - s.first;
@@ -219,9 +221,11 @@ bool kVocabCrossEntropyGrad(KernelContext &ctx) {
                     "and N f32 lse");
   int64_t N = scores.shape[0], C = scores.shape[1];
   Slice s = sliceOf(ctx, C);
+  int64_t vocab = ctx.attrs.getInt("vocab", C * s.ranks);
+  int64_t valid = std::max<int64_t>(0, std::min(C, vocab - s.first));
   std::vector<double> weight;
   double count;
-  if (!labelWeights(ctx, labels, C * s.ranks, weight, count))
+  if (!labelWeights(ctx, labels, vocab, weight, count))
     return false;
   std::string reduction = ctx.attrs.getString("reduction", "mean");
   parallelFor(N, std::max<int64_t>(1, 8192 / std::max<int64_t>(C, 1)),
@@ -237,7 +241,8 @@ bool kVocabCrossEntropyGrad(KernelContext &ctx) {
       for (int64_t c = 0; c < C; ++c) {
         double p = std::exp(loadD(scores.data, scores.dtype, n * C + c) - l);
         double v = scale * (p - (c == y ? 1.0 : 0.0));
-        storeD(out.data, out.dtype, n * C + c, weight[n] == 0 ? 0.0 : v);
+        storeD(out.data, out.dtype, n * C + c,
+               weight[n] == 0 || c >= valid ? 0.0 : v);
       }
     }
   });

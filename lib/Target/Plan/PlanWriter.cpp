@@ -288,11 +288,14 @@ LogicalResult buildPlan(ModuleOp module, const PlanWriteOptions &options,
       if (auto space = pr->getAttrOfType<StringAttr>("dsrt.space"))
         param.set_location(space.getValue() == "nvme" ? pb::NVME : pb::HOST);
       if (auto tp = pr->getAttrOfType<DenseI64ArrayAttr>("dsrt.tp_split");
-          tp && (tp.size() == 2 || tp.size() == 3)) {
+          tp && tp.size() >= 2 && tp.size() <= 4) {
+        // [axis, parts, blocks, whole size when the slices are padded]
         param.set_tp_axis(static_cast<int32_t>(tp[0]));
         param.set_tp_parts(static_cast<uint32_t>(tp[1]));
-        if (tp.size() == 3 && tp[2] > 1)
+        if (tp.size() >= 3 && tp[2] > 1)
           param.set_tp_blocks(static_cast<uint32_t>(tp[2]));
+        if (tp.size() == 4)
+          param.set_tp_whole(tp[3]);
       }
       params[pr.getIndex()] = param;
     } else if (auto in = dyn_cast<dsrt::InputOp>(op)) {

@@ -374,7 +374,8 @@ LogicalResult vjp(SpSliceOp op, OpBuilder &b, ValueRange gs, Grads &out) {
 LogicalResult vjp(VocabGatherOp op, OpBuilder &b, ValueRange gs, Grads &out) {
   out.assign({VocabGatherGradOp::create(b, op.getLoc(),
                                         tensorType(op.getTable()), gs[0],
-                                        op.getIndices(), op.getGroupAttr()),
+                                        op.getIndices(), op.getGroupAttr(),
+                                        op.getVocabAttr()),
               Value()});
   return success();
 }
@@ -387,7 +388,7 @@ LogicalResult vjp(VocabCrossEntropyOp op, OpBuilder &b, ValueRange gs,
     dScores = VocabCrossEntropyGradOp::create(
         b, op.getLoc(), tensorType(op.getScores()), gs[0], op.getScores(),
         op.getLabels(), op.getLse(), op.getReductionAttr(),
-        op.getIgnoreIndexAttr(), op.getGroupAttr());
+        op.getIgnoreIndexAttr(), op.getGroupAttr(), op.getVocabAttr());
   out.assign({dScores, Value()});
   return success();
 }

@@ -849,8 +849,10 @@ def Ds_VocabGatherOp : Ds_Op<"vocab_gather", [Pure]> {
     embedding table (n rows; r is the rank in tensor-parallel group
     `group`). Each index inside the slice gives its row, any other index a
     zero row, so the sum over the group (a `ds.tp_all_reduce` after it) is
-    the whole table's lookup. An index outside `[0, n*T)` is an error.
-    Inserted by `--ds-tensor-parallel` for a vocabulary-parallel embedding.
+    the whole table's lookup. An index outside `[0, vocab)` is an error
+    (`vocab`: the table's true size when the slices are padded to split a
+    vocabulary T does not divide, else n*T). Inserted by
+    `--ds-tensor-parallel` for a vocabulary-parallel embedding.
 
     ```mlir
     %e = ds.vocab_gather %wte, %ids {group = 1 : i64}
@@ -858,7 +860,7 @@ def Ds_VocabGatherOp : Ds_Op<"vocab_gather", [Pure]> {
     ```
   }];
   let arguments = (ins Ds_FloatTensor:$table, Ds_IndexTensor:$indices,
-                       I64Attr:$group);
+                       I64Attr:$group, OptionalAttr<I64Attr>:$vocab);
   let results = (outs Ds_FloatTensor:$result);
   let assemblyFormat = [{
     $table `,` $indices attr-dict `:` functional-type(operands, results)
@@ -874,7 +876,7 @@ def Ds_VocabGatherGradOp : Ds_Op<"vocab_gather_grad", [Pure]> {
     slice (see `ds.vocab_gather`).
   }];
   let arguments = (ins Ds_FloatTensor:$grad, Ds_IndexTensor:$indices,
-                       I64Attr:$group);
+                       I64Attr:$group, OptionalAttr<I64Attr>:$vocab);
   let results = (outs Ds_FloatTensor:$result);
   let assemblyFormat = [{
     $grad `,` $indices attr-dict `:` functional-type(operands, results)
@@ -894,11 +896,13 @@ def Ds_VocabCrossEntropyOp : Ds_Op<"vocab_cross_entropy",
     rank ever holds the whole row. `loss` is the same on every rank of the
     group; `lse` is each row's log-sum-exp, kept for the gradient.
     `reduction` and `ignore_index` as for `ds.softmax_cross_entropy_loss`.
+    With `vocab`, the classes from `vocab` on are padding (a vocabulary T
+    does not divide): they take no part in the softmax.
     Not `Pure`: it communicates.
   }];
   let arguments = (ins Ds_FloatTensor:$scores, Ds_IndexTensor:$labels,
                        StrAttr:$reduction, OptionalAttr<I64Attr>:$ignore_index,
-                       I64Attr:$group);
+                       I64Attr:$group, OptionalAttr<I64Attr>:$vocab);
   let results = (outs Ds_FloatTensor:$loss, Ds_FloatTensor:$lse);
   let assemblyFormat = [{
     $scores `,` $labels attr-dict `:` functional-type(operands, results)
@@ -917,7 +921,7 @@ def Ds_VocabCrossEntropyGradOp : Ds_Op<"vocab_cross_entropy_grad", [Pure]> {
   let arguments = (ins Ds_FloatTensor:$grad, Ds_FloatTensor:$scores,
                        Ds_IndexTensor:$labels, Ds_FloatTensor:$lse,
                        StrAttr:$reduction, OptionalAttr<I64Attr>:$ignore_index,
-                       I64Attr:$group);
+                       I64Attr:$group, OptionalAttr<I64Attr>:$vocab);
   let results = (outs Ds_FloatTensor:$result);
   let assemblyFormat = [{
     $grad `,` $scores `,` $labels `,` $lse attr-dict `:`
