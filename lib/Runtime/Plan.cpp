@@ -226,16 +226,25 @@ static bool checkPlan(const plan::Plan &p, std::string &err) {
     return fail("world size " + std::to_string(p.world_size()) +
                 " is not a multiple of the tensor-parallel size " +
                 std::to_string(tp));
-  for (const plan::Parameter &param : p.parameters())
-    if (param.tp_parts() > 1 &&
-        (param.tp_parts() != tp || param.tp_axis() < 0 ||
-         param.tp_axis() >= (param.sharded() ? param.full_shape_size()
-                                             : param.shape_size()) ||
-         (param.sharded() ? param.full_shape(param.tp_axis())
-                          : param.shape(param.tp_axis())) %
-             std::max<uint32_t>(1, param.tp_blocks())))
+  for (const plan::Parameter &param : p.parameters()) {
+    if (param.tp_parts() <= 1)
+      continue;
+    bool bad = param.tp_parts() != tp || param.tp_axis() < 0 ||
+               param.tp_axis() >= (param.sharded() ? param.full_shape_size()
+                                                   : param.shape_size());
+    if (!bad) {
+      int64_t slice = param.sharded() ? param.full_shape(param.tp_axis())
+                                      : param.shape(param.tp_axis());
+      bad = slice % std::max<uint32_t>(1, param.tp_blocks()) != 0;
+      // Padded slices: one block, and the slice is ceil(whole / parts).
+      if (param.tp_whole() != 0)
+        bad = bad || param.tp_blocks() > 1 || param.tp_whole() < 0 ||
+              (param.tp_whole() + tp - 1) / tp != slice;
+    }
+    if (bad)
       return fail("parameter '" + param.name() + "' has an invalid "
                   "tensor-parallel split");
+  }
   bool nvme = false;
   for (const plan::Parameter &param : p.parameters()) {
     if (!plan::Location_IsValid(param.location()))
