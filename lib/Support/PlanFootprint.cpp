@@ -73,6 +73,17 @@ Footprint footprint(const plan::Plan &p) {
       f.hostStorage += bytes;
     else if (param.location() == plan::NVME)
       f.nvmeStorage += bytes;
+    if (!param.state() && f.tensorParallel > 1) {
+      bool split = param.tp_parts() > 1;
+      (split ? f.tp.split : f.tp.whole) += 1;
+      (split ? f.tp.splitBytes : f.tp.wholeBytes) += bytes;
+      if (!split)
+        f.tp.largestWhole.push_back({param.name(), bytes});
+      if (split && param.tp_whole() > 0)
+        f.tp.padded.push_back(
+            {param.name(), param.tp_whole(),
+             (param.tp_whole() + param.tp_parts() - 1) / param.tp_parts()});
+    }
     if (param.state()) {
       f.state += bytes;
       ++states;
@@ -88,6 +99,22 @@ Footprint footprint(const plan::Plan &p) {
     }
   }
   f.statePerParam = trainable ? static_cast<double>(states) / trainable : 0;
+  std::sort(f.tp.largestWhole.begin(), f.tp.largestWhole.end(),
+            [](const auto &a, const auto &b) {
+              return a.second != b.second ? a.second > b.second
+                                          : a.first < b.first;
+            });
+  if (f.tp.largestWhole.size() > 3)
+    f.tp.largestWhole.resize(3);
+  for (const plan::Program &prog : p.programs())
+    for (const plan::Instruction &ins : prog.instructions())
+      f.tp.sequence |= ins.kernel() == "sp_reduce_scatter" ||
+                       (ins.kernel() == "reduce_scatter" &&
+                        std::any_of(ins.attributes().begin(),
+                                    ins.attributes().end(),
+                                    [](const plan::Attribute &a) {
+                                      return a.name() == "group" && a.i() == 1;
+                                    }));
   for (const plan::Value &v : p.inputs())
     if (v.name() == "ds.loss_scale" &&
         v.buffer() < static_cast<uint32_t>(p.buffers_size()))
@@ -430,7 +457,7 @@ std::string formatFootprint(const Footprint &f) {
     std::snprintf(ringRule, sizeof ringRule, "(Ψ x %g + %dΨ x %g) x (N-1)/N",
                   rb, s >= 3 ? 2 : 1, pb);
   std::string out;
-  char line[256];
+  char line[1024]; // the header names the grid and the precision in full
   auto row = [&](const char *what, double plan, double formula,
                  const char *rule) {
     std::snprintf(line, sizeof line, "  %-22s %14.0f %12s   %14.0f %12s  %6s  %s\n",
@@ -460,6 +487,24 @@ std::string formatFootprint(const Footprint &f) {
                 static_cast<unsigned long long>(f.psi),
                 static_cast<unsigned long long>(f.psiPadded));
   out += line;
+  if (f.tensorParallel > 1) {
+    std::string tp = "  tensor parallel: " + std::to_string(f.tp.split) +
+                     " parameter(s) split over the group (" +
+                     std::to_string(f.tp.splitBytes) + " bytes per rank), " +
+                     std::to_string(f.tp.whole) + " whole on every rank (" +
+                     std::to_string(f.tp.wholeBytes) + " bytes";
+    for (size_t i = 0; i < f.tp.largestWhole.size(); ++i)
+      tp += (i ? ", " : "; the largest: ") + f.tp.largestWhole[i].first + " " +
+            std::to_string(f.tp.largestWhole[i].second);
+    tp += ")";
+    for (const auto &[name, rows, part] : f.tp.padded)
+      tp += "; " + name + ": " + std::to_string(rows) + " rows padded to " +
+            std::to_string(part) + " per rank";
+    tp += f.tp.sequence ? "; sequence parallel between the blocks\n"
+                        : "; activations between the blocks whole on every "
+                          "rank\n";
+    out += tp;
+  }
   std::snprintf(line, sizeof line, "  %-22s %14s %12s   %14s %12s  %6s  %s\n",
                 "per rank", "plan bytes", "MiB", "formula bytes", "MiB",
                 "ratio", "formula");

@@ -12,6 +12,8 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 namespace ds {
@@ -25,6 +27,17 @@ struct Footprint {
   /// The ranks ZeRO partitions over (the data-parallel group: the world
   /// over the tensor-parallel size), and that size.
   int world = 1, stage = 0, tensorParallel = 1;
+  /// Tensor parallelism: the parameters (not state) split over the group
+  /// and those whole on every rank of it, their bytes per rank, the
+  /// largest whole ones, the vocabularies padded to split (name, rows,
+  /// rows per rank), and whether activations are sequence-parallel.
+  struct TpSummary {
+    int split = 0, whole = 0;
+    uint64_t splitBytes = 0, wholeBytes = 0;
+    std::vector<std::pair<std::string, uint64_t>> largestWhole;
+    std::vector<std::tuple<std::string, int64_t, int64_t>> padded;
+    bool sequence = false;
+  } tp;
   std::string optimizer; // adam, sgd, ... (empty: no training step)
   std::string precision = "fp32"; // the compile option --precision
   std::string commDtype = "fp32"; // and --comm-dtype (gradient collectives)
