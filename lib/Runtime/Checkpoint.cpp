@@ -345,6 +345,38 @@ bool wholeTensors(const std::string &stepDir, const Manifest &m, bool withState,
   return true;
 }
 
+/// This rank's part of whole tensor `t` into storage `st`: its
+/// tensor-parallel slice, and of that (or of the whole) its ZeRO shard.
+void cutInto(const Executor::Storage &st, const HostTensor &t, int rank,
+             int tensorParallel) {
+  auto *dst = static_cast<unsigned char *>(st.data);
+  if (st.tpParts > 1) {
+    TpLayout layout(st.wholeShape(), st.tpAxis, st.tpParts, st.tpBlocks);
+    if (!st.sharded) {
+      layout.cut(t.data.data(), dst, rank % st.tpParts, dtypeSize(st.dtype));
+      return;
+    }
+    std::vector<unsigned char> slice(layout.sliceBytes(dtypeSize(st.dtype)));
+    layout.cut(t.data.data(), slice.data(), rank % st.tpParts,
+               dtypeSize(st.dtype));
+    size_t shardBytes = st.bytes, first = shardBytes * (rank / st.tpParts);
+    std::memset(dst, 0, shardBytes);
+    if (first < slice.size())
+      std::memcpy(dst, slice.data() + first,
+                  std::min(shardBytes, slice.size() - first));
+    return;
+  }
+  if (!st.sharded) {
+    std::memcpy(dst, t.data.data(), st.bytes);
+    return;
+  }
+  size_t shardBytes = st.bytes, first = shardBytes * (rank / tensorParallel);
+  std::memset(dst, 0, shardBytes);
+  if (first < t.data.size())
+    std::memcpy(dst, t.data.data() + first,
+                std::min(shardBytes, t.data.size() - first));
+}
+
 /// Loads a checkpoint saved with another world size or stage into this
 /// rank's storage: every tensor rebuilt whole, then cut by this plan's
 /// partition. The tensors must be the same (names, kinds, types, shapes).
@@ -378,39 +410,8 @@ bool loadRepartitioned(const std::string &stepDir, const Manifest &m,
   std::map<std::string, const HostTensor *> wholeByName;
   for (const auto &[name, t] : whole)
     wholeByName[name] = &t;
-  for (const Executor::Storage &st : storage) {
-    const HostTensor &t = *wholeByName.at(st.name);
-    auto *dst = static_cast<unsigned char *>(st.data);
-    if (st.tpParts > 1) {
-      // This rank's slice along the axis (and of it, with ZeRO, the shard
-      // of its data-parallel rank).
-      TpLayout layout(st.wholeShape(), st.tpAxis, st.tpParts, st.tpBlocks);
-      if (!st.sharded) {
-        layout.cut(t.data.data(), dst, rank % st.tpParts, dtypeSize(st.dtype));
-        continue;
-      }
-      std::vector<unsigned char> slice(layout.sliceBytes(dtypeSize(st.dtype)));
-      layout.cut(t.data.data(), slice.data(), rank % st.tpParts,
-                 dtypeSize(st.dtype));
-      size_t shardBytes = st.bytes, first = shardBytes * (rank / st.tpParts);
-      std::memset(dst, 0, shardBytes);
-      if (first < slice.size())
-        std::memcpy(dst, slice.data() + first,
-                    std::min(shardBytes, slice.size() - first));
-      continue;
-    }
-    if (!st.sharded) {
-      std::memcpy(dst, t.data.data(), st.bytes);
-      continue;
-    }
-    // This rank's part of the flattened tensor, zeros past its end (its
-    // index in the data-parallel group).
-    size_t shardBytes = st.bytes, first = shardBytes * (rank / tensorParallel);
-    std::memset(dst, 0, shardBytes);
-    if (first < t.data.size())
-      std::memcpy(dst, t.data.data() + first,
-                  std::min(shardBytes, t.data.size() - first));
-  }
+  for (const Executor::Storage &st : storage)
+    cutInto(st, *wholeByName.at(st.name), rank, tensorParallel);
   return true;
 }
 } // namespace
@@ -566,6 +567,97 @@ bool loadCheckpoint(const std::string &dir, Executor &exec, int rank,
   exec.setSkippedRuns(std::strtoull(m.extra["skipped_runs"].c_str(), nullptr, 10));
   extra = m.extra;
   step = m.step;
+  return true;
+}
+
+int pipelineCheckpointStages(const std::string &dir) {
+  std::error_code ec;
+  int k = 0;
+  while (std::filesystem::is_directory(dir + "/stage-" + std::to_string(k), ec))
+    ++k;
+  return k;
+}
+
+bool loadPipelineCheckpoint(const std::string &dir, Executor &exec, int rank,
+                            const PlanInfo &info, int64_t &step,
+                            std::map<std::string, std::string> &extra,
+                            std::string &err) {
+  std::vector<std::string> sources;
+  int stages = pipelineCheckpointStages(dir);
+  for (int k = 0; k < stages; ++k)
+    sources.push_back(dir + "/stage-" + std::to_string(k));
+  if (sources.empty())
+    sources.push_back(dir);
+  // Each source's manifest and whole tensors; a name's first holder wins.
+  std::map<std::string, Manifest::Tensor> meta;
+  std::map<std::string, HostTensor> whole;
+  std::vector<std::string> wanted;
+  for (const Executor::Storage &st : exec.storage())
+    wanted.push_back(st.name);
+  uint64_t skipped = 0;
+  for (size_t k = 0; k < sources.size(); ++k) {
+    std::string stepDir;
+    Manifest m;
+    if (!resolve(sources[k], stepDir, err) || !readManifest(stepDir, m, err)) {
+      if (stages)
+        err = "stage " + std::to_string(k) + ": " + err;
+      return false;
+    }
+    if (k == 0) {
+      step = m.step;
+      extra = m.extra;
+      skipped = std::strtoull(m.extra["skipped_runs"].c_str(), nullptr, 10);
+    } else if (m.step != step) {
+      err = "the stages' checkpoints in '" + dir + "' are at different steps (" +
+            std::to_string(step) + " and " + std::to_string(m.step) + ")";
+      return false;
+    }
+    bool needed = false;
+    for (const Manifest::Tensor &t : m.tensors)
+      if (!meta.count(t.name) &&
+          std::find(wanted.begin(), wanted.end(), t.name) != wanted.end()) {
+        meta[t.name] = t;
+        needed = true;
+      }
+    if (!needed)
+      continue;
+    std::vector<std::pair<std::string, HostTensor>> tensors;
+    if (!wholeTensors(stepDir, m, true, tensors, err))
+      return false;
+    for (auto &[name, t] : tensors)
+      if (meta.count(name) && !whole.count(name))
+        whole[name] = std::move(t);
+  }
+  for (const Executor::Storage &st : exec.storage()) {
+    const char *kind = st.state ? "state" : st.trainable ? "param" : "buffer";
+    auto it = meta.find(st.name);
+    if (it == meta.end()) {
+      // Between steps a gradient accumulator is zero.
+      static const std::string accum = ".grad_accum";
+      if (st.state && st.name.size() > accum.size() &&
+          st.name.compare(st.name.size() - accum.size(), accum.size(),
+                          accum) == 0) {
+        std::memset(st.data, 0, st.bytes);
+        continue;
+      }
+      err = "the checkpoint in '" + dir + "' has no '" + st.name +
+            "' (saved by another model or optimizer?)";
+      return false;
+    }
+    const Manifest::Tensor &t = it->second;
+    if (t.kind != kind || t.dtype != st.dtype || t.shape != st.wholeShape()) {
+      err = "the checkpoint in '" + dir + "' holds '" + st.name + "' as " +
+            t.kind + " " + dtypeName(t.dtype) + " " + shapeText(t.shape) +
+            ", this plan as " + kind + " " + dtypeName(st.dtype) + " " +
+            shapeText(st.wholeShape());
+      return false;
+    }
+    cutInto(st, whole.at(st.name), rank, std::max(1, info.tensorParallel));
+  }
+  exec.setSkippedRuns(skipped);
+  exec.setCompletedRuns(static_cast<uint64_t>(step) *
+                            std::max<int64_t>(1, info.accumSteps) +
+                        skipped);
   return true;
 }
 

@@ -119,6 +119,26 @@ def main():
         ok &= good
         print("resumed from step 2: steps %s, the same losses: %s"
               % ([x for x, _ in r], "PASS" if good else "FAIL"))
+        # Another layout: the pipeline's step-2 checkpoint resumed by the
+        # one-rank plan (stages merged), and the one-rank plan's step-2
+        # checkpoint resumed by the pipeline (split into stages): steps 3..
+        # give the pipeline's losses within LOSS_TOL.
+        run([args.ds_run, w("ref.plan"), "--steps", str(args.steps), "--resume",
+             w("ck2"), "--log-json", w("merged.json")] + two)
+        run([args.ds_run, w("ref.plan"), "--steps", "2", "--save",
+             w("refck2")] + two)
+        run(mpirun + ["-np", str(world), args.ds_run, w("pp.plan"), "--steps",
+                      str(args.steps), "--resume", w("refck2"), "--log-json",
+                      w("split.json")] + two)
+        for name, what in (("merged.json", "pipeline checkpoint on 1 rank"),
+                           ("split.json", "1-rank checkpoint on the pipeline")):
+            r = losses(w(name))
+            worst = max(abs(x[1] - y[1]) / abs(y[1]) for x, y in zip(r, b[2:]))
+            good = [x for x, _ in r] == [x for x, _ in b[2:]] and worst <= LOSS_TOL
+            ok &= good
+            print("resumed in another layout (%s): steps %s, worst relative "
+                  "difference %.2e: %s" % (what, [x for x, _ in r], worst,
+                                           "PASS" if good else "FAIL"))
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 

@@ -875,12 +875,12 @@ int run(int argc, char **argv) {
       std::map<std::string, std::string> extra;
       // A pipeline: each model chunk from its own DIR/stage-K, by its rank
       // in the stage.
-      std::error_code dirErr;
-      if (stages == 1 &&
-          std::filesystem::is_directory(resumeDir + "/stage-0", dirErr))
-        return failEveryRank("'" + resumeDir + "' is a pipeline's checkpoint "
-                             "(one folder per stage): resume it with the "
-                             "pipeline's plan, or merge it with --consolidate");
+      // A checkpoint of another pipeline layout (another stage or chunk
+      // count, or none where the plan has stages, or stages where it has
+      // none) is merged and re-partitioned.
+      int savedStages = pipelineCheckpointStages(resumeDir);
+      int chunks = stages * static_cast<int>(allExecs.size());
+      bool otherLayout = stages == 1 ? savedStages > 0 : savedStages != chunks;
       bool ok = true;
       for (size_t k = 0; k < allExecs.size() && ok; ++k) {
         int64_t chunkDone = 0;
@@ -888,11 +888,18 @@ int run(int argc, char **argv) {
             stages == 1 ? resumeDir
                         : resumeDir + "/stage-" +
                               std::to_string(stage + static_cast<int>(k) * stages);
-        ok = loadCheckpoint(dir, *allExecs[k], stages == 1 ? comm->rank()
-                                                           : sc->rank(),
-                            stages == 1 ? info : describe(*chunkPlans[k]),
-                            chunkDone, repartitioned, extra, err) &&
-             allExecs[k]->commitStorage(err);
+        int myRank = stages == 1 ? comm->rank() : sc->rank();
+        PlanInfo chunkInfo = stages == 1 ? info : describe(*chunkPlans[k]);
+        if (otherLayout) {
+          ok = loadPipelineCheckpoint(resumeDir, *allExecs[k], myRank,
+                                      chunkInfo, chunkDone, extra, err) &&
+               allExecs[k]->commitStorage(err);
+          repartitioned = true;
+        } else {
+          ok = loadCheckpoint(dir, *allExecs[k], myRank, chunkInfo, chunkDone,
+                              repartitioned, extra, err) &&
+               allExecs[k]->commitStorage(err);
+        }
         if (ok && k > 0 && chunkDone != done) {
           err = "its model chunks were saved at different steps (" +
                 std::to_string(done) + " and " + std::to_string(chunkDone) + ")";
@@ -931,8 +938,9 @@ int run(int argc, char **argv) {
       if (lead)
         std::printf("resumed from '%s' at step %lld%s\n", resumeDir.c_str(),
                     static_cast<long long>(done),
-                    repartitioned ? " (saved with another world size or "
-                                    "stage: re-partitioned)"
+                    repartitioned ? " (saved with another world size, "
+                                    "ZeRO stage or pipeline layout: "
+                                    "re-partitioned)"
                                   : "");
     }
     // A progress bar on a terminal for long runs (--no-progress-bar: lines).

@@ -46,6 +46,23 @@ bool loadCheckpoint(const std::string &dir, Executor &exec, int rank,
                     std::map<std::string, std::string> &extra,
                     std::string &err);
 
+/// Loads this rank's part of a checkpoint saved with another pipeline
+/// layout: a pipeline's DIR/stage-K folders (any number of stages or model
+/// chunks), or one checkpoint without stages, resumed by a plan of another
+/// stage count (or none). Every tensor the plan holds is rebuilt whole from
+/// the stage that has it (a tied weight from the first), checked by kind,
+/// type and shape, and cut by this plan's partition; a gradient
+/// accumulator the checkpoint lacks starts at zero (it is zero between
+/// steps). Every stage must be at the same step. Local, like
+/// loadCheckpoint.
+bool loadPipelineCheckpoint(const std::string &dir, Executor &exec, int rank,
+                            const PlanInfo &info, int64_t &step,
+                            std::map<std::string, std::string> &extra,
+                            std::string &err);
+
+/// The number of DIR/stage-K folders (0: not a pipeline's checkpoint).
+int pipelineCheckpointStages(const std::string &dir);
+
 /// Merges the shards of the checkpoint in `dir` into whole fp32 (as
 /// stored) parameters and writes them to `out` (.safetensors or .npz),
 /// like DeepSpeed's zero_to_fp32. Needs no plan and no MPI.
