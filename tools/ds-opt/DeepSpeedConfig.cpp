@@ -560,10 +560,16 @@ bool readDeepSpeedConfig(llvm::StringRef path, DeepSpeedConfig &config,
     } else if (key == "ds") {
       // ds's own keys: what DeepSpeed leaves to the user's code.
       const Object *o = r.object(v, key);
-      ok = o && r.checkKeys(*o, key, {"recompute", "device_memory", "offload"});
+      ok = o && r.checkKeys(*o, key, {"recompute", "device_memory", "offload",
+                                      "sequence_parallel"});
       for (const auto &dkv : (ok ? *o : Object())) {
         std::string dk = key + "." + dkv.first.str();
-        if (dkv.first == "recompute" || dkv.first == "offload") {
+        if (dkv.first == "sequence_parallel") {
+          auto b = r.boolean(dkv.second, dk);
+          if (!(ok = b.has_value()))
+            break;
+          set("sequence-parallel", *b ? "true" : "false", dk);
+        } else if (dkv.first == "recompute" || dkv.first == "offload") {
           auto s = r.string(dkv.second, dk);
           if (!(ok = s.has_value()))
             break;
