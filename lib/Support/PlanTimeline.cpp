@@ -87,7 +87,6 @@ Timeline timeline(const plan::Plan &p, const CostModel &m) {
     return t;
   const plan::Program &prog = p.programs(0);
   int world = p.world_size() == 0 ? 1 : static_cast<int>(p.world_size());
-  double ring = world > 1 ? static_cast<double>(world - 1) / world : 0;
   for (const plan::Value &v : p.inputs()) {
     if (v.name() == "ds.step" || v.name() == "ds.loss_scale" ||
         v.buffer() >= static_cast<uint32_t>(p.buffers_size()))
@@ -171,7 +170,16 @@ Timeline timeline(const plan::Plan &p, const CostModel &m) {
     }
     bool collective = isOneOf(k, {"all_reduce", "all_gather", "reduce_scatter",
                                   "sp_all_gather", "sp_reduce_scatter"});
-    if (collective && world > 1 && ins.outputs_size() == 1) {
+    // The ring over the collective's group: 1 the tensor-parallel ranks,
+    // 0 the data-parallel ones, -1 every rank.
+    int64_t group = 0;
+    for (const plan::Attribute &a : ins.attributes())
+      if (a.name() == "group")
+        group = a.i();
+    int tp = std::max<int>(1, static_cast<int>(p.tensor_parallel()));
+    int ranks = group == 1 ? tp : group == -1 ? world : std::max(1, world / tp);
+    double ring = ranks > 1 ? static_cast<double>(ranks - 1) / ranks : 0;
+    if (collective && ranks > 1 && ins.outputs_size() == 1) {
       const plan::Buffer &out = p.buffers(ins.outputs(0));
       double moved = k == "all_reduce"       ? 2 * ring * out.bytes()
                      : (k == "reduce_scatter" || k == "sp_reduce_scatter") &&
