@@ -191,13 +191,6 @@ struct AttentionBlock {
   llvm::SetVector<Operation *> ops;
 };
 
-int64_t product(ArrayRef<int64_t> dims) {
-  int64_t p = 1;
-  for (int64_t d : dims)
-    p *= d;
-  return p;
-}
-
 /// A vocabulary-parallel output layer: a linear layer by a [V, D] (or
 /// [D, V]) parameter whose logits reach a softmax cross entropy through
 /// reshapes that keep the classes last; the parameter's other uses are
@@ -231,34 +224,6 @@ bool fromInput(func::FuncOp func, Value v) {
 struct TensorParallelPass
     : impl::TensorParallelPassBase<TensorParallelPass> {
   using TensorParallelPassBase::TensorParallelPassBase;
-
-  /// Where a reshape moves the split axis `a` (the heads, or features made
-  /// of heads x head size): -1 when it does not keep them whole.
-  static int64_t reshapedAxis(ArrayRef<int64_t> in, ArrayRef<int64_t> out,
-                              int64_t a, int64_t &heads) {
-    int64_t before = product(in.take_front(a));
-    for (int64_t b = 0; b < static_cast<int64_t>(out.size()); ++b) {
-      if (product(out.take_front(b)) != before)
-        continue;
-      // Kept as is.
-      if (out[b] == in[a] &&
-          product(out.drop_front(b + 1)) == product(in.drop_front(a + 1)))
-        return b;
-      // Features split into heads x head size: the heads carry the split.
-      if (b + 1 < static_cast<int64_t>(out.size()) &&
-          out[b] * out[b + 1] == in[a] &&
-          product(out.drop_front(b + 2)) == product(in.drop_front(a + 1))) {
-        heads = out[b];
-        return b;
-      }
-      // Heads x head size merged back into features.
-      if (a + 1 < static_cast<int64_t>(in.size()) &&
-          out[b] == in[a] * in[a + 1] &&
-          product(out.drop_front(b + 1)) == product(in.drop_front(a + 2)))
-        return b;
-    }
-    return -1;
-  }
 
   std::optional<AttentionBlock> matchAttention(func::FuncOp func,
                                                Operation *a) {
@@ -322,11 +287,16 @@ struct TensorParallelPass
         if (!rule || isa<GemmOp>(user))
           return std::nullopt;
         int64_t newAxis = rule.getResultSplitAxis(use.getOperandNumber(), ax);
-        if (auto r = dyn_cast<ReshapeOp>(user)) {
+        if (auto r = dyn_cast<ReshapeOp>(user); r && newAxis >= 0) {
           // Features split into heads x head size: the heads carry it.
-          int64_t heads = 0;
-          reshapedAxis(cast<RankedTensorType>(x.getType()).getShape(),
-                       r.getType().getShape(), ax, heads);
+          ArrayRef<int64_t> out = r.getType().getShape();
+          int64_t in = cast<RankedTensorType>(x.getType()).getDimSize(ax);
+          int64_t heads =
+              newAxis + 1 < static_cast<int64_t>(out.size()) &&
+                      out[newAxis] != in &&
+                      out[newAxis] * out[newAxis + 1] == in
+                  ? out[newAxis]
+                  : 0;
           if (heads) {
             if (blk.heads && blk.heads != heads)
               return std::nullopt;
