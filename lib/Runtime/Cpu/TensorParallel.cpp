@@ -86,6 +86,32 @@ bool labelWeights(KernelContext &ctx, const TensorView &labels, int64_t vocab,
   }
   return true;
 }
+
+/// The loss and its gradient over a split vocabulary: the shapes checked,
+/// this rank's columns (`valid` of them before the padding) and the
+/// labels' weights.
+struct VocabRows {
+  int64_t N = 0, C = 0, vocab = 0, valid = 0;
+  Slice s;
+  std::vector<double> weight;
+  double count = 0;
+};
+bool vocabRows(KernelContext &ctx, const char *kernel, const TensorView &scores,
+               const TensorView &labels, const TensorView &lse,
+               VocabRows &v) {
+  if (scores.rank() != 2 || labels.numel() != scores.shape[0] ||
+      lse.numel() != scores.shape[0] || lse.dtype != DType::F32)
+    return ctx.fail(std::string(kernel) +
+                    " needs N x C scores, N labels and N f32 lse");
+  v.N = scores.shape[0];
+  v.C = scores.shape[1];
+  v.s = sliceOf(ctx, v.C);
+  // Classes from `vocab` on are padding (a vocabulary T does not divide).
+  v.vocab = ctx.attrs.getInt("vocab", v.C * v.s.ranks);
+  v.valid = std::max<int64_t>(0, std::min(v.C, v.vocab - v.s.first));
+  // Every rank holds the same labels: all fail here, before any exchange.
+  return labelWeights(ctx, labels, v.vocab, v.weight, v.count);
+}
 } // namespace
 
 bool kVocabGather(KernelContext &ctx) {
@@ -138,20 +164,13 @@ bool kVocabGatherGrad(KernelContext &ctx) {
 bool kVocabCrossEntropy(KernelContext &ctx) {
   const TensorView &scores = ctx.in[0], &labels = ctx.in[1];
   TensorView &loss = ctx.out[0], &lse = ctx.out[1];
-  if (scores.rank() != 2 || labels.numel() != scores.shape[0] ||
-      lse.numel() != scores.shape[0] || lse.dtype != DType::F32)
-    return ctx.fail("vocab_cross_entropy needs N x C scores, N labels and "
-                    "N f32 lse");
-  int64_t N = scores.shape[0], C = scores.shape[1];
-  Slice s = sliceOf(ctx, C);
-  // Classes from `vocab` on are padding (a vocabulary T does not divide).
-  int64_t vocab = ctx.attrs.getInt("vocab", C * s.ranks);
-  int64_t valid = std::max<int64_t>(0, std::min(C, vocab - s.first));
-  std::vector<double> weight;
-  double count;
-  // Every rank holds the same labels: all fail here, before the exchange.
-  if (!labelWeights(ctx, labels, vocab, weight, count))
+  VocabRows v;
+  if (!vocabRows(ctx, "vocab_cross_entropy", scores, labels, lse, v))
     return false;
+  int64_t N = v.N, C = v.C, valid = v.valid;
+  const Slice &s = v.s;
+  const std::vector<double> &weight = v.weight;
+  double count = v.count;
   // 1. Each row's maximum over the whole vocabulary.
   std::vector<float> mx(N), all(N * s.ranks);
   for (int64_t n = 0; n < N; ++n) {
@@ -214,19 +233,16 @@ bool kVocabCrossEntropyGrad(KernelContext &ctx) {
   const TensorView &g = ctx.in[0], &scores = ctx.in[1], &labels = ctx.in[2],
                    &lse = ctx.in[3];
   TensorView &out = ctx.out[0];
-  if (scores.rank() != 2 || labels.numel() != scores.shape[0] ||
-      lse.numel() != scores.shape[0] || lse.dtype != DType::F32 ||
-      out.numel() != scores.numel())
-    return ctx.fail("vocab_cross_entropy_grad needs N x C scores, N labels "
-                    "and N f32 lse");
-  int64_t N = scores.shape[0], C = scores.shape[1];
-  Slice s = sliceOf(ctx, C);
-  int64_t vocab = ctx.attrs.getInt("vocab", C * s.ranks);
-  int64_t valid = std::max<int64_t>(0, std::min(C, vocab - s.first));
-  std::vector<double> weight;
-  double count;
-  if (!labelWeights(ctx, labels, vocab, weight, count))
+  VocabRows v;
+  if (!vocabRows(ctx, "vocab_cross_entropy_grad", scores, labels, lse, v))
     return false;
+  if (out.numel() != scores.numel())
+    return ctx.fail("vocab_cross_entropy_grad: the result is not the scores' "
+                    "size");
+  int64_t N = v.N, C = v.C, valid = v.valid;
+  const Slice &s = v.s;
+  const std::vector<double> &weight = v.weight;
+  double count = v.count;
   std::string reduction = ctx.attrs.getString("reduction", "mean");
   parallelFor(N, std::max<int64_t>(1, 8192 / std::max<int64_t>(C, 1)),
               [&](int64_t b, int64_t e) {
