@@ -662,11 +662,12 @@ struct TensorParallelPass
       }
       return it->second;
     };
-    // A replicated full-size operand: this rank's rows of it.
-    auto rowsOf = [&](Value v, int64_t a) {
+    // A replicated full-size operand: this rank's rows of it, before its
+    // first reader (as for `summed`).
+    auto rowsOf = [&](Value v, int64_t a, Operation *user) {
       auto [it, fresh] = sliced.try_emplace({v, a}, Value());
       if (fresh) {
-        b.setInsertionPointAfterValue(v);
+        b.setInsertionPoint(user);
         it->second = SpSliceOp::create(b, v.getLoc(), v.getType(), v,
                                        b.getI64IntegerAttr(a),
                                        b.getI64IntegerAttr(1));
@@ -787,7 +788,7 @@ struct TensorParallelPass
           if (use == Use::Summed && isFloat)
             o->set(summed(v, op));
           else if (use == Use::Rows)
-            o->set(rowsOf(v, ra - (R - rankOf(v))));
+            o->set(rowsOf(v, ra - (R - rankOf(v)), op));
         }
       }
       if (ra >= 0) {
