@@ -271,14 +271,34 @@ LogicalResult LayerNormOp::verify() {
   return success();
 }
 
+/// A lookup of `data` rows along `axis` (gather, vocab_gather).
+static LogicalResult verifyGather(Operation *op, Value data, Value indices,
+                                  int64_t axis, Value result) {
+  if (elementOf(data) != elementOf(result))
+    return op->emitOpError("result element type differs from data's");
+  auto emit = [&] { return op->emitOpError(); };
+  return checkShape(
+      op, shapes::gather(shapeOf(data), shapeOf(indices), axis, emit), result);
+}
+
+/// Its gradient: `grad` has the shape of gathering from `result`.
+static LogicalResult verifyGatherGrad(Operation *op, Value grad, Value indices,
+                                      int64_t axis, Value result) {
+  if (elementOf(grad) != elementOf(result))
+    return op->emitOpError("grad and result element types differ");
+  auto emit = [&] { return op->emitOpError(); };
+  FailureOr<shapes::Shape> expected =
+      shapes::gather(shapeOf(result), shapeOf(indices), axis, emit);
+  if (failed(expected))
+    return failure();
+  if (!llvm::equal(*expected, shapeOf(grad)))
+    return op->emitOpError(
+        "grad shape does not match gathering the result shape");
+  return success();
+}
+
 LogicalResult GatherOp::verify() {
-  if (elementOf(getData()) != getType().getElementType())
-    return emitOpError("result element type differs from data's");
-  auto emit = [&] { return emitOpError(); };
-  return checkShape(*this,
-                    shapes::gather(shapeOf(getData()), shapeOf(getIndices()),
-                                   getAxis(), emit),
-                    getResult());
+  return verifyGather(*this, getData(), getIndices(), getAxis(), getResult());
 }
 
 LogicalResult ReshapeOp::verify() {
@@ -395,16 +415,8 @@ LogicalResult NegativeLogLikelihoodLossOp::verify() {
 }
 
 LogicalResult GatherGradOp::verify() {
-  if (elementOf(getGrad()) != getType().getElementType())
-    return emitOpError("grad and result element types differ");
-  auto emit = [&] { return emitOpError(); };
-  FailureOr<shapes::Shape> expected = shapes::gather(
-      getType().getShape(), shapeOf(getIndices()), getAxis(), emit);
-  if (failed(expected))
-    return failure();
-  if (!llvm::equal(*expected, shapeOf(getGrad())))
-    return emitOpError("grad shape does not match gathering the result shape");
-  return success();
+  return verifyGatherGrad(*this, getGrad(), getIndices(), getAxis(),
+                          getResult());
 }
 
 /// Sequence parallelism: `rows` has dimension `axis` of `whole` divided
@@ -437,26 +449,11 @@ LogicalResult SpSliceOp::verify() {
 }
 
 LogicalResult VocabGatherOp::verify() {
-  if (elementOf(getTable()) != getType().getElementType())
-    return emitOpError("result element type differs from the table's");
-  auto emit = [&] { return emitOpError(); };
-  return checkShape(*this,
-                    shapes::gather(shapeOf(getTable()), shapeOf(getIndices()),
-                                   0, emit),
-                    getResult());
+  return verifyGather(*this, getTable(), getIndices(), 0, getResult());
 }
 
 LogicalResult VocabGatherGradOp::verify() {
-  if (elementOf(getGrad()) != getType().getElementType())
-    return emitOpError("grad and result element types differ");
-  auto emit = [&] { return emitOpError(); };
-  FailureOr<shapes::Shape> expected =
-      shapes::gather(getType().getShape(), shapeOf(getIndices()), 0, emit);
-  if (failed(expected))
-    return failure();
-  if (!llvm::equal(*expected, shapeOf(getGrad())))
-    return emitOpError("grad shape does not match gathering the result shape");
-  return success();
+  return verifyGatherGrad(*this, getGrad(), getIndices(), 0, getResult());
 }
 
 /// The vocabulary-parallel loss: 2-D scores, 1-D labels of their rows, and
