@@ -292,6 +292,19 @@ bool rowBlocks(KernelContext &ctx, const TensorView &whole,
   g.wholeBlock = g.rowBlock * g.ranks;
   return true;
 }
+/// Moves row blocks between their place in the whole tensor
+/// ([outer][T][rows]) and rank order ([T][outer][rows]: the collectives'
+/// contiguous rank shards).
+void reorderRows(const RowBlocks &g, const char *src, char *dst,
+                 bool toRankOrder) {
+  for (int64_t r = 0; r < g.ranks; ++r)
+    for (int64_t o = 0; o < g.outer; ++o) {
+      int64_t placed = o * g.wholeBlock + r * g.rowBlock,
+              ranked = (r * g.outer + o) * g.rowBlock;
+      std::memcpy(dst + (toRankOrder ? ranked : placed),
+                  src + (toRankOrder ? placed : ranked), g.rowBlock);
+    }
+}
 } // namespace
 
 bool kTpRows(KernelContext &ctx) {
@@ -323,10 +336,7 @@ bool kSpAllGather(KernelContext &ctx) {
   } else {
     std::memcpy(all.data(), in.data, all.size());
   }
-  for (int64_t r = 0; r < g.ranks; ++r)
-    for (int64_t o = 0; o < g.outer; ++o)
-      std::memcpy(out.as<char>() + o * g.wholeBlock + r * g.rowBlock,
-                  all.data() + (r * g.outer + o) * g.rowBlock, g.rowBlock);
+  reorderRows(g, all.data(), out.as<char>(), /*toRankOrder=*/false);
   return true;
 }
 
@@ -338,11 +348,7 @@ bool kSpReduceScatter(KernelContext &ctx) {
     return false;
   // Each rank's rows made contiguous ([T][outer][rows]), then reduced.
   std::vector<char> packed(static_cast<size_t>(g.wholeBlock * g.outer));
-  for (int64_t r = 0; r < g.ranks; ++r)
-    for (int64_t o = 0; o < g.outer; ++o)
-      std::memcpy(packed.data() + (r * g.outer + o) * g.rowBlock,
-                  in.as<char>() + o * g.wholeBlock + r * g.rowBlock,
-                  g.rowBlock);
+  reorderRows(g, in.as<char>(), packed.data(), /*toRankOrder=*/true);
   if (g.ranks == 1) {
     std::memcpy(out.data, packed.data(), packed.size());
     return true;
