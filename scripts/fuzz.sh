@@ -23,10 +23,11 @@ TARGETS=("$@")
 B="$ROOT/build-fuzz"
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g -O1"
 if [ ! -f "$B/build.ninja" ]; then
+  mkdir -p "$B"
   cmake -G Ninja -S "$ROOT" -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DDS_ENABLE_CUDA=OFF -DDS_FUZZ_COVERAGE=ON \
     -DCMAKE_C_FLAGS="$SAN" -DCMAKE_CXX_FLAGS="$SAN" \
-    -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" > "$B.cmake.log"
+    -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" > "$B/cmake.log"
 fi
 ninja -C "$B" $(printf 'ds-fuzz-%s ' "${TARGETS[@]}")
 mkdir -p "$ROOT/fuzz/artifacts"

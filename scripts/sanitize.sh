@@ -10,9 +10,10 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 B="$ROOT/build-asan"
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g -O1"
 if [ ! -f "$B/build.ninja" ]; then
+  mkdir -p "$B"
   cmake -G Ninja -S "$ROOT" -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DDS_ENABLE_CUDA=OFF -DCMAKE_C_FLAGS="$SAN" -DCMAKE_CXX_FLAGS="$SAN" \
-    -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" > "$B.cmake.log"
+    -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" > "$B/cmake.log"
 fi
 ninja -C "$B" ds-opt ds-run
 # Open MPI and protobuf keep allocations to exit: leaks are checked by the
