@@ -13,7 +13,7 @@ PKGS=(
   # runtime
   libopenblas-dev openmpi-bin libopenmpi-dev liburing-dev
   # tests and model generation
-  python3 python3-torch python3-onnx python3-numpy
+  python3 python3-torch python3-torchvision python3-onnx python3-numpy
 )
 
 missing=()

@@ -121,7 +121,12 @@ def export(model, inputs, path, opset=17):
         raise TypeError("ds.export: inputs must be a non-empty dict of "
                         "tensors, name -> tensor")
     names = _ordered_names(model, inputs)
+    # Tracing runs the model once in training mode: BatchNorm would move its
+    # running statistics and dropout would draw from the generator. Both are
+    # put back, so exporting leaves the module and the RNG as they were.
     was_training = model.training
+    saved_buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    rng = torch.get_rng_state()
     model.train()
     try:
         buf = io.BytesIO()
@@ -133,6 +138,10 @@ def export(model, inputs, path, opset=17):
             do_constant_folding=False, opset_version=opset)
     finally:
         model.train(was_training)
+        with torch.no_grad():
+            for b, value in saved_buffers:
+                b.copy_(value)
+        torch.set_rng_state(rng)
     proto = onnx.load_from_string(buf.getvalue())
     if len(proto.graph.output) != 1:
         raise ValueError("ds.export: model(**inputs) must return the scalar "
