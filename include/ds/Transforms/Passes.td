@@ -397,4 +397,43 @@ def PlanMemoryPass : Pass<"dsrt-plan-memory", "func::FuncOp"> {
   }];
 }
 
+def TrainableSetPass : Pass<"ds-trainable-set", "ModuleOp"> {
+  let summary = "Decide which parameters training updates (frozen layers, buffers, padding rows)";
+  let description = [{
+    A plain `torch.onnx.export` writes parameters and buffers alike as
+    initializers; `ds.export` (python/ds) records the trainable, frozen and
+    buffer initializers and each embedding's `padding_idx` in the model's
+    `metadata_props`, which the importer keeps as the module attribute
+    `ds.export_record`. This pass gives every parameter argument of
+    `@forward` a `ds.param_kind` ("trainable", "frozen" or "buffer") and
+    keeps `ds.trainable` (set by the importer on float parameters that reach
+    the loss) only on trainable ones; a recorded `padding_idx` becomes the
+    argument attribute `ds.padding_idx`.
+
+    Without a record every parameter that reaches the loss stays trainable
+    and the pass warns once, naming how many, unless `trainable` or `freeze`
+    is given. `trainable` (a regular expression, matched anywhere in the
+    name) names the whole trainable set; `freeze` takes its matches out of
+    it. A record of an export that was not in training mode is an error.
+
+    ```mlir
+    module attributes {ds.export_record = {"ds.mode" = "training",
+        "ds.trainable" = "[\"w\"]", "ds.frozen" = "[\"f\"]", ...}} {
+      func.func @forward(%w: ... {ds.param = "w", ds.trainable},
+                         %f: ... {ds.param = "f", ds.trainable})
+    // becomes
+      func.func @forward(%w: ... {ds.param = "w", ds.param_kind = "trainable", ds.trainable},
+                         %f: ... {ds.param = "f", ds.param_kind = "frozen"})
+    ```
+  }];
+  let options = [
+    Option<"freeze", "freeze", "std::string", "\"\"",
+           "Parameters whose name matches this regular expression are not "
+           "trained">,
+    Option<"trainable", "trainable", "std::string", "\"\"",
+           "Only parameters whose name matches this regular expression are "
+           "trained">,
+  ];
+}
+
 #endif // DS_TRANSFORMS_PASSES_TD
