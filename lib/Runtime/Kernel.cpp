@@ -126,8 +126,9 @@ KernelRegistry KernelRegistry::of(std::initializer_list<Family> families) {
 
 void KernelRegistry::add(const char *name, KernelFn fn) {
   const KernelSignature *sig = kernelSignature(name);
-  const char *bug = !sig ? "has no signature" : find(name) ? "is registered twice"
-                                                          : nullptr;
+  const char *bug = !sig         ? "has no signature"
+                    : find(name) ? "is registered twice"
+                                 : nullptr;
   if (bug) {
     std::fprintf(stderr, "ds runtime bug: kernel '%s' %s\n", name, bug);
     std::abort();

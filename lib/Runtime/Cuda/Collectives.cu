@@ -1,4 +1,4 @@
-//===- Collectives.cu - collectives over NCCL, the overflow check -----------===//
+//===- Collectives.cu - collectives over NCCL, the overflow check ---------===//
 //
 // Part of the ds project (runtime: no MLIR or LLVM).
 //

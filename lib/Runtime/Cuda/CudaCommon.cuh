@@ -1,4 +1,4 @@
-//===- CudaCommon.cuh - shared pieces of the CUDA kernels ------*- C++ -*-===//
+//===- CudaCommon.cuh - shared pieces of the CUDA kernels -------*- C++ -*-===//
 //
 // Part of the ds project (runtime: no MLIR or LLVM).
 //

@@ -65,15 +65,13 @@ public:
   bool toDevice(void *dst, const void *src, size_t bytes,
                 std::string &err) override {
     // Default: UVA tells host from device (the host end may be pinned).
-    return check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault,
-                                 gStream),
+    return check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, gStream),
                  err) &&
            synchronize(err);
   }
   bool toHost(void *dst, const void *src, size_t bytes,
               std::string &err) override {
-    return check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault,
-                                 gStream),
+    return check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, gStream),
                  err) &&
            synchronize(err);
   }
@@ -178,8 +176,9 @@ std::unique_ptr<Device> openCudaDevice(std::string &err) {
   // Ranks on one node take devices in turn: the launcher's local rank
   // (Open MPI, MVAPICH, Slurm, torchrun) modulo the visible devices.
   int local = 0;
-  for (const char *var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK",
-                          "SLURM_LOCALID", "LOCAL_RANK"})
+  for (const char *var :
+       {"OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK",
+        "SLURM_LOCALID", "LOCAL_RANK"})
     if (const char *v = std::getenv(var)) {
       local = std::atoi(v);
       break;

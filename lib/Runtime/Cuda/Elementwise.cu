@@ -1,4 +1,4 @@
-//===- Elementwise.cu - elementwise CUDA kernels ----------------------------===//
+//===- Elementwise.cu - elementwise CUDA kernels --------------------------===//
 //
 // Part of the ds project (runtime: no MLIR or LLVM).
 //

@@ -1,4 +1,4 @@
-//===- Grad.cu - gradient kernels on CUDA: gather, softmax ------------------===//
+//===- Grad.cu - gradient kernels on CUDA: gather, softmax ----------------===//
 //
 // Part of the ds project (runtime: no MLIR or LLVM).
 //
@@ -14,10 +14,9 @@
 namespace ds::rt::cuda {
 namespace {
 
-__global__ void gatherGradKernel(const void *g, int gt, const void *idx,
-                                 int it, float *acc, int64_t outer,
-                                 int64_t dim, int64_t count, int64_t inner,
-                                 long long *bad) {
+__global__ void gatherGradKernel(const void *g, int gt, const void *idx, int it,
+                                 float *acc, int64_t outer, int64_t dim,
+                                 int64_t count, int64_t inner, long long *bad) {
   int64_t n = outer * count * inner;
   DS_GRID_LOOP(e, n) {
     int64_t at = gatherSource(e, idx, it, dim, count, inner, bad);
@@ -91,8 +90,8 @@ bool kSoftmaxGrad(KernelContext &ctx) {
   int64_t rows = outer * inner;
   if (rows && dim)
     softmaxGradKernel<<<blocksFor(rows), 256, 0, gStream>>>(
-        rows, dim, inner, dy.data, int(dy.dtype), y.data, int(y.dtype),
-        dx.data, int(dx.dtype), ctx.attrs.getInt("log", 0) != 0);
+        rows, dim, inner, dy.data, int(dy.dtype), y.data, int(y.dtype), dx.data,
+        int(dx.dtype), ctx.attrs.getInt("log", 0) != 0);
   return launched(ctx);
 }
 

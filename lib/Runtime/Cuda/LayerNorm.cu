@@ -1,4 +1,4 @@
-//===- LayerNorm.cu - layer normalization and its gradient on CUDA ----------===//
+//===- LayerNorm.cu - layer normalization and its gradient on CUDA --------===//
 //
 // Part of the ds project (runtime: no MLIR or LLVM).
 //

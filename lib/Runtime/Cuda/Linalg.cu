@@ -1,4 +1,4 @@
-//===- Linalg.cu - GEMMs through cuBLAS, softmax ----------------------------===//
+//===- Linalg.cu - GEMMs through cuBLAS, softmax --------------------------===//
 //
 // Part of the ds project (runtime: no MLIR or LLVM).
 //
@@ -27,23 +27,24 @@ struct Blas {
                          int, int, int, const void *, const void *,
                          cudaDataType, int, long long, const void *,
                          cudaDataType, int, long long, const void *, void *,
-                         cudaDataType, int, long long, int,
-                         cublasComputeType_t, cublasGemmAlgo_t) = nullptr;
+                         cudaDataType, int, long long, int, cublasComputeType_t,
+                         cublasGemmAlgo_t) = nullptr;
 } gBlasApi;
 
 bool openBlas(std::string &err) {
   if (gBlasApi.gemm)
     return true;
   void *lib = nullptr;
-  for (const char *name : {"libcublas.so.13", "libcublas.so.12", "libcublas.so"})
+  for (const char *name :
+       {"libcublas.so.13", "libcublas.so.12", "libcublas.so"})
     if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL)))
       break;
   if (!lib) {
     err = std::string("cannot load cuBLAS (libcublas.so.13): ") + dlerror();
     return false;
   }
-  gBlasApi.create =
-      reinterpret_cast<decltype(gBlasApi.create)>(dlsym(lib, "cublasCreate_v2"));
+  gBlasApi.create = reinterpret_cast<decltype(gBlasApi.create)>(
+      dlsym(lib, "cublasCreate_v2"));
   gBlasApi.setStream = reinterpret_cast<decltype(gBlasApi.setStream)>(
       dlsym(lib, "cublasSetStream_v2"));
   gBlasApi.gemm = reinterpret_cast<decltype(gBlasApi.gemm)>(
@@ -72,7 +73,9 @@ __global__ void softmaxKernel(int64_t rows, int64_t dim, int64_t inner,
     for (int64_t k = 0; k < dim; ++k) {
       double v = load(x, xt, base + k * inner) - mx;
       store(y, yt, base + k * inner,
-            mx == -INFINITY ? NAN : logOut ? v - log(sum) : exp(v) / sum);
+            mx == -INFINITY ? NAN
+            : logOut        ? v - log(sum)
+                            : exp(v) / sum);
     }
   }
 }
@@ -97,7 +100,9 @@ template <bool LOG> bool kSoftmax(KernelContext &ctx) {
 }
 
 cudaDataType cudaType(DType t) {
-  return t == DType::F16 ? CUDA_R_16F : t == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
+  return t == DType::F16    ? CUDA_R_16F
+         : t == DType::BF16 ? CUDA_R_16BF
+                            : CUDA_R_32F;
 }
 
 bool blasOk(KernelContext &ctx, cublasStatus_t s) {
@@ -111,15 +116,15 @@ bool blasOk(KernelContext &ctx, cublasStatus_t s) {
 /// accumulation for every storage type.
 bool gemmBatched(KernelContext &ctx, DType t, bool ta, bool tb, int64_t M,
                  int64_t N, int64_t K, float alpha, const void *A, int64_t lda,
-                 int64_t sA, const void *B, int64_t ldb, int64_t sB,
-                 float beta, void *C, int64_t sC, int64_t batches) {
-  return blasOk(ctx, gBlasApi.gemm(
-                         gBlas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                         ta ? CUBLAS_OP_T : CUBLAS_OP_N, int(N), int(M), int(K),
-                         &alpha, B, cudaType(t), int(ldb), sB, A, cudaType(t),
-                         int(lda), sA, &beta, C, cudaType(t), int(N), sC,
-                         int(batches), CUBLAS_COMPUTE_32F,
-                         CUBLAS_GEMM_DEFAULT));
+                 int64_t sA, const void *B, int64_t ldb, int64_t sB, float beta,
+                 void *C, int64_t sC, int64_t batches) {
+  return blasOk(ctx,
+                gBlasApi.gemm(gBlas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                              ta ? CUBLAS_OP_T : CUBLAS_OP_N, int(N), int(M),
+                              int(K), &alpha, B, cudaType(t), int(ldb), sB, A,
+                              cudaType(t), int(lda), sA, &beta, C, cudaType(t),
+                              int(N), sC, int(batches), CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT));
 }
 
 bool kMatMul(KernelContext &ctx) {
@@ -137,8 +142,10 @@ bool kMatMul(KernelContext &ctx) {
   int64_t N = b.rank() == 1 ? 1 : b.shape[b.rank() - (tb ? 2 : 1)];
   if (K != Kb)
     return ctx.fail("matmul contraction mismatch");
-  std::vector<int64_t> aB(a.shape.begin(), a.shape.end() - std::min<int64_t>(a.rank(), 2));
-  std::vector<int64_t> bB(b.shape.begin(), b.shape.end() - std::min<int64_t>(b.rank(), 2));
+  std::vector<int64_t> aB(a.shape.begin(),
+                          a.shape.end() - std::min<int64_t>(a.rank(), 2));
+  std::vector<int64_t> bB(b.shape.begin(),
+                          b.shape.end() - std::min<int64_t>(b.rank(), 2));
   size_t r = std::max(aB.size(), bB.size());
   std::vector<int64_t> batch(r), sa(r, 0), sb(r, 0);
   int64_t strideA = M * K, strideB = K * N;
@@ -170,7 +177,8 @@ bool kMatMul(KernelContext &ctx) {
   // (or shared) strides; else one GEMM per batch.
   bool uniform = true;
   for (size_t i = 0; i + 1 < r; ++i)
-    uniform &= (sa[i] == 0) == (sa[r - 1] == 0) && (sb[i] == 0) == (sb[r - 1] == 0);
+    uniform &=
+        (sa[i] == 0) == (sa[r - 1] == 0) && (sb[i] == 0) == (sb[r - 1] == 0);
   if (r == 0 || uniform)
     return gemmBatched(ctx, a.dtype, ta, tb, M, N, K, 1.0f, a.data, lda,
                        r ? sa[r - 1] : 0, b.data, ldb, r ? sb[r - 1] : 0, 0.0f,
@@ -220,8 +228,8 @@ bool kGemm(KernelContext &ctx) {
                ? true
                : launched(ctx);
   return gemmBatched(ctx, a.dtype, ta, tb, M, N, K, alpha, a.data, a.shape[1],
-                     0, b.data, b.shape[1], 0, accumulate ? beta : 0.0f,
-                     o.data, 0, 1);
+                     0, b.data, b.shape[1], 0, accumulate ? beta : 0.0f, o.data,
+                     0, 1);
 }
 
 } // namespace

@@ -1,4 +1,4 @@
-//===- Losses.cu - cross-entropy losses and their gradient on CUDA ----------===//
+//===- Losses.cu - cross-entropy losses and their gradient on CUDA --------===//
 //
 // Part of the ds project (runtime: no MLIR or LLVM).
 //
@@ -15,9 +15,9 @@ namespace {
 
 /// Per (n, d): -w * log p(label) (and its weight), with log-softmax over C
 /// first when `softmax`; `logp` (optional) receives the log-probabilities.
-__global__ void lossRows(const void *scores, int st, const void *labels,
-                         int lt, const void *weights, int wt, int64_t N,
-                         int64_t C, int64_t D, bool softmax, bool hasIgnore,
+__global__ void lossRows(const void *scores, int st, const void *labels, int lt,
+                         const void *weights, int wt, int64_t N, int64_t C,
+                         int64_t D, bool softmax, bool hasIgnore,
                          long long ignore, double *loss, double *weight,
                          void *logp, int lpt, long long *bad) {
   DS_GRID_LOOP(r, N * D) {
@@ -78,10 +78,9 @@ __global__ void copyLoss(const double *loss, void *out, int ot, int64_t n) {
 /// weighting; `wsum` is the total label weight (mean).
 __global__ void lossGradRows(const void *g, int gt, const void *scores, int st,
                              const void *labels, int lt, const void *weights,
-                             int wt, int64_t N, int64_t C, int64_t D,
-                             int mode, bool softmax, bool hasIgnore,
-                             long long ignore, const double *wsum, void *out,
-                             int ot) {
+                             int wt, int64_t N, int64_t C, int64_t D, int mode,
+                             bool softmax, bool hasIgnore, long long ignore,
+                             const double *wsum, void *out, int ot) {
   DS_GRID_LOOP(r, N * D) {
     int64_t n = r / D, d = r % D;
     int64_t y = loadInt(labels, lt, r);
@@ -153,8 +152,8 @@ bool lossImpl(KernelContext &ctx, bool softmax) {
   if (N * D)
     lossRows<<<blocksFor(N * D), 256, 0, gStream>>>(
         scores.data, int(scores.dtype), labels.data, int(labels.dtype),
-        weights ? weights->data : nullptr, weights ? int(weights->dtype) : 0,
-        N, C, D, softmax, hasIgnore, ignore, loss, weight, logp,
+        weights ? weights->data : nullptr, weights ? int(weights->dtype) : 0, N,
+        C, D, softmax, hasIgnore, ignore, loss, weight, logp,
         logp ? int(ctx.out[1].dtype) : 0, bad.device());
   TensorView &out = ctx.out[0];
   if (reduction == "none") {
@@ -169,7 +168,9 @@ bool lossImpl(KernelContext &ctx, bool softmax) {
   return launched(ctx) && bad.check(ctx, "label", 0, C);
 }
 
-bool kSoftmaxCrossEntropyLoss(KernelContext &ctx) { return lossImpl(ctx, true); }
+bool kSoftmaxCrossEntropyLoss(KernelContext &ctx) {
+  return lossImpl(ctx, true);
+}
 bool kNllLoss(KernelContext &ctx) { return lossImpl(ctx, false); }
 
 bool kLossGrad(KernelContext &ctx) {

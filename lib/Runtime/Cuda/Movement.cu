@@ -1,4 +1,4 @@
-//===- Movement.cu - data movement CUDA kernels -----------------------------===//
+//===- Movement.cu - data movement CUDA kernels ---------------------------===//
 //
 // Part of the ds project (runtime: no MLIR or LLVM).
 //
@@ -59,8 +59,8 @@ __global__ void scatterKernel(Layout l, int64_t n, const char *src,
 /// Chunks of `chunk` elements: dst[o*dstStride + at + k] = src[o*chunk + k]
 /// (concat), or the reverse with `split`.
 __global__ void chunkKernel(const char *src, char *dst, int64_t outer,
-                            int64_t chunk, int64_t wide, int64_t at,
-                            int64_t es, bool split) {
+                            int64_t chunk, int64_t wide, int64_t at, int64_t es,
+                            bool split) {
   int64_t n = outer * chunk;
   DS_GRID_LOOP(e, n) {
     int64_t o = e / chunk, k = e % chunk;
@@ -72,9 +72,8 @@ __global__ void chunkKernel(const char *src, char *dst, int64_t outer,
   }
 }
 
-__global__ void triluKernel(const char *src, char *dst, int64_t n,
-                            int64_t rows, int64_t cols, bool upper, int64_t k,
-                            int64_t es) {
+__global__ void triluKernel(const char *src, char *dst, int64_t n, int64_t rows,
+                            int64_t cols, bool upper, int64_t k, int64_t es) {
   DS_GRID_LOOP(i, n) {
     int64_t r = (i / cols) % rows, c = i % cols;
     bool keep = upper ? (c - r >= k) : (c - r <= k);
@@ -140,9 +139,8 @@ bool kTranspose(KernelContext &ctx) {
   int64_t n = o.numel();
   if (n == 0)
     return true;
-  permute<<<blocksFor(n), 256, 0, gStream>>>(l, n, a.data, o.data,
-                                              int(a.dtype),
-                                              int64_t(dtypeSize(a.dtype)));
+  permute<<<blocksFor(n), 256, 0, gStream>>>(l, n, a.data, o.data, int(a.dtype),
+                                             int64_t(dtypeSize(a.dtype)));
   return launched(ctx);
 }
 
@@ -195,8 +193,8 @@ bool kSlice(KernelContext &ctx) {
   if (out.numel())
     stridedKernel<<<blocksFor(out.numel()), 256, 0, gStream>>>(
         contiguousLayout(out.shape, st), out.numel(),
-        static_cast<const char *>(in.data), base,
-        static_cast<char *>(out.data), int64_t(dtypeSize(in.dtype)));
+        static_cast<const char *>(in.data), base, static_cast<char *>(out.data),
+        int64_t(dtypeSize(in.dtype)));
   return launched(ctx);
 }
 
@@ -247,8 +245,12 @@ bool chunks(KernelContext &ctx, const TensorView &wide,
   return launched(ctx);
 }
 
-bool kConcat(KernelContext &ctx) { return chunks(ctx, ctx.out[0], ctx.in, false); }
-bool kSplit(KernelContext &ctx) { return chunks(ctx, ctx.in[0], ctx.out, true); }
+bool kConcat(KernelContext &ctx) {
+  return chunks(ctx, ctx.out[0], ctx.in, false);
+}
+bool kSplit(KernelContext &ctx) {
+  return chunks(ctx, ctx.in[0], ctx.out, true);
+}
 
 bool kTrilu(KernelContext &ctx) {
   const TensorView &in = ctx.in[0];
@@ -275,8 +277,8 @@ bool kRange(KernelContext &ctx) {
   long long si = loadI(s, start.dtype, 0), di = loadI(d, delta.dtype, 0);
   if (out.numel())
     rangeKernel<<<blocksFor(out.numel()), 256, 0, gStream>>>(
-        out.data, int(out.dtype), out.numel(), sf, df, !isFloat(out.dtype),
-        si, di);
+        out.data, int(out.dtype), out.numel(), sf, df, !isFloat(out.dtype), si,
+        di);
   return launched(ctx);
 }
 

@@ -1,4 +1,4 @@
-//===- Optimizers.cu - Adam, Lamb, SGD and ONNX updates on CUDA -------------===//
+//===- Optimizers.cu - Adam, Lamb, SGD and ONNX updates on CUDA -----------===//
 //
 // Part of the ds project (runtime: no MLIR or LLVM).
 //
@@ -54,8 +54,8 @@ __global__ void accumulateKernel(const float *acc, const float *g,
 __global__ void adamKernel(const float *P, const float *G, const float *M,
                            const float *V, float *Po, float *Mo, float *Vo,
                            int64_t n, float b1, float b2, float a1, float a2,
-                           float eps, float bc2Sqrt, float stepSize,
-                           bool hasWd, bool decoupled, float wd, float decay) {
+                           float eps, float bc2Sqrt, float stepSize, bool hasWd,
+                           bool decoupled, float wd, float decay) {
   DS_GRID_LOOP(i, n) {
     float p = P[i], gr = G[i];
     if (hasWd) {
@@ -77,9 +77,9 @@ __global__ void adamKernel(const float *P, const float *G, const float *M,
 /// and u summed per block.
 __global__ void lambDirection(const float *P, const float *G, const float *M,
                               const float *V, float *Mo, float *Vo, float *U,
-                              int64_t n, float b1, float b2, float a1,
-                              float a2, float eps, float bc1, float bc2Sqrt,
-                              float wd, double *sums) {
+                              int64_t n, float b1, float b2, float a1, float a2,
+                              float eps, float bc1, float bc2Sqrt, float wd,
+                              double *sums) {
   __shared__ double part[256];
   double ps = 0, us = 0;
   DS_GRID_LOOP(i, n) {
@@ -221,8 +221,8 @@ bool kAdam(KernelContext &ctx) {
     return launched(ctx);
   }
   adamKernel<<<blocksFor(n), 256, 0, gStream>>>(
-      P, G, M, V, Po, Mo, Vo, n, b1, b2, a1, a2, eps, bc2Sqrt,
-      float(lr / bc1), wd != 0.0, decoupled, float(wd), float(1.0 - lr * wd));
+      P, G, M, V, Po, Mo, Vo, n, b1, b2, a1, a2, eps, bc2Sqrt, float(lr / bc1),
+      wd != 0.0, decoupled, float(wd), float(1.0 - lr * wd));
   return launched(ctx);
 }
 
@@ -239,9 +239,9 @@ bool kSgd(KernelContext &ctx) {
     return launched(ctx);
   if (n)
     sgdKernel<<<blocksFor(n), 256, 0, gStream>>>(
-        ctx.in[0].as<float>(), G, ctx.in[2].as<float>(),
-        ctx.out[0].as<float>(), ctx.out[1].as<float>(), n,
-        float(scheduled(ctx, t)), float(ctx.attrs.getFloat("momentum", 0.0)),
+        ctx.in[0].as<float>(), G, ctx.in[2].as<float>(), ctx.out[0].as<float>(),
+        ctx.out[1].as<float>(), n, float(scheduled(ctx, t)),
+        float(ctx.attrs.getFloat("momentum", 0.0)),
         float(ctx.attrs.getFloat("dampening", 0.0)),
         float(ctx.attrs.getFloat("weight_decay", 0.0)),
         ctx.attrs.getInt("nesterov", 0) != 0, t <= 1);
@@ -293,8 +293,10 @@ bool kOnnxUpdate(KernelContext &ctx) {
     return ctx.fail("unknown onnx_update kind '" + kind + "'");
   size_t states = k == 3 ? 2 : 1;
   if (ctx.in.size() != 4 + states || ctx.out.size() != 1 + states)
-    return ctx.fail("onnx_update operand count does not match kind '" + kind + "'");
-  const TensorView &R = ctx.in[0], &T = ctx.in[1], &X = ctx.in[2], &G = ctx.in[3];
+    return ctx.fail("onnx_update operand count does not match kind '" + kind +
+                    "'");
+  const TensorView &R = ctx.in[0], &T = ctx.in[1], &X = ctx.in[2],
+                   &G = ctx.in[3];
   unsigned char rb[8] = {}, tb[8] = {};
   if (!readBack(ctx, rb, R.data, dtypeSize(R.dtype)) ||
       !readBack(ctx, tb, T.data, dtypeSize(T.dtype)))
@@ -320,11 +322,11 @@ bool kOnnxUpdate(KernelContext &ctx) {
         ctx.attrs.getFloat("epsilon", 0.0),
         ctx.attrs.getFloat("decay_factor", 0.0),
         ctx.attrs.getFloat("norm_coefficient", 0.0),
-        ctx.attrs.getFloat("norm_coefficient_post", 0.0), X.data,
-        int(X.dtype), G.data, int(G.dtype), S1.data, int(S1.dtype),
-        S2 ? S2->data : nullptr, S2 ? int(S2->dtype) : 0, ctx.out[0].data,
-        int(ctx.out[0].dtype), ctx.out[1].data, int(ctx.out[1].dtype),
-        O2 ? O2->data : nullptr, O2 ? int(O2->dtype) : 0);
+        ctx.attrs.getFloat("norm_coefficient_post", 0.0), X.data, int(X.dtype),
+        G.data, int(G.dtype), S1.data, int(S1.dtype), S2 ? S2->data : nullptr,
+        S2 ? int(S2->dtype) : 0, ctx.out[0].data, int(ctx.out[0].dtype),
+        ctx.out[1].data, int(ctx.out[1].dtype), O2 ? O2->data : nullptr,
+        O2 ? int(O2->dtype) : 0);
   return launched(ctx);
 }
 

@@ -1,4 +1,4 @@
-//===- Reduce.cu - reductions on CUDA ---------------------------------------===//
+//===- Reduce.cu - reductions on CUDA -------------------------------------===//
 //
 // Part of the ds project (runtime: no MLIR or LLVM).
 //
