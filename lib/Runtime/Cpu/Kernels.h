@@ -203,6 +203,11 @@ bool gatherGeometry(KernelContext &ctx, const char *kernel,
                     const std::vector<int64_t> &table,
                     const TensorView &indices, int64_t gathered,
                     GatherGeometry &geo);
+/// gatherGeometry without reading the indices (the CUDA kernels check them
+/// on the device).
+bool gatherShape(KernelContext &ctx, const char *kernel,
+                 const std::vector<int64_t> &table, const TensorView &indices,
+                 int64_t gathered, GatherGeometry &geo);
 
 /// Strides of a row-major shape.
 std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape);

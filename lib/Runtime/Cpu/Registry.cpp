@@ -36,10 +36,9 @@ std::vector<std::string> kernelNames() { return cpuKernels().names(); }
 // Shapes and dtypes
 //===----------------------------------------------------------------------===//
 
-bool gatherGeometry(KernelContext &ctx, const char *kernel,
-                    const std::vector<int64_t> &table,
-                    const TensorView &indices, int64_t gathered,
-                    GatherGeometry &geo) {
+bool gatherShape(KernelContext &ctx, const char *kernel,
+                 const std::vector<int64_t> &table, const TensorView &indices,
+                 int64_t gathered, GatherGeometry &geo) {
   int64_t axis = ctx.attrs.getInt("axis", 0);
   if (axis < 0 || axis >= static_cast<int64_t>(table.size()))
     return ctx.fail(std::string(kernel) + " axis out of range");
@@ -49,6 +48,15 @@ bool gatherGeometry(KernelContext &ctx, const char *kernel,
   geo.count = indices.numel();
   if (gathered != geo.outer * geo.count * geo.inner)
     return ctx.fail(std::string(kernel) + " sizes do not match");
+  return true;
+}
+
+bool gatherGeometry(KernelContext &ctx, const char *kernel,
+                    const std::vector<int64_t> &table,
+                    const TensorView &indices, int64_t gathered,
+                    GatherGeometry &geo) {
+  if (!gatherShape(ctx, kernel, table, indices, gathered, geo))
+    return false;
   for (int64_t j = 0; j < geo.count; ++j) {
     int64_t i = loadI(indices.data, indices.dtype, j);
     if (i < -geo.dim || i >= geo.dim)

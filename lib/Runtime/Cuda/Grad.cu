@@ -51,14 +51,9 @@ __global__ void softmaxGradKernel(int64_t rows, int64_t dim, int64_t inner,
 bool kGatherGrad(KernelContext &ctx) {
   const TensorView &g = ctx.in[0], &idx = ctx.in[1];
   TensorView &out = ctx.out[0];
-  int64_t axis = ctx.attrs.getInt("axis", 0);
-  if (axis < 0 || axis >= out.rank())
-    return ctx.fail("gather_grad axis out of range");
-  int64_t outer = prod(out.shape, 0, axis), dim = out.shape[axis];
-  int64_t inner = prod(out.shape, axis + 1, out.shape.size());
-  int64_t count = idx.numel();
-  if (g.numel() != outer * count * inner)
-    return ctx.fail("gather_grad sizes do not match");
+  GatherGeometry geo;
+  if (!gatherShape(ctx, "gather_grad", out.shape, idx, g.numel(), geo))
+    return false;
   // Float atomics into an f32 accumulator (the output itself when f32).
   bool direct = out.dtype == DType::F32;
   Scratch acc(direct ? 0 : out.numel() * sizeof(float));
@@ -71,12 +66,13 @@ bool kGatherGrad(KernelContext &ctx) {
     return false;
   if (g.numel())
     gatherGradKernel<<<blocksFor(g.numel()), 256, 0, gStream>>>(
-        g.data, int(g.dtype), idx.data, int(idx.dtype), a, outer, dim, count,
-        inner, bad.device());
+        g.data, int(g.dtype), idx.data, int(idx.dtype), a, geo.outer, geo.dim,
+        geo.count, geo.inner, bad.device());
   if (!direct && out.numel())
     convertKernel<<<blocksFor(out.numel()), 256, 0, gStream>>>(
         a, out.data, int(out.dtype), out.numel());
-  return launched(ctx) && bad.check(ctx, "gather_grad index", -dim, dim);
+  return launched(ctx) &&
+         bad.check(ctx, "gather_grad index", -geo.dim, geo.dim);
 }
 
 bool kSoftmaxGrad(KernelContext &ctx) {

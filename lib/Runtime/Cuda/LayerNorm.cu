@@ -84,16 +84,27 @@ __global__ void layerNormGradCols(const void *dy, int dyt, const void *x,
   }
 }
 
+/// The rows layer norm normalizes (the dimensions before attribute `axis`)
+/// and their columns (the dimensions from it on); fails naming `kernel`
+/// when `axis` is not one of x's.
+bool normRows(KernelContext &ctx, const char *kernel, const TensorView &x,
+              int64_t &rows, int64_t &cols) {
+  int64_t axis = ctx.attrs.getInt("axis", -1);
+  if (axis < 0 || axis >= x.rank())
+    return ctx.fail(std::string(kernel) + " axis out of range");
+  rows = prod(x.shape, 0, axis);
+  cols = prod(x.shape, axis, x.shape.size());
+  return true;
+}
+
 bool kLayerNorm(KernelContext &ctx) {
   const TensorView &x = ctx.in[0], &scale = ctx.in[1];
   const TensorView *bias = ctx.in.size() > 2 ? &ctx.in[2] : nullptr;
   TensorView &y = ctx.out[0];
-  int64_t axis = ctx.attrs.getInt("axis", -1);
   double eps = ctx.attrs.getFloat("epsilon", 1e-5);
-  if (axis < 0 || axis >= x.rank())
-    return ctx.fail("layer_norm axis out of range");
-  int64_t rows = prod(x.shape, 0, axis);
-  int64_t cols = prod(x.shape, axis, x.shape.size());
+  int64_t rows, cols;
+  if (!normRows(ctx, "layer_norm", x, rows, cols))
+    return false;
   if (scale.numel() != cols || (bias && bias->numel() != cols))
     return ctx.fail("layer_norm scale/bias size does not match");
   if (rows * cols)
@@ -107,12 +118,10 @@ bool kLayerNorm(KernelContext &ctx) {
 bool kLayerNormGrad(KernelContext &ctx) {
   const TensorView &dy = ctx.in[0], &x = ctx.in[1], &scale = ctx.in[2];
   TensorView &dx = ctx.out[0], &dscale = ctx.out[1], &dbias = ctx.out[2];
-  int64_t axis = ctx.attrs.getInt("axis", -1);
   double eps = ctx.attrs.getFloat("epsilon", 1e-5);
-  if (axis < 0 || axis >= x.rank())
-    return ctx.fail("layer_norm_grad axis out of range");
-  int64_t rows = prod(x.shape, 0, axis);
-  int64_t cols = prod(x.shape, axis, x.shape.size());
+  int64_t rows, cols;
+  if (!normRows(ctx, "layer_norm_grad", x, rows, cols))
+    return false;
   if (scale.numel() != cols)
     return ctx.fail("layer_norm_grad scale size does not match");
   if (rows * cols == 0)

@@ -147,14 +147,9 @@ bool kTranspose(KernelContext &ctx) {
 bool kGather(KernelContext &ctx) {
   const TensorView &data = ctx.in[0], &idx = ctx.in[1];
   TensorView &out = ctx.out[0];
-  int64_t axis = ctx.attrs.getInt("axis", 0);
-  if (axis < 0 || axis >= data.rank())
-    return ctx.fail("gather axis out of range");
-  int64_t outer = prod(data.shape, 0, axis), dim = data.shape[axis];
-  int64_t inner = prod(data.shape, axis + 1, data.shape.size());
-  int64_t count = idx.numel();
-  if (out.numel() != outer * count * inner)
-    return ctx.fail("gather sizes do not match");
+  GatherGeometry geo;
+  if (!gatherShape(ctx, "gather", data.shape, idx, out.numel(), geo))
+    return false;
   if (out.numel() == 0)
     return true;
   IndexCheck bad;
@@ -162,9 +157,9 @@ bool kGather(KernelContext &ctx) {
     return false;
   gatherKernel<<<blocksFor(out.numel()), 256, 0, gStream>>>(
       static_cast<const char *>(data.data), idx.data, int(idx.dtype),
-      static_cast<char *>(out.data), outer, dim, count, inner,
+      static_cast<char *>(out.data), geo.outer, geo.dim, geo.count, geo.inner,
       int64_t(dtypeSize(data.dtype)), bad.device());
-  return launched(ctx) && bad.check(ctx, "gather index", -dim, dim);
+  return launched(ctx) && bad.check(ctx, "gather index", -geo.dim, geo.dim);
 }
 
 bool kExpand(KernelContext &ctx) {
