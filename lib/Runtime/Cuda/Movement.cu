@@ -29,28 +29,18 @@ __global__ void gatherKernel(const char *src, const void *idx, int it,
   }
 }
 
-/// out[i] = in[offset(i)] by a layout's first strides plus `base` (bytes
-/// per element `es`).
+/// A strided view (a layout's first strides plus `base`; bytes per
+/// element `es`) copied out, dst[i] = src[base + offset(i)], or with
+/// `scatter` the inverse, dst[base + offset(i)] = src[i].
 __global__ void stridedKernel(Layout l, int64_t n, const char *src,
-                              int64_t base, char *dst, int64_t es) {
+                              int64_t base, char *dst, int64_t es,
+                              bool scatter) {
   DS_GRID_LOOP(i, n) {
     int64_t off[1];
     offsets(l, i, 1, off);
-    const char *s = src + (base + off[0]) * es;
-    char *d = dst + i * es;
-    for (int64_t b = 0; b < es; ++b)
-      d[b] = s[b];
-  }
-}
-
-/// The inverse: dst[base + offset(i)] = src[i].
-__global__ void scatterKernel(Layout l, int64_t n, const char *src,
-                              int64_t base, char *dst, int64_t es) {
-  DS_GRID_LOOP(i, n) {
-    int64_t off[1];
-    offsets(l, i, 1, off);
-    const char *s = src + i * es;
-    char *d = dst + (base + off[0]) * es;
+    int64_t view = base + off[0];
+    const char *s = src + (scatter ? i : view) * es;
+    char *d = dst + (scatter ? view : i) * es;
     for (int64_t b = 0; b < es; ++b)
       d[b] = s[b];
   }
@@ -172,7 +162,7 @@ bool kExpand(KernelContext &ctx) {
   if (out.numel())
     stridedKernel<<<blocksFor(out.numel()), 256, 0, gStream>>>(
         l, out.numel(), static_cast<const char *>(in.data), 0,
-        static_cast<char *>(out.data), int64_t(dtypeSize(in.dtype)));
+        static_cast<char *>(out.data), int64_t(dtypeSize(in.dtype)), false);
   return launched(ctx);
 }
 
@@ -189,7 +179,7 @@ bool kSlice(KernelContext &ctx) {
     stridedKernel<<<blocksFor(out.numel()), 256, 0, gStream>>>(
         contiguousLayout(out.shape, st), out.numel(),
         static_cast<const char *>(in.data), base, static_cast<char *>(out.data),
-        int64_t(dtypeSize(in.dtype)));
+        int64_t(dtypeSize(in.dtype)), false);
   return launched(ctx);
 }
 
@@ -206,10 +196,10 @@ bool kSliceGrad(KernelContext &ctx) {
   if (cudaMemsetAsync(out.data, 0, out.numel() * es, gStream) != cudaSuccess)
     return launched(ctx);
   if (g.numel())
-    scatterKernel<<<blocksFor(g.numel()), 256, 0, gStream>>>(
+    stridedKernel<<<blocksFor(g.numel()), 256, 0, gStream>>>(
         contiguousLayout(g.shape, st), g.numel(),
         static_cast<const char *>(g.data), base, static_cast<char *>(out.data),
-        int64_t(es));
+        int64_t(es), true);
   return launched(ctx);
 }
 
