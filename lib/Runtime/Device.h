@@ -4,8 +4,9 @@
 //
 // The executor runs a plan on the host (the CPU backend) or on a device:
 // then the arena, parameters, inputs and constants live in device memory,
-// kernels come from the device's registry and run on its stream, and the
-// executor copies inputs in and outputs and storage out.
+// kernels come from the device's registry (filled as the CPU's, Kernel.h)
+// and run on its stream, and the executor copies inputs in and outputs and
+// storage out.
 //
 //===----------------------------------------------------------------------===//
 
@@ -47,10 +48,14 @@ public:
   /// Waits for copy `handle`: the host blocks (`onHost`), or the compute
   /// stream's later work waits; the handle is then free.
   virtual bool waitCopy(int handle, bool onHost, std::string &err) = 0;
+  /// The device's kernels, registered as the CPU's (Kernel.h).
+  virtual const KernelRegistry &kernels() const = 0;
   /// The device kernel of a plan's kernel id, or null when it has none.
-  virtual const KernelInfo *kernel(const std::string &name) const = 0;
+  const KernelInfo *kernel(const std::string &name) const {
+    return kernels().find(name);
+  }
   /// Kernel ids this device implements.
-  virtual std::vector<std::string> kernelNames() const = 0;
+  std::vector<std::string> kernelNames() const { return kernels().names(); }
 };
 
 /// The first visible CUDA device, or null with `err` saying why.

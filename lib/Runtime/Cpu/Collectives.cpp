@@ -151,4 +151,13 @@ bool kWait(KernelContext &ctx) {
   return true;
 }
 
+void registerCollectiveKernels(KernelRegistry &r) {
+  r.add("all_reduce", kAllReduce);
+  r.add("all_gather", kAllGather);
+  r.add("reduce_scatter", kReduceScatter);
+  r.add("shard", kShard);
+  r.add("wait", kWait);
+  r.add("check_overflow", kCheckOverflow);
+}
+
 } // namespace ds::rt

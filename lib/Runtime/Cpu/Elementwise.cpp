@@ -446,4 +446,36 @@ bool kDropout(KernelContext &ctx) {
   return true;
 }
 
+void registerElementwiseKernels(KernelRegistry &r) {
+  r.add("add", kAdd);
+  r.add("sub", kSub);
+  r.add("mul", kMul);
+  r.add("div", kDiv);
+  r.add("pow", kPow);
+  r.add("max", kMax);
+  r.add("min", kMin);
+  r.add("equal", kEqual);
+  r.add("less", kLess);
+  r.add("less_or_equal", kLessOrEqual);
+  r.add("greater", kGreater);
+  r.add("greater_or_equal", kGreaterOrEqual);
+  r.add("and", kAnd);
+  r.add("or", kOr);
+  r.add("xor", kXor);
+  r.add("neg", kNeg);
+  r.add("abs", kAbs);
+  r.add("exp", kExp);
+  r.add("log", kLog);
+  r.add("sqrt", kSqrt);
+  r.add("reciprocal", kReciprocal);
+  r.add("erf", kErf);
+  r.add("tanh", kTanh);
+  r.add("relu", kRelu);
+  r.add("sigmoid", kSigmoid);
+  r.add("not", kNot);
+  r.add("cast", kCast);
+  r.add("where", kWhere);
+  r.add("dropout", kDropout);
+}
+
 } // namespace ds::rt

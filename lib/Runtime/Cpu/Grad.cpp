@@ -192,4 +192,12 @@ bool kSliceGrad(KernelContext &ctx) {
   return true;
 }
 
+void registerGradKernels(KernelRegistry &r) {
+  r.add("gather_grad", kGatherGrad);
+  r.add("layer_norm_grad", kLayerNormGrad);
+  r.add("softmax_grad", kSoftmaxGrad);
+  r.add("loss_grad", kLossGrad);
+  r.add("slice_grad", kSliceGrad);
+}
+
 } // namespace ds::rt

@@ -7,89 +7,34 @@
 #ifndef DS_RUNTIME_CPU_KERNELS_H
 #define DS_RUNTIME_CPU_KERNELS_H
 
-#include "ds/Runtime/Runtime.h"
+#include "../Kernel.h"
 
 #include <cmath>
 #include <cstring>
 #include <functional>
-#include <map>
 #include <string>
 #include <vector>
 
-namespace ds::plan {
-class Instruction;
-}
-
 namespace ds::rt {
 
-class Communicator;
-
-/// A kernel operand: storage owned by the executor.
-struct TensorView {
-  void *data = nullptr;
-  DType dtype = DType::F32;
-  std::vector<int64_t> shape;
-  int64_t numel() const {
-    int64_t n = 1;
-    for (int64_t d : shape)
-      n *= d;
-    return n;
-  }
-  int64_t rank() const { return static_cast<int64_t>(shape.size()); }
-  template <typename T> T *as() const { return static_cast<T *>(data); }
-};
-
-/// The instruction's attributes.
-class Attrs {
-public:
-  explicit Attrs(const plan::Instruction *ins) : ins(ins) {}
-  bool has(const char *name) const;
-  int64_t getInt(const char *name, int64_t dflt = 0) const;
-  double getFloat(const char *name, double dflt = 0) const;
-  std::string getString(const char *name, const std::string &dflt = "") const;
-  std::vector<int64_t> getInts(const char *name) const;
-
-private:
-  const plan::Instruction *ins;
-};
-
-struct KernelContext {
-  std::vector<TensorView> in, out;
-  Attrs attrs;
-  uint64_t seed = 0; // for random kernels: differs per instruction and run
-  std::string error; // set by a kernel that fails
-  double lr = NAN;   // learning-rate override (ds-run --lr); NaN: the plan's
-  Communicator *comm = nullptr; // for collective kernels
-  /// Collectives in flight (async kernels), by their output's address: the
-  /// "wait" kernel finishes the one whose output it reads last.
-  std::map<const void *, int> *inflight = nullptr;
-  /// The step's loss-scaler state: check_overflow sets `overflow` (and,
-  /// with `inject`, first turns one gradient element into inf); the
-  /// optimizer kernels then keep parameters and state.
-  struct StepState {
-    bool overflow = false;
-    bool inject = false;
-  } *step = nullptr;
-  /// Pipeline parallelism: every rank, the ranks per stage (a peer stage's
-  /// rank is this one plus a multiple of it) and the micro-batch running.
-  Communicator *pipe = nullptr;
-  int pipeStride = 0;
-  int micro = 0;
-  bool fail(const std::string &message) {
-    error = message;
-    return false;
-  }
-};
-
-using KernelFn = bool (*)(KernelContext &ctx);
-
-struct KernelInfo {
-  const char *name;
-  int minIn, maxIn, minOut, maxOut;
-  KernelFn fn;
-};
-
+/// The CPU backend's kernels: every kernel id has one.
+const KernelRegistry &cpuKernels();
+/// The CPU kernel of id `name` (cpuKernels().find), or null.
 const KernelInfo *findKernel(const std::string &name);
+
+// The CPU kernels' families, one file each, each registering its kernels.
+void registerElementwiseKernels(KernelRegistry &r); // Elementwise.cpp
+void registerLinalgKernels(KernelRegistry &r);      // Linalg.cpp
+void registerMovementKernels(KernelRegistry &r);    // Movement.cpp
+void registerReduceKernels(KernelRegistry &r);      // Reduce.cpp
+void registerGradKernels(KernelRegistry &r);        // Grad.cpp
+void registerTensorParallelKernels(KernelRegistry &r); // TensorParallel.cpp
+void registerOptimizerKernels(KernelRegistry &r);   // Optimizers.cpp
+void registerCollectiveKernels(KernelRegistry &r);  // Collectives.cpp
+void registerPipelineKernels(KernelRegistry &r);    // Pipeline.cpp
+
+/// The copy kernel (Movement.cpp), also a collective's local contribution.
+bool kCopy(KernelContext &ctx);
 
 // Operand checks shared by the CPU kernels and their CUDA twins (they read
 // shapes and types only, never data).
@@ -258,6 +203,11 @@ bool gatherGeometry(KernelContext &ctx, const char *kernel,
                     const std::vector<int64_t> &table,
                     const TensorView &indices, int64_t gathered,
                     GatherGeometry &geo);
+/// gatherGeometry without reading the indices (the CUDA kernels check them
+/// on the device).
+bool gatherShape(KernelContext &ctx, const char *kernel,
+                 const std::vector<int64_t> &table, const TensorView &indices,
+                 int64_t gathered, GatherGeometry &geo);
 
 /// Strides of a row-major shape.
 std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape);
@@ -295,47 +245,6 @@ inline bool sliceGeometry(KernelContext &ctx, const char *what,
   }
   return true;
 }
-
-// Kernel entry points, by file.
-#define DS_KERNEL(name) bool name(KernelContext &ctx)
-// Elementwise.cpp
-DS_KERNEL(kAdd); DS_KERNEL(kSub); DS_KERNEL(kMul); DS_KERNEL(kDiv);
-DS_KERNEL(kPow); DS_KERNEL(kMax); DS_KERNEL(kMin); DS_KERNEL(kEqual);
-DS_KERNEL(kLess); DS_KERNEL(kLessOrEqual); DS_KERNEL(kGreater);
-DS_KERNEL(kGreaterOrEqual); DS_KERNEL(kAnd); DS_KERNEL(kOr); DS_KERNEL(kXor);
-DS_KERNEL(kNeg); DS_KERNEL(kAbs); DS_KERNEL(kExp); DS_KERNEL(kLog);
-DS_KERNEL(kSqrt); DS_KERNEL(kReciprocal); DS_KERNEL(kErf); DS_KERNEL(kTanh);
-DS_KERNEL(kRelu); DS_KERNEL(kSigmoid); DS_KERNEL(kNot); DS_KERNEL(kCast);
-DS_KERNEL(kWhere); DS_KERNEL(kDropout);
-// Linalg.cpp
-DS_KERNEL(kMatMul); DS_KERNEL(kGemm); DS_KERNEL(kSoftmax);
-DS_KERNEL(kLogSoftmax); DS_KERNEL(kLayerNorm);
-DS_KERNEL(kSoftmaxCrossEntropyLoss); DS_KERNEL(kNllLoss);
-DS_KERNEL(kVocabGather); DS_KERNEL(kVocabGatherGrad);
-DS_KERNEL(kVocabCrossEntropy); DS_KERNEL(kVocabCrossEntropyGrad);
-DS_KERNEL(kTpRows); DS_KERNEL(kSpAllGather); DS_KERNEL(kSpReduceScatter);
-// Movement.cpp
-DS_KERNEL(kGather); DS_KERNEL(kExpand); DS_KERNEL(kTranspose);
-DS_KERNEL(kConcat); DS_KERNEL(kSplit); DS_KERNEL(kSlice); DS_KERNEL(kTrilu);
-DS_KERNEL(kCopy); DS_KERNEL(kRange); DS_KERNEL(kReshape);
-// Reduce.cpp
-DS_KERNEL(kReduceSum); DS_KERNEL(kReduceMean); DS_KERNEL(kReduceMax);
-// Grad.cpp
-DS_KERNEL(kGatherGrad); DS_KERNEL(kLayerNormGrad); DS_KERNEL(kSoftmaxGrad);
-DS_KERNEL(kLossGrad); DS_KERNEL(kSliceGrad);
-// Optimizers.cpp
-DS_KERNEL(kAdam); DS_KERNEL(kSgd); DS_KERNEL(kOnnxUpdate);
-// Collectives.cpp
-DS_KERNEL(kAllReduce);
-DS_KERNEL(kAllGather);
-DS_KERNEL(kReduceScatter);
-DS_KERNEL(kShard);
-DS_KERNEL(kWait);
-// Pipeline.cpp
-DS_KERNEL(kPipeSend); DS_KERNEL(kPipeRecv); DS_KERNEL(kPipeMark);
-DS_KERNEL(kTiedGradSum);
-DS_KERNEL(kCheckOverflow);
-#undef DS_KERNEL
 
 } // namespace ds::rt
 

@@ -407,4 +407,14 @@ bool kNllLoss(KernelContext &ctx) {
                   });
 }
 
+void registerLinalgKernels(KernelRegistry &r) {
+  r.add("matmul", kMatMul);
+  r.add("gemm", kGemm);
+  r.add("softmax", kSoftmax);
+  r.add("log_softmax", kLogSoftmax);
+  r.add("layer_norm", kLayerNorm);
+  r.add("softmax_cross_entropy_loss", kSoftmaxCrossEntropyLoss);
+  r.add("nll_loss", kNllLoss);
+}
+
 } // namespace ds::rt

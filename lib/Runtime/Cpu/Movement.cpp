@@ -239,4 +239,18 @@ bool kRange(KernelContext &ctx) {
   return true;
 }
 
+void registerMovementKernels(KernelRegistry &r) {
+  r.add("gather", kGather);
+  r.add("expand", kExpand);
+  r.add("transpose", kTranspose);
+  r.add("concat", kConcat);
+  r.add("split", kSplit);
+  r.add("slice", kSlice);
+  r.add("trilu", kTrilu);
+  r.add("copy", kCopy);
+  r.add("transfer", kCopy); // offload; NVMe ends are the executor's
+  r.add("range", kRange);
+  r.add("reshape", kReshape);
+}
+
 } // namespace ds::rt

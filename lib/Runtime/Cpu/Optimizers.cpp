@@ -243,4 +243,10 @@ bool kOnnxUpdate(KernelContext &ctx) {
   return true;
 }
 
+void registerOptimizerKernels(KernelRegistry &r) {
+  r.add("adam", kAdam);
+  r.add("sgd", kSgd);
+  r.add("onnx_update", kOnnxUpdate);
+}
+
 } // namespace ds::rt

@@ -134,4 +134,11 @@ bool kTiedGradSum(KernelContext &ctx) {
   return true;
 }
 
+void registerPipelineKernels(KernelRegistry &r) {
+  r.add("pipe_send", kPipeSend);
+  r.add("pipe_recv", kPipeRecv);
+  r.add("pipe_mark", kPipeMark);
+  r.add("tied_grad_sum", kTiedGradSum);
+}
+
 } // namespace ds::rt

@@ -116,4 +116,10 @@ bool kReduceSum(KernelContext &ctx) { return reduce(ctx, Red::Sum); }
 bool kReduceMean(KernelContext &ctx) { return reduce(ctx, Red::Mean); }
 bool kReduceMax(KernelContext &ctx) { return reduce(ctx, Red::Max); }
 
+void registerReduceKernels(KernelRegistry &r) {
+  r.add("reduce_sum", kReduceSum);
+  r.add("reduce_mean", kReduceMean);
+  r.add("reduce_max", kReduceMax);
+}
+
 } // namespace ds::rt

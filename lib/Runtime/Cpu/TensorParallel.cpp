@@ -361,4 +361,14 @@ bool kSpReduceScatter(KernelContext &ctx) {
   return true;
 }
 
+void registerTensorParallelKernels(KernelRegistry &r) {
+  r.add("vocab_gather", kVocabGather);
+  r.add("vocab_gather_grad", kVocabGatherGrad);
+  r.add("vocab_cross_entropy", kVocabCrossEntropy);
+  r.add("vocab_cross_entropy_grad", kVocabCrossEntropyGrad);
+  r.add("tp_rows", kTpRows);
+  r.add("sp_all_gather", kSpAllGather);
+  r.add("sp_reduce_scatter", kSpReduceScatter);
+}
+
 } // namespace ds::rt

@@ -1,6 +1,15 @@
-//===- CudaCommon.cuh - shared pieces of the CUDA kernels ------*- C++ -*-===//
+//===- CudaCommon.cuh - shared pieces of the CUDA kernels -------*- C++ -*-===//
 //
 // Part of the ds project (runtime: no MLIR or LLVM).
+//
+// The CUDA backend's kernels take the CPU kernels' KernelContext with
+// device pointers and launch on one stream; each follows its CPU twin in
+// lib/Runtime/Cpu (same operands, attributes, accumulation in double where
+// the CPU accumulates in double) so that the unit tests can compare them
+// element by element. One file per family (Elementwise.cu, Reduce.cu,
+// Linalg.cu, LayerNorm.cu, Losses.cu, Movement.cu, Grad.cu, Optimizers.cu,
+// Collectives.cu), each registering its kernels; CudaDevice.cu holds the
+// device and its registry.
 //
 //===----------------------------------------------------------------------===//
 
@@ -14,6 +23,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <string>
 #include <vector>
 
@@ -80,6 +90,22 @@ __device__ inline void offsets(const Layout &l, int64_t i, int n, int64_t *off) 
   }
 }
 
+/// The sum of `v` over the block's threads (a power of two of them, at
+/// most 256), by a tree in `part` (shared memory, free again on return);
+/// every thread gets it.
+__device__ inline double blockSum(double *part, double v) {
+  part[threadIdx.x] = v;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w /= 2) {
+    if (threadIdx.x < w)
+      part[threadIdx.x] += part[threadIdx.x + w];
+    __syncthreads();
+  }
+  double sum = part[0];
+  __syncthreads();
+  return sum;
+}
+
 #define DS_GRID_LOOP(i, n)                                                     \
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n);    \
        i += int64_t(gridDim.x) * blockDim.x)
@@ -111,19 +137,106 @@ inline bool isFloatType(DType t) {
   return t == DType::F32 || t == DType::F16 || t == DType::BF16;
 }
 
-// The training kernels (CudaTraining.cu), for the registry.
-#define DS_CUDA_KERNEL(name) bool name(KernelContext &ctx)
-DS_CUDA_KERNEL(kGather); DS_CUDA_KERNEL(kGatherGrad); DS_CUDA_KERNEL(kExpand);
-DS_CUDA_KERNEL(kConcat); DS_CUDA_KERNEL(kSplit); DS_CUDA_KERNEL(kSlice);
-DS_CUDA_KERNEL(kSliceGrad); DS_CUDA_KERNEL(kTrilu); DS_CUDA_KERNEL(kRange);
-DS_CUDA_KERNEL(kDropout); DS_CUDA_KERNEL(kLayerNorm);
-DS_CUDA_KERNEL(kLayerNormGrad); DS_CUDA_KERNEL(kSoftmaxGrad);
-DS_CUDA_KERNEL(kSoftmaxCrossEntropyLoss); DS_CUDA_KERNEL(kNllLoss);
-DS_CUDA_KERNEL(kLossGrad); DS_CUDA_KERNEL(kAdam); DS_CUDA_KERNEL(kSgd);
-DS_CUDA_KERNEL(kCheckOverflow); DS_CUDA_KERNEL(kAllReduce);
-DS_CUDA_KERNEL(kAllGather); DS_CUDA_KERNEL(kReduceScatter);
-DS_CUDA_KERNEL(kShard); DS_CUDA_KERNEL(kWait); DS_CUDA_KERNEL(kOnnxUpdate);
-#undef DS_CUDA_KERNEL
+/// Device-to-device bytes on the stream (nothing when `src` is `dst`).
+inline bool copyDevice(KernelContext &ctx, const void *src, void *dst,
+                       size_t bytes) {
+  if (src != dst && bytes &&
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, gStream) !=
+          cudaSuccess)
+    return launched(ctx);
+  return true;
+}
+
+/// Scratch device memory for a kernel, freed on the stream.
+struct Scratch {
+  void *p = nullptr;
+  explicit Scratch(size_t bytes) {
+    if (cudaMallocAsync(&p, std::max<size_t>(bytes, 8), gStream) != cudaSuccess)
+      p = nullptr;
+  }
+  ~Scratch() {
+    if (p)
+      cudaFreeAsync(p, gStream);
+  }
+  template <typename T> T *as() const { return static_cast<T *>(p); }
+};
+
+/// A device word where kernels report an index out of range: reset before
+/// the launch, checked after it (LLONG_MIN: every index was in range).
+class IndexCheck {
+public:
+  IndexCheck() : word(sizeof(long long)) {}
+  long long *device() const { return word.as<long long>(); }
+  bool reset(KernelContext &ctx) {
+    long long none = LLONG_MIN;
+    if (cudaMemcpyAsync(word.p, &none, sizeof none, cudaMemcpyHostToDevice,
+                        gStream) != cudaSuccess)
+      return launched(ctx);
+    return true;
+  }
+  /// Fails naming `what` and [lo, hi) when a kernel reported an index.
+  bool check(KernelContext &ctx, const char *what, int64_t lo, int64_t hi) {
+    long long bad = 0;
+    if (!readBack(ctx, &bad, word.p, sizeof bad))
+      return false;
+    if (bad != LLONG_MIN)
+      return ctx.fail(std::string(what) + " " + std::to_string(bad) +
+                      " is outside [" + std::to_string(lo) + ", " +
+                      std::to_string(hi) + ")");
+    return true;
+  }
+
+private:
+  Scratch word;
+};
+
+/// Gather and its gradient: the element of an (outer, dim, inner) table
+/// that element `e` of the (outer, count, inner) gathered side reads, by
+/// index `idx[j]`; -1 when that index is outside [-dim, dim) (then
+/// reported in `*bad`, an IndexCheck's word).
+__device__ inline int64_t gatherSource(int64_t e, const void *idx, int it,
+                                       int64_t dim, int64_t count,
+                                       int64_t inner, long long *bad) {
+  int64_t i = e % inner, r = e / inner, j = r % count, o = r / count;
+  int64_t k = loadInt(idx, it, j);
+  if (k < -dim || k >= dim) {
+    *bad = k;
+    return -1;
+  }
+  if (k < 0)
+    k += dim;
+  return (o * dim + k) * inner + i;
+}
+
+/// A layout whose first operand walks `shape` at `strides`.
+inline Layout contiguousLayout(const std::vector<int64_t> &shape,
+                        const std::vector<int64_t> &strides) {
+  Layout l;
+  l.rank = static_cast<int>(shape.size());
+  for (int d = 0; d < l.rank; ++d) {
+    l.shape[d] = shape[d];
+    l.strides[0][d] = strides[d];
+  }
+  return l;
+}
+
+// Shared between families.
+
+/// dst = broadcast(src), converted to dst's type (Elementwise.cu).
+bool copyBroadcast(KernelContext &ctx, const TensorView &src, TensorView &dst);
+/// Loads cuBLAS and creates its handle on `stream` (Linalg.cu).
+bool openCublas(cudaStream_t stream, std::string &err);
+
+// The kernel families, one file each, each registering its kernels.
+void registerElementwiseKernels(KernelRegistry &r); // Elementwise.cu
+void registerReduceKernels(KernelRegistry &r);      // Reduce.cu
+void registerLinalgKernels(KernelRegistry &r);      // Linalg.cu
+void registerLayerNormKernels(KernelRegistry &r);   // LayerNorm.cu
+void registerLossKernels(KernelRegistry &r);        // Losses.cu
+void registerMovementKernels(KernelRegistry &r);    // Movement.cu
+void registerGradKernels(KernelRegistry &r);        // Grad.cu
+void registerOptimizerKernels(KernelRegistry &r);   // Optimizers.cu
+void registerCollectiveKernels(KernelRegistry &r);  // Collectives.cu
 
 } // namespace ds::rt::cuda
 
