@@ -108,32 +108,38 @@ std::string setLr(RunOptions &o, const std::string &v) {
   return "";
 }
 
-std::vector<RunFlag> makeFlags() {
-  using O = RunOptions;
-  auto flag = [](std::vector<std::string> names, std::string usage,
-                 std::string help, Setter set, std::string missing = "") {
-    RunFlag f;
-    f.names = std::move(names);
-    f.usage = std::move(usage);
-    f.help = std::move(help);
-    f.set = std::move(set);
-    f.missing = std::move(missing);
-    return f;
-  };
-  auto option = [&](std::vector<std::string> names, std::string help,
-                    bool O::*field) {
-    std::string usage = help.empty() ? "" : names[0]; // unlisted: no help
-    RunFlag f = flag(names, usage, std::move(help), toTrue(field));
-    f.takesValue = false;
-    return f;
-  };
-  auto action = [&](std::vector<std::string> names, std::string help,
-                    RunAction a) {
-    RunFlag f = flag(names, names[0], std::move(help), nullptr);
-    f.takesValue = false;
-    f.action = a;
-    return f;
-  };
+using O = RunOptions;
+
+RunFlag flag(std::vector<std::string> names, std::string usage,
+             std::string help, Setter set, std::string missing = "") {
+  RunFlag f;
+  f.names = std::move(names);
+  f.usage = std::move(usage);
+  f.help = std::move(help);
+  f.set = std::move(set);
+  f.missing = std::move(missing);
+  return f;
+}
+
+/// A flag without a value that sets `field`.
+RunFlag option(std::vector<std::string> names, std::string help,
+               bool O::*field) {
+  std::string usage = help.empty() ? "" : names[0]; // unlisted: no help
+  RunFlag f = flag(names, usage, std::move(help), toTrue(field));
+  f.takesValue = false;
+  return f;
+}
+
+/// A flag that asks for something else than a run.
+RunFlag action(std::vector<std::string> names, std::string help, RunAction a) {
+  RunFlag f = flag(names, names[0], std::move(help), nullptr);
+  f.takesValue = false;
+  f.action = a;
+  return f;
+}
+
+/// What runs, on which data.
+std::vector<RunFlag> trainingFlags() {
   return {
       option({"--forward-only"},
              "evaluate a forward plan (compiled without --optimizer)",
@@ -176,6 +182,12 @@ std::vector<RunFlag> makeFlags() {
            "debug (fp16 plans): at these runs turn one gradient\n"
            "element into inf before the overflow check",
            setInjectOverflow, "--inject-overflow needs run numbers, like 3,5"),
+  };
+}
+
+/// Checkpoints and trained weights.
+std::vector<RunFlag> checkpointFlags() {
+  return {
       flag({"--save"}, "--save DIR",
            "write a sharded checkpoint to DIR after the last\n"
            "step (and every K steps with --save-every K): one\n"
@@ -213,6 +225,12 @@ std::vector<RunFlag> makeFlags() {
            "with trained initializers), FILE.safetensors or\n"
            "FILE.npz",
            setSaveWeights, "--save-weights needs a file"),
+  };
+}
+
+/// Inputs and outputs, execution, logging, and the actions.
+std::vector<RunFlag> runningFlags() {
+  return {
       flag({"--inputs"}, "--inputs FILE",
            "graph inputs: a .npz whose arrays are named by graph\n"
            "input names, a .npy or ONNX TensorProto .pb given as\n"
@@ -299,7 +317,13 @@ bool matches(const RunFlag &f, const std::string &a,
 } // namespace
 
 const std::vector<RunFlag> &runFlags() {
-  static const std::vector<RunFlag> flags = makeFlags();
+  static const std::vector<RunFlag> flags = [] {
+    std::vector<RunFlag> all;
+    for (auto group : {trainingFlags, checkpointFlags, runningFlags})
+      for (RunFlag &f : group())
+        all.push_back(std::move(f));
+    return all;
+  }();
   return flags;
 }
 

@@ -203,18 +203,18 @@ void printTrainingReport(RunContext &ctx, const TrainState &ts) {
   if (!ctx.lead)
     return;
   const Footprint &planned = ctx.planned;
-  std::printf("per rank, measured (plan): parameters %llu (%llu), buffers "
-              "%llu (%llu), optimizer state %llu (%llu), arena high-water "
-              "%llu (%llu) bytes; collectives %llu (%llu) bytes per step\n",
-              static_cast<ull>(ts.measuredParams),
-              static_cast<ull>(planned.params),
-              static_cast<ull>(ts.measuredBuffers),
-              static_cast<ull>(planned.buffers),
-              static_cast<ull>(ts.measuredState),
-              static_cast<ull>(planned.state),
-              static_cast<ull>(ctx.stats.arenaHighWater),
-              static_cast<ull>(planned.arena), static_cast<ull>(ts.stepComm),
-              static_cast<ull>(ts.plannedComm));
+  // "measured (planned)".
+  auto vs = [](uint64_t measured, uint64_t plan) {
+    return std::to_string(measured) + " (" + std::to_string(plan) + ")";
+  };
+  std::printf("per rank, measured (plan): parameters %s, buffers %s, "
+              "optimizer state %s, arena high-water %s bytes; collectives "
+              "%s bytes per step\n",
+              vs(ts.measuredParams, planned.params).c_str(),
+              vs(ts.measuredBuffers, planned.buffers).c_str(),
+              vs(ts.measuredState, planned.state).c_str(),
+              vs(ctx.stats.arenaHighWater, planned.arena).c_str(),
+              vs(ts.stepComm, ts.plannedComm).c_str());
   long long ran = ctx.opts.steps - ts.firstStep + 1;
   std::printf("trained %lld steps (%s, %lld batch%s): loss %.6f -> %.6f, "
               "mean %.3f ms/step\n",
