@@ -11,6 +11,7 @@
 
 #include "TrainerImpl.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
