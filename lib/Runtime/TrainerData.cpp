@@ -1,0 +1,260 @@
+//===- TrainerData.cpp - batches and token windows for training ----------===//
+//
+// Part of the ds project (runtime: no MLIR or LLVM).
+//
+// --data: each array is one global batch (world x the plan's per-rank
+// batch) or k of them stacked along the first dimension, used in turn;
+// each data-parallel rank takes its rows. --tokens: a stream of token ids
+// from which every step samples windows at random (splitmix64 of seed,
+// run and row), the inputs at [o, o+T) and the targets at [o+1, o+T+1).
+//
+//===----------------------------------------------------------------------===//
+
+#include "TrainerImpl.h"
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+namespace ds::rt {
+
+namespace {
+
+/// Whether `name` is one of the two --token-inputs.
+bool isTokenInput(const std::string &tokenInputs, const std::string &name) {
+  return tokenInputs.rfind(name + ",", 0) == 0 ||
+         (tokenInputs.size() > name.size() &&
+          tokenInputs.compare(tokenInputs.size() - name.size() - 1,
+                              name.size() + 1, "," + name) == 0);
+}
+
+/// Checks data array `t` against graph input `spec`; counts its batches.
+bool checkArray(RunContext &ctx, TrainData &data, const std::string &name,
+                const HostTensor &spec, const HostTensor &t) {
+  int dpSize = ctx.dpSize;
+  int64_t unit = spec.shape.empty() ? 0 : spec.shape[0] * dpSize;
+  bool whole = t.shape == spec.shape;
+  bool stacked = !spec.shape.empty() && t.shape.size() == spec.shape.size() &&
+                 unit > 0 && t.shape[0] % unit == 0 &&
+                 std::equal(t.shape.begin() + 1, t.shape.end(),
+                            spec.shape.begin() + 1);
+  if (!whole && !stacked)
+    return ctx.fail("data array '" + name + "' has shape " + t.shapeString() +
+                    ", the plan's input is " + spec.shapeString() +
+                    (dpSize > 1 ? " per rank: give " + std::to_string(dpSize) +
+                                      " x that many rows"
+                                : "") +
+                    " (or k of them stacked along the first dimension)");
+  int64_t k = stacked ? t.shape[0] / unit : 1;
+  if (k > 1 && data.batches > 1 && k != data.batches)
+    return ctx.fail("data arrays hold different numbers of batches (" +
+                    std::to_string(data.batches) + " and " +
+                    std::to_string(k) + ")");
+  data.batches = std::max(data.batches, k);
+  data.samples = (spec.shape.empty() ? 1 : spec.shape[0]) * dpSize;
+  if (data.tokensPerSample == 0 && spec.shape.size() >= 2 &&
+      (t.dtype == DType::I64 || t.dtype == DType::I32)) {
+    data.tokensPerSample = 1;
+    for (size_t d = 1; d < spec.shape.size(); ++d)
+      data.tokensPerSample *= spec.shape[d];
+  }
+  return true;
+}
+
+/// The token ids of --tokens: a .npy of integers or raw uint16/uint32.
+bool readTokens(RunContext &ctx, std::vector<int64_t> &tokens) {
+  const std::string &path = ctx.opts.tokensPath;
+  std::string err;
+  if (endsWith(path, ".npy")) {
+    HostTensor t;
+    if (!readNpy(path, t, err))
+      return ctx.fail(err);
+    if (t.dtype != DType::I64 && t.dtype != DType::I32)
+      return ctx.fail("'" + path + "' holds " + dtypeName(t.dtype) +
+                      ", token ids must be integers");
+    for (int64_t i = 0; i < t.numel(); ++i)
+      tokens.push_back(
+          t.dtype == DType::I64
+              ? reinterpret_cast<const int64_t *>(t.data.data())[i]
+              : reinterpret_cast<const int32_t *>(t.data.data())[i]);
+    return true;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return ctx.fail("cannot open '" + path + "'");
+  std::vector<char> raw((std::istreambuf_iterator<char>(in)),
+                        std::istreambuf_iterator<char>());
+  size_t width = ctx.opts.tokenDtype == "uint16" ? 2 : 4;
+  if (raw.size() % width)
+    return ctx.fail("'" + path + "' is not a whole number of " +
+                    ctx.opts.tokenDtype + " token ids");
+  for (size_t i = 0; i < raw.size(); i += width) {
+    uint32_t v = 0;
+    std::memcpy(&v, raw.data() + i, width);
+    tokens.push_back(v);
+  }
+  return true;
+}
+
+/// The two --token-inputs must be integer [batch, T] graph inputs (of
+/// any stage); their shape is the window.
+bool checkTokenInputs(RunContext &ctx, TrainData &data) {
+  // With pipeline parallelism the stages split the inputs between them:
+  // a name is checked against every stage's.
+  std::vector<std::pair<std::string, HostTensor>> tokenSpecs = data.specs;
+  for (const auto &[n, spec] : ctx.pipelineInputs)
+    tokenSpecs.push_back({n, spec});
+  for (const std::string &name : {data.tokIn, data.tokOut}) {
+    bool found = false;
+    for (const auto &[n, spec] : tokenSpecs)
+      if (n == name) {
+        found = true;
+        if (spec.shape.size() != 2 ||
+            (spec.dtype != DType::I64 && spec.dtype != DType::I32))
+          return ctx.fail("--token-inputs: input '" + name +
+                          "' must be an integer [batch, T] tensor, the plan "
+                          "has " +
+                          std::string(dtypeName(spec.dtype)) + " " +
+                          spec.shapeString());
+        data.window = spec.shape;
+      }
+    if (!found)
+      return ctx.fail("--token-inputs names '" + name +
+                      "', which is not a graph input (inputs: " + data.names +
+                      ")");
+  }
+  return true;
+}
+
+} // namespace
+
+bool loadBatches(RunContext &ctx, TrainData &data) {
+  const RunOptions &o = ctx.opts;
+  std::string err;
+  if (!o.dataPath.empty() && !readNpz(o.dataPath, data.arrays, err))
+    return ctx.fail(err);
+  for (const auto &[name, spec] : ctx.info.inputs)
+    if (name != "ds.step" && name != "ds.loss_scale")
+      data.specs.push_back({name, spec});
+  for (const auto &[name, spec] : data.specs)
+    data.names += (data.names.empty() ? "" : ", ") + name;
+  for (const auto &[name, spec] : data.specs) {
+    auto it = data.arrays.find(name);
+    if (it == data.arrays.end()) {
+      bool fromTokens =
+          !o.tokensPath.empty() && isTokenInput(o.tokenInputs, name);
+      if (!o.dataPath.empty() && !fromTokens)
+        return ctx.fail("'" + o.dataPath + "' has no array '" + name +
+                        "' (graph inputs: " + data.names + ")");
+      continue; // given with --inputs or --tokens
+    }
+    if (!checkArray(ctx, data, name, spec, it->second))
+      return false;
+  }
+  return true;
+}
+
+bool loadTokens(RunContext &ctx, TrainData &data) {
+  const RunOptions &o = ctx.opts;
+  if (o.tokensPath.empty())
+    return true;
+  data.tokIn = o.tokenInputs.substr(0, o.tokenInputs.find(','));
+  data.tokOut = o.tokenInputs.substr(o.tokenInputs.find(',') + 1);
+  if (!checkTokenInputs(ctx, data) || !readTokens(ctx, data.tokens))
+    return false;
+  const std::vector<int64_t> &tokens = data.tokens;
+  if (static_cast<int64_t>(tokens.size()) < data.window[1] + 1)
+    return ctx.fail("'" + o.tokensPath + "' holds " +
+                    std::to_string(tokens.size()) +
+                    " tokens, fewer than a window of " +
+                    std::to_string(data.window[1] + 1));
+  for (const std::string &name : {data.tokIn, data.tokOut}) {
+    auto lim = ctx.info.indexLimits.find(name);
+    if (lim == ctx.info.indexLimits.end())
+      continue;
+    for (size_t i = 0; i < tokens.size(); ++i)
+      if (tokens[i] < 0 || tokens[i] >= lim->second)
+        return ctx.fail("token id " + std::to_string(tokens[i]) +
+                        " at position " + std::to_string(i) + " of '" +
+                        o.tokensPath + "' is outside the vocabulary of " +
+                        std::to_string(lim->second) + " (input '" + name +
+                        "')");
+  }
+  data.samples = data.window[0] * ctx.dpSize;
+  data.tokensPerSample = data.window[1];
+  return true;
+}
+
+/// With pipeline parallelism an input goes to the chunk that has it.
+static bool hasInput(const RunContext &ctx, Executor *ex,
+                     const std::string &name) {
+  if (ctx.stages == 1)
+    return true;
+  std::vector<std::string> names = ex->inputNames();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+bool feedBatches(RunContext &ctx, const TrainData &data, Executor *ex,
+                 long long m) {
+  std::string err;
+  for (const auto &[name, spec] : data.specs) {
+    auto it = data.arrays.find(name);
+    if (it == data.arrays.end())
+      continue;
+    const HostTensor &t = it->second;
+    HostTensor batch = t;
+    if (t.shape != spec.shape || ctx.sc->size() > 1) {
+      // Global batch (m-1) mod k, this rank's rows of it.
+      int64_t unit = spec.shape[0] * ctx.dpSize;
+      int64_t k = t.shape[0] % unit == 0 ? t.shape[0] / unit : 1;
+      size_t rowBytes = t.data.size() / t.shape[0];
+      size_t first = t.shape[0] % unit == 0
+                         ? (((m - 1) % k) * unit + ctx.dpRank * spec.shape[0])
+                         : 0;
+      batch.shape = spec.shape;
+      batch.data.assign(t.data.begin() + first * rowBytes,
+                        t.data.begin() + (first + spec.shape[0]) * rowBytes);
+    }
+    if (hasInput(ctx, ex, name) && !ex->setInput(name, std::move(batch), err))
+      return ctx.fail(err);
+  }
+  return true;
+}
+
+bool feedTokens(RunContext &ctx, const TrainData &data, Executor *ex,
+                long long m) {
+  // splitmix64 of (seed, step, row): the same windows for the same seed,
+  // whatever the thread count.
+  const std::vector<int64_t> &window = data.window;
+  const std::vector<int64_t> &tokens = data.tokens;
+  HostTensor in, out;
+  in.dtype = out.dtype = DType::I64;
+  in.shape = out.shape = window;
+  in.data.resize(window[0] * window[1] * 8);
+  out.data.resize(in.data.size());
+  uint64_t range = tokens.size() - window[1];
+  for (int64_t r = 0; r < window[0]; ++r) {
+    uint64_t z = static_cast<uint64_t>(ctx.opts.seed) * 0x9e3779b97f4a7c15ULL +
+                 static_cast<uint64_t>(m) * 0xbf58476d1ce4e5b9ULL +
+                 static_cast<uint64_t>(r + ctx.dpRank * window[0]) *
+                     0x94d049bb133111ebULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    uint64_t o = (z ^ (z >> 31)) % range;
+    for (int64_t j = 0; j < window[1]; ++j) {
+      int64_t a = tokens[o + j], b = tokens[o + j + 1];
+      std::memcpy(in.data.data() + (r * window[1] + j) * 8, &a, 8);
+      std::memcpy(out.data.data() + (r * window[1] + j) * 8, &b, 8);
+    }
+  }
+  std::string err;
+  if ((hasInput(ctx, ex, data.tokIn) &&
+       !ex->setInput(data.tokIn, std::move(in), err)) ||
+      (hasInput(ctx, ex, data.tokOut) &&
+       !ex->setInput(data.tokOut, std::move(out), err)))
+    return ctx.fail(err);
+  return true;
+}
+
+} // namespace ds::rt
