@@ -10,11 +10,8 @@
 
 #include "ImporterImpl.h"
 
-using namespace mlir;
-using namespace mlir::ds;
-using namespace mlir::ds::onnx_import;
-namespace sh = mlir::ds::shapes;
-
+namespace mlir::ds::onnx_import {
+namespace sh = shapes;
 namespace {
 
 template <typename OpTy>
@@ -114,7 +111,7 @@ LogicalResult where(NodeContext &n) {
 
 } // namespace
 
-void onnx_import::registerElementwiseHandlers(HandlerTable &t) {
+void registerElementwiseHandlers(HandlerTable &t) {
   t.add("Identity", identity);
   t.add("Add", binary<AddOp>);
   t.add("Sub", binary<SubOp>);
@@ -146,3 +143,5 @@ void onnx_import::registerElementwiseHandlers(HandlerTable &t) {
   t.add("Cast", castNode);
   t.add("Where", where);
 }
+
+} // namespace mlir::ds::onnx_import

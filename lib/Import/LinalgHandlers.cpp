@@ -9,11 +9,8 @@
 
 #include "ImporterImpl.h"
 
-using namespace mlir;
-using namespace mlir::ds;
-using namespace mlir::ds::onnx_import;
-namespace sh = mlir::ds::shapes;
-
+namespace mlir::ds::onnx_import {
+namespace sh = shapes;
 namespace {
 
 LogicalResult matmul(NodeContext &n) {
@@ -163,7 +160,7 @@ LogicalResult trilu(NodeContext &n) {
 
 } // namespace
 
-void onnx_import::registerLinalgHandlers(HandlerTable &t) {
+void registerLinalgHandlers(HandlerTable &t) {
   t.add("MatMul", matmul);
   t.add("Gemm", gemm);
   t.add("Softmax", softmax<SoftmaxOp>);
@@ -171,3 +168,5 @@ void onnx_import::registerLinalgHandlers(HandlerTable &t) {
   t.add("LayerNormalization", layerNorm);
   t.add("Trilu", trilu);
 }
+
+} // namespace mlir::ds::onnx_import

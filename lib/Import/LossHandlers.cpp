@@ -10,11 +10,8 @@
 
 #include "ImporterImpl.h"
 
-using namespace mlir;
-using namespace mlir::ds;
-using namespace mlir::ds::onnx_import;
-namespace sh = mlir::ds::shapes;
-
+namespace mlir::ds::onnx_import {
+namespace sh = shapes;
 namespace {
 
 LogicalResult dropout(NodeContext &n) {
@@ -98,7 +95,7 @@ LogicalResult lossNode(NodeContext &n, bool hasLogProb) {
 
 } // namespace
 
-void onnx_import::registerLossHandlers(HandlerTable &t) {
+void registerLossHandlers(HandlerTable &t) {
   t.add("Dropout", dropout);
   t.add("SoftmaxCrossEntropyLoss", [](NodeContext &n) {
     return lossNode<SoftmaxCrossEntropyLossOp>(n, true);
@@ -107,3 +104,5 @@ void onnx_import::registerLossHandlers(HandlerTable &t) {
     return lossNode<NegativeLogLikelihoodLossOp>(n, false);
   });
 }
+
+} // namespace mlir::ds::onnx_import

@@ -12,11 +12,8 @@
 
 #include "ImporterImpl.h"
 
-using namespace mlir;
-using namespace mlir::ds;
-using namespace mlir::ds::onnx_import;
-namespace sh = mlir::ds::shapes;
-
+namespace mlir::ds::onnx_import {
+namespace sh = shapes;
 namespace {
 
 LogicalResult gather(NodeContext &n) {
@@ -300,7 +297,7 @@ LogicalResult expand(NodeContext &n) {
 
 } // namespace
 
-void onnx_import::registerMovementHandlers(HandlerTable &t) {
+void registerMovementHandlers(HandlerTable &t) {
   t.add("Gather", gather);
   t.add("Reshape", reshape);
   t.add("Flatten", flatten);
@@ -312,3 +309,5 @@ void onnx_import::registerMovementHandlers(HandlerTable &t) {
   t.add("Slice", slice);
   t.add("Expand", expand);
 }
+
+} // namespace mlir::ds::onnx_import

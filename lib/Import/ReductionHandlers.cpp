@@ -12,11 +12,8 @@
 
 #include <algorithm>
 
-using namespace mlir;
-using namespace mlir::ds;
-using namespace mlir::ds::onnx_import;
-namespace sh = mlir::ds::shapes;
-
+namespace mlir::ds::onnx_import {
+namespace sh = shapes;
 namespace {
 
 template <typename OpTy>
@@ -59,10 +56,12 @@ LogicalResult reduce(NodeContext &n, int64_t axesInputSince) {
 
 } // namespace
 
-void onnx_import::registerReductionHandlers(HandlerTable &t) {
+void registerReductionHandlers(HandlerTable &t) {
   // The opset from which each op takes its axes as an input.
   t.add("ReduceSum", [](NodeContext &n) { return reduce<ReduceSumOp>(n, 13); });
   t.add("ReduceMean",
         [](NodeContext &n) { return reduce<ReduceMeanOp>(n, 18); });
   t.add("ReduceMax", [](NodeContext &n) { return reduce<ReduceMaxOp>(n, 18); });
 }
+
+} // namespace mlir::ds::onnx_import

@@ -13,21 +13,24 @@
 #include <algorithm>
 #include <cmath>
 
-using namespace mlir;
-using namespace mlir::ds;
-using namespace mlir::ds::onnx_import;
-namespace sh = mlir::ds::shapes;
-
+namespace mlir::ds::onnx_import {
+namespace sh = shapes;
 namespace {
 
 /// A Constant's value_float(s) or value_int(s) attribute as a tensor: a
-/// scalar for the singular spelling, 1-D for the plural one.
-template <typename T>
+/// scalar for the singular spelling (`single`), 1-D for the plural one.
+template <typename T, typename List>
 LogicalResult bindListConstant(NodeContext &n, Type elt, bool scalar,
-                               ArrayRef<T> values) {
+                               T single, const List &list) {
+  SmallVector<T> values;
+  if (scalar)
+    values.push_back(single);
+  else
+    values.assign(list.begin(), list.end());
   auto type = scalar ? RankedTensorType::get({}, elt)
                      : RankedTensorType::get({(int64_t)values.size()}, elt);
-  return n.bind(n.constant(type, DenseElementsAttr::get(type, values)));
+  return n.bind(
+      n.constant(type, DenseElementsAttr::get(type, ArrayRef<T>(values))));
 }
 
 LogicalResult constantNode(NodeContext &n) {
@@ -42,24 +45,13 @@ LogicalResult constantNode(NodeContext &n) {
       return failure();
     return n.bind(n.constant(cast<RankedTensorType>(attr->getType()), *attr));
   }
-  if (a.name() == "value_float" || a.name() == "value_floats") {
-    bool scalar = a.name() == "value_float";
-    SmallVector<float> v;
-    if (scalar)
-      v.push_back(a.f());
-    else
-      v.assign(a.floats().begin(), a.floats().end());
-    return bindListConstant<float>(n, Float32Type::get(ctx), scalar, v);
-  }
-  if (a.name() == "value_int" || a.name() == "value_ints") {
-    bool scalar = a.name() == "value_int";
-    SmallVector<int64_t> v;
-    if (scalar)
-      v.push_back(a.i());
-    else
-      v.assign(a.ints().begin(), a.ints().end());
-    return bindListConstant<int64_t>(n, IntegerType::get(ctx, 64), scalar, v);
-  }
+  if (a.name() == "value_float" || a.name() == "value_floats")
+    return bindListConstant<float>(n, Float32Type::get(ctx),
+                                   a.name() == "value_float", a.f(),
+                                   a.floats());
+  if (a.name() == "value_int" || a.name() == "value_ints")
+    return bindListConstant<int64_t>(n, IntegerType::get(ctx, 64),
+                                     a.name() == "value_int", a.i(), a.ints());
   return n.error() << "unsupported attribute '" << a.name()
                    << "' (ds supports numeric tensor constants)";
 }
@@ -151,9 +143,12 @@ LogicalResult range(NodeContext &n) {
 
 } // namespace
 
-void onnx_import::registerShapeHandlers(HandlerTable &t) {
+// Constant is here: most constants in exported graphs are shapes.
+void registerShapeHandlers(HandlerTable &t) {
   t.add("Constant", constantNode);
   t.add("Shape", shapeNode);
   t.add("ConstantOfShape", constantOfShape);
   t.add("Range", range);
 }
+
+} // namespace mlir::ds::onnx_import

@@ -11,11 +11,8 @@
 
 #include "ImporterImpl.h"
 
-using namespace mlir;
-using namespace mlir::ds;
-using namespace mlir::ds::onnx_import;
-namespace sh = mlir::ds::shapes;
-
+namespace mlir::ds::onnx_import {
+namespace sh = shapes;
 namespace {
 
 /// The ds.onnx_update kind of a Momentum node (its `mode`), checking its
@@ -132,9 +129,11 @@ LogicalResult gradientNode(NodeContext &n) {
 
 } // namespace
 
-void onnx_import::registerTrainingDomainHandlers(HandlerTable &t) {
+void registerTrainingDomainHandlers(HandlerTable &t) {
   for (StringRef op : {"Adam", "Adagrad", "Momentum"})
     t.add(kTrainingDomain, op,
           [op](NodeContext &n) { return onnxTrainingUpdate(n, op); });
   t.add(kTrainingDomain, "Gradient", gradientNode);
 }
+
+} // namespace mlir::ds::onnx_import
