@@ -14,8 +14,7 @@ namespace mlir::ds::onnx_import {
 namespace sh = shapes;
 namespace {
 
-template <typename OpTy>
-LogicalResult binary(NodeContext &n) {
+template <typename OpTy> LogicalResult binary(NodeContext &n) {
   if (failed(n.expectInputs(2, 2)))
     return failure();
   // Before opset 7, broadcasting was opt-in through these attributes.
@@ -25,9 +24,9 @@ LogicalResult binary(NodeContext &n) {
   Type lt = n.elementTypeOf(0), rt = n.elementTypeOf(1);
   bool isPow = std::is_same_v<OpTy, PowOp>;
   if (!isPow && lt != rt)
-    return n.error() << "operand element types differ: " << lt << " and "
-                     << rt;
-  FailureOr<sh::Shape> shape = sh::broadcast(n.shape(0), n.shape(1), n.emitFn());
+    return n.error() << "operand element types differ: " << lt << " and " << rt;
+  FailureOr<sh::Shape> shape =
+      sh::broadcast(n.shape(0), n.shape(1), n.emitFn());
   if (failed(shape))
     return failure();
   Type elt = isPredicate(OpTy::getKind()) ? IntegerType::get(n.ctx(), 1) : lt;
@@ -37,8 +36,7 @@ LogicalResult binary(NodeContext &n) {
 }
 
 /// Max/Min/Sum are variadic in ONNX: fold them pairwise.
-template <typename OpTy>
-LogicalResult variadic(NodeContext &n) {
+template <typename OpTy> LogicalResult variadic(NodeContext &n) {
   if (n.numInputs() == 0 || !n.input(0))
     return n.error() << "needs at least one input";
   if (n.numInputs() == 1)
@@ -59,8 +57,7 @@ LogicalResult variadic(NodeContext &n) {
   return n.bind(acc);
 }
 
-template <typename OpTy>
-LogicalResult unary(NodeContext &n) {
+template <typename OpTy> LogicalResult unary(NodeContext &n) {
   if (failed(n.expectInputs(1, 1)))
     return failure();
   Type elt = n.elementTypeOf(0);

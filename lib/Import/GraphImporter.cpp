@@ -26,8 +26,7 @@ using namespace mlir::ds::onnx_import;
 Importer::Importer(MLIRContext *ctx, const onnx::ModelProto &model,
                    StringRef path, const ImportOptions &options)
     : ctx(ctx), model(model), path(path), options(options), builder(ctx),
-      fileLoc(FileLineColLoc::get(ctx, llvm::sys::path::filename(path), 0,
-                                  0)) {
+      fileLoc(FileLineColLoc::get(ctx, llvm::sys::path::filename(path), 0, 0)) {
   baseDir = llvm::sys::path::parent_path(path).str();
 }
 
@@ -106,8 +105,7 @@ Importer::checkInputShapeNames(const llvm::StringSet<> &initNames) {
       if (!initNames.contains(in.name()))
         list += (list.empty() ? "" : ", ") + in.name();
     return error() << "--input-shape names '" << entry.getKey()
-                   << "', which is not a graph input (inputs: " << list
-                   << ")";
+                   << "', which is not a graph input (inputs: " << list << ")";
   }
   return success();
 }
@@ -121,10 +119,10 @@ OwningOpRef<ModuleOp> Importer::createModule() {
   if (!model.producer_name().empty())
     (*module)->setAttr(
         attrs::kProducer,
-        builder.getStringAttr(
-            model.producer_version().empty()
-                ? model.producer_name()
-                : model.producer_name() + " " + model.producer_version()));
+        builder.getStringAttr(model.producer_version().empty()
+                                  ? model.producer_name()
+                                  : model.producer_name() + " " +
+                                        model.producer_version()));
   return module;
 }
 
@@ -192,8 +190,8 @@ FailureOr<func::FuncOp> Importer::createFunction(const Signature &sig) {
         tensorToAttr(*init, "initializer '" + init->name() + "'");
     if (failed(attr))
       return failure();
-    values[init->name()] = ConstantOp::create(
-        builder, fileLoc, attr->getType(), cast<ElementsAttr>(*attr));
+    values[init->name()] = ConstantOp::create(builder, fileLoc, attr->getType(),
+                                              cast<ElementsAttr>(*attr));
   }
   return func;
 }
@@ -368,8 +366,7 @@ FailureOr<OwningOpRef<ModuleOp>> Importer::run() {
 
   OwningOpRef<ModuleOp> module = createModule();
   Signature sig;
-  if (failed(addInputArguments(initNames, sig)) ||
-      failed(addInitializers(sig)))
+  if (failed(addInputArguments(initNames, sig)) || failed(addInitializers(sig)))
     return failure();
   FailureOr<func::FuncOp> func = createFunction(sig);
   if (failed(func))

@@ -20,8 +20,7 @@ using namespace mlir::ds::onnx_import;
 
 void HandlerTable::add(StringRef domain, StringRef opType, Handler handler) {
   StringRef key = isDefaultDomain(domain) ? StringRef() : domain;
-  bool inserted =
-      byDomain[key].try_emplace(opType, std::move(handler)).second;
+  bool inserted = byDomain[key].try_emplace(opType, std::move(handler)).second;
   assert(inserted && "two handlers for one ONNX op type");
   (void)inserted;
 }

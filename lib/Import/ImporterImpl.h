@@ -225,8 +225,7 @@ public:
 
   /// Creates `OpTy`, folds it if its operands allow, and binds its results
   /// to the node's outputs in order.
-  template <typename OpTy, typename... Args>
-  LogicalResult emit(Args &&...args);
+  template <typename OpTy, typename... Args> LogicalResult emit(Args &&...args);
   /// Binds already computed values to the node's outputs.
   LogicalResult bind(ValueRange values);
 

@@ -46,8 +46,7 @@ LogicalResult gemm(NodeContext &n) {
 }
 
 /// Softmax and LogSoftmax; before opset 13 they flatten to 2-D at `axis`.
-template <typename OpTy>
-LogicalResult softmax(NodeContext &n) {
+template <typename OpTy> LogicalResult softmax(NodeContext &n) {
   if (failed(n.expectInputs(1, 1)) || failed(n.requireFloat(0)))
     return failure();
   auto type = cast<RankedTensorType>(n.input(0).getType());
@@ -61,9 +60,9 @@ LogicalResult softmax(NodeContext &n) {
     return n.emit<OpTy>(n.input(0), b.getI64IntegerAttr(*axis));
   // Coerced to 2-D: [prod(dims[:axis]), prod(dims[axis:])], softmax on 1.
   ArrayRef<int64_t> s = type.getShape();
-  auto flat = n.tensor({sh::product(s.take_front(*axis)),
-                        sh::product(s.drop_front(*axis))},
-                       type.getElementType());
+  auto flat = n.tensor(
+      {sh::product(s.take_front(*axis)), sh::product(s.drop_front(*axis))},
+      type.getElementType());
   Value x = ReshapeOp::create(n.builder(), n.loc, flat, n.input(0));
   Value y = OpTy::create(n.builder(), n.loc, x, b.getI64IntegerAttr(1));
   return n.bind(ReshapeOp::create(n.builder(), n.loc, type, y)->getResults());
@@ -123,15 +122,14 @@ LogicalResult layerNorm(NodeContext &n) {
     if (n.elementTypeOf(i) != type.getElementType())
       return n.error() << "input " << i << " element type differs from X";
     if (!llvm::equal(n.shape(i), normalized))
-      return n.error() << "input " << i << " has shape "
-                       << shapeStr(n.shape(i)) << ", expected "
-                       << shapeStr(normalized);
+      return n.error() << "input " << i << " has shape " << shapeStr(n.shape(i))
+                       << ", expected " << shapeStr(normalized);
   }
   OpBuilder &b = n.builder();
   float eps = n.floatAttr("epsilon", 1e-5f);
-  auto ln = LayerNormOp::create(b, n.loc, type, n.input(0), n.input(1),
-                                n.input(2), b.getI64IntegerAttr(*axis),
-                                b.getF32FloatAttr(eps));
+  auto ln =
+      LayerNormOp::create(b, n.loc, type, n.input(0), n.input(1), n.input(2),
+                          b.getI64IntegerAttr(*axis), b.getF32FloatAttr(eps));
   SmallVector<Value> results{ln};
   if (n.outputUsed(1) || n.outputUsed(2)) {
     auto [mean, invStdDev] = layerNormStatistics(n, *axis, eps);

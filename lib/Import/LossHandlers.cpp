@@ -44,10 +44,9 @@ LogicalResult dropout(NodeContext &n) {
   if (const onnx::AttributeProto *s = n.attr("seed"))
     seed = b.getI64IntegerAttr(s->i());
   auto type = cast<RankedTensorType>(n.input(0).getType());
-  auto op = DropoutOp::create(b, n.loc, type,
-                              n.tensor(type.getShape(), b.getI1Type()),
-                              n.input(0), b.getF64FloatAttr(ratio),
-                              b.getBoolAttr(training), seed);
+  auto op = DropoutOp::create(
+      b, n.loc, type, n.tensor(type.getShape(), b.getI1Type()), n.input(0),
+      b.getF64FloatAttr(ratio), b.getBoolAttr(training), seed);
   return n.bind(op->getResults());
 }
 
@@ -81,14 +80,14 @@ LogicalResult lossNode(NodeContext &n, bool hasLogProb) {
     Type logProb;
     if (hasLogProb && n.outputUsed(1))
       logProb = n.input(0).getType();
-    auto op = OpTy::create(b, n.loc, n.tensor(*shape, elt), logProb,
-                           n.input(0), n.input(1), n.input(2),
-                           b.getStringAttr(reduction), ignore);
-    return n.bind(op->getResults());
-  } else {
-    auto op = OpTy::create(b, n.loc, n.tensor(*shape, elt), n.input(0),
+    auto op = OpTy::create(b, n.loc, n.tensor(*shape, elt), logProb, n.input(0),
                            n.input(1), n.input(2), b.getStringAttr(reduction),
                            ignore);
+    return n.bind(op->getResults());
+  } else {
+    auto op =
+        OpTy::create(b, n.loc, n.tensor(*shape, elt), n.input(0), n.input(1),
+                     n.input(2), b.getStringAttr(reduction), ignore);
     return n.bind(op->getResults());
   }
 }

@@ -70,8 +70,8 @@ LogicalResult flatten(NodeContext &n) {
     return n.error() << "axis " << axis << " out of range for rank " << rank;
   if (axis < 0)
     axis += rank;
-  return emitReshape(n, {sh::product(s.take_front(axis)),
-                         sh::product(s.drop_front(axis))});
+  return emitReshape(
+      n, {sh::product(s.take_front(axis)), sh::product(s.drop_front(axis))});
 }
 
 LogicalResult squeeze(NodeContext &n) {
@@ -267,8 +267,8 @@ LogicalResult slice(NodeContext &n) {
   if (failed(spec))
     return failure();
   OpBuilder &b = n.builder();
-  return n.emit<SliceOp>(n.tensor(spec->shape, n.elementTypeOf(0)),
-                         n.input(0), b.getDenseI64ArrayAttr(spec->starts),
+  return n.emit<SliceOp>(n.tensor(spec->shape, n.elementTypeOf(0)), n.input(0),
+                         b.getDenseI64ArrayAttr(spec->starts),
                          b.getDenseI64ArrayAttr(spec->steps));
 }
 

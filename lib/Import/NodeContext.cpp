@@ -57,8 +57,7 @@ const onnx::AttributeProto *NodeContext::attr(StringRef key) const {
   return nullptr;
 }
 
-std::optional<SmallVector<int64_t>>
-NodeContext::intsAttr(StringRef key) const {
+std::optional<SmallVector<int64_t>> NodeContext::intsAttr(StringRef key) const {
   const onnx::AttributeProto *a = attr(key);
   if (!a)
     return std::nullopt;
@@ -155,8 +154,7 @@ FailureOr<RankedTensorType>
 NodeContext::requireInferredOutputType(StringRef what) const {
   if (RankedTensorType t = inferredOutputType(0))
     return t;
-  error() << what
-          << " must be a compile-time constant: ds plans static shapes";
+  error() << what << " must be a compile-time constant: ds plans static shapes";
   return failure();
 }
 

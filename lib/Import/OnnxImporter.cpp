@@ -150,14 +150,14 @@ ds::importOnnxFile(MLIRContext *context, StringRef path,
     return mlir::emitError(fileLoc)
            << "cannot read '" << path << "': " << buffer.getError().message();
   StringRef bytes = (*buffer)->getBuffer();
-  auto phase = [&, t = std::chrono::steady_clock::now()](
-                   const char *what) mutable {
-    auto now = std::chrono::steady_clock::now();
-    if (options.onPhase)
-      options.onPhase(
-          what, std::chrono::duration<double, std::milli>(now - t).count());
-    t = now;
-  };
+  auto phase =
+      [&, t = std::chrono::steady_clock::now()](const char *what) mutable {
+        auto now = std::chrono::steady_clock::now();
+        if (options.onPhase)
+          options.onPhase(
+              what, std::chrono::duration<double, std::milli>(now - t).count());
+        t = now;
+      };
   phase("read");
 
   onnx::ModelProto model;
@@ -170,16 +170,18 @@ ds::importOnnxFile(MLIRContext *context, StringRef path,
               "no graph)";
   phase("parse");
 
-  if (failed(catchOnnxError(
-          fileLoc, "the ONNX checker rejects '" + path + "': ",
-          [&] { checkModel(model, path); })))
+  if (failed(catchOnnxError(fileLoc,
+                            "the ONNX checker rejects '" + path + "': ", [&] {
+                              checkModel(model, path);
+                            })))
     return failure();
   phase("check");
 
   applyInputShapes(model, options);
   if (failed(catchOnnxError(
-          fileLoc, "ONNX shape inference fails on '" + path + "': ",
-          [&] { onnx::shape_inference::InferShapes(model); })))
+          fileLoc, "ONNX shape inference fails on '" + path + "': ", [&] {
+            onnx::shape_inference::InferShapes(model);
+          })))
     return failure();
   phase("infer");
 

@@ -20,8 +20,8 @@ namespace {
 /// A Constant's value_float(s) or value_int(s) attribute as a tensor: a
 /// scalar for the singular spelling (`single`), 1-D for the plural one.
 template <typename T, typename List>
-LogicalResult bindListConstant(NodeContext &n, Type elt, bool scalar,
-                               T single, const List &list) {
+LogicalResult bindListConstant(NodeContext &n, Type elt, bool scalar, T single,
+                               const List &list) {
   SmallVector<T> values;
   if (scalar)
     values.push_back(single);
@@ -46,9 +46,8 @@ LogicalResult constantNode(NodeContext &n) {
     return n.bind(n.constant(cast<RankedTensorType>(attr->getType()), *attr));
   }
   if (a.name() == "value_float" || a.name() == "value_floats")
-    return bindListConstant<float>(n, Float32Type::get(ctx),
-                                   a.name() == "value_float", a.f(),
-                                   a.floats());
+    return bindListConstant<float>(
+        n, Float32Type::get(ctx), a.name() == "value_float", a.f(), a.floats());
   if (a.name() == "value_int" || a.name() == "value_ints")
     return bindListConstant<int64_t>(n, IntegerType::get(ctx, 64),
                                      a.name() == "value_int", a.i(), a.ints());
@@ -124,8 +123,9 @@ LogicalResult range(NodeContext &n) {
   auto scalar = [&](size_t i) -> FailureOr<double> {
     if (isa<FloatType>(elt))
       return n.constFloat(i, i == 0 ? "start" : i == 1 ? "limit" : "delta");
-    FailureOr<SmallVector<int64_t>> v =
-        n.constInts(i, i == 0 ? "start" : i == 1 ? "limit" : "delta");
+    FailureOr<SmallVector<int64_t>> v = n.constInts(i, i == 0   ? "start"
+                                                       : i == 1 ? "limit"
+                                                                : "delta");
     if (failed(v))
       return failure();
     return static_cast<double>((*v)[0]);

@@ -24,13 +24,20 @@ namespace sh = mlir::ds::shapes;
 
 Type onnx_import::elementType(MLIRContext *ctx, int32_t onnxType) {
   switch (onnxType) {
-  case onnx::TensorProto::FLOAT: return Float32Type::get(ctx);
-  case onnx::TensorProto::FLOAT16: return Float16Type::get(ctx);
-  case onnx::TensorProto::BFLOAT16: return BFloat16Type::get(ctx);
-  case onnx::TensorProto::INT64: return IntegerType::get(ctx, 64);
-  case onnx::TensorProto::INT32: return IntegerType::get(ctx, 32);
-  case onnx::TensorProto::BOOL: return IntegerType::get(ctx, 1);
-  default: return nullptr;
+  case onnx::TensorProto::FLOAT:
+    return Float32Type::get(ctx);
+  case onnx::TensorProto::FLOAT16:
+    return Float16Type::get(ctx);
+  case onnx::TensorProto::BFLOAT16:
+    return BFloat16Type::get(ctx);
+  case onnx::TensorProto::INT64:
+    return IntegerType::get(ctx, 64);
+  case onnx::TensorProto::INT32:
+    return IntegerType::get(ctx, 32);
+  case onnx::TensorProto::BOOL:
+    return IntegerType::get(ctx, 1);
+  default:
+    return nullptr;
   }
 }
 
@@ -45,16 +52,15 @@ std::string onnx_import::elementTypeName(int32_t onnxType) {
 // Value types
 //===----------------------------------------------------------------------===//
 
-FailureOr<RankedTensorType>
-Importer::typeFromProto(const onnx::TypeProto &type, StringRef name,
-                        StringRef what) {
+FailureOr<RankedTensorType> Importer::typeFromProto(const onnx::TypeProto &type,
+                                                    StringRef name,
+                                                    StringRef what) {
   if (!type.has_tensor_type())
     return error() << what << " '" << name << "' is not a tensor";
   const auto &tt = type.tensor_type();
   Type elt = elementType(ctx, tt.elem_type());
   if (!elt)
-    return error() << what << " '" << name
-                   << "' has unsupported element type "
+    return error() << what << " '" << name << "' has unsupported element type "
                    << elementTypeName(tt.elem_type())
                    << " (ds supports FLOAT, FLOAT16, BFLOAT16, INT64, INT32, "
                       "BOOL)";
@@ -85,8 +91,8 @@ Importer::typeFromProto(const onnx::TypeProto &type, StringRef name,
     const auto &d = tt.shape().dim(i);
     if (!d.has_dim_value() || d.dim_value() < 0) {
       std::string sym = d.has_dim_param() ? " ('" + d.dim_param() + "')" : "";
-      return error() << what << " '" << name << "' has dynamic dimension "
-                     << i << sym << "; fix it with --input-shape=" << name
+      return error() << what << " '" << name << "' has dynamic dimension " << i
+                     << sym << "; fix it with --input-shape=" << name
                      << ":DIMS (e.g. 4x64)";
     }
     shape.push_back(d.dim_value());
@@ -126,8 +132,8 @@ FailureOr<std::string> Importer::readExternal(const onnx::TensorProto &tensor,
     length = static_cast<int64_t>(size) - offset;
   if (offset < 0 || static_cast<uint64_t>(offset + length) > size)
     return error() << what << ": external data [" << offset << ", "
-                   << offset + length << ") lies outside '" << file
-                   << "' of " << size << " bytes";
+                   << offset + length << ") lies outside '" << file << "' of "
+                   << size << " bytes";
   if (!load)
     return std::string();
   auto buf = llvm::MemoryBuffer::getFileSlice(file, length, offset);
@@ -192,8 +198,8 @@ fieldsToAttr(const onnx::TensorProto &t, RankedTensorType type,
   }
 }
 
-FailureOr<DenseElementsAttr>
-Importer::tensorToAttr(const onnx::TensorProto &t, StringRef what) {
+FailureOr<DenseElementsAttr> Importer::tensorToAttr(const onnx::TensorProto &t,
+                                                    StringRef what) {
   Type elt = elementType(ctx, t.data_type());
   if (!elt)
     return error() << what << " has unsupported element type "
@@ -219,9 +225,8 @@ Importer::tensorToAttr(const onnx::TensorProto &t, StringRef what) {
   }
   if (raw) {
     if (static_cast<int64_t>(raw->size()) != count * width)
-      return error() << what << " holds " << raw->size()
-                     << " bytes, its shape " << shapeStr(shape) << " needs "
-                     << count * width;
+      return error() << what << " holds " << raw->size() << " bytes, its shape "
+                     << shapeStr(shape) << " needs " << count * width;
     return rawToAttr(type, *raw);
   }
   return fieldsToAttr(t, type, [&](int64_t have) {

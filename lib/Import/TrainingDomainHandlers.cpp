@@ -106,8 +106,8 @@ LogicalResult gradientNode(NodeContext &n) {
     xs.push_back(it->second);
   }
   if (n.numOutputs() != xs.size())
-    return n.error() << "has " << n.numOutputs() << " outputs for "
-                     << xs.size() << " xs";
+    return n.error() << "has " << n.numOutputs() << " outputs for " << xs.size()
+                     << " xs";
   Value y = yIt->second;
   auto yType = cast<RankedTensorType>(y.getType());
   if (!isa<FloatType>(yType.getElementType()))
@@ -123,7 +123,8 @@ LogicalResult gradientNode(NodeContext &n) {
   // An x that y does not depend on has a zero gradient.
   SmallVector<Value> outputs;
   for (auto [x, g] : llvm::zip(xs, *grads))
-    outputs.push_back(g ? g : splat(n, cast<RankedTensorType>(x.getType()), 0.0));
+    outputs.push_back(g ? g
+                        : splat(n, cast<RankedTensorType>(x.getType()), 0.0));
   return n.bind(outputs);
 }
 

@@ -25,9 +25,12 @@ namespace {
 /// (tensors, graphs) that are not recorded.
 Attribute attrToMlir(Builder &b, const onnx::AttributeProto &a) {
   switch (a.type()) {
-  case onnx::AttributeProto::INT: return b.getI64IntegerAttr(a.i());
-  case onnx::AttributeProto::FLOAT: return b.getF32FloatAttr(a.f());
-  case onnx::AttributeProto::STRING: return b.getStringAttr(a.s());
+  case onnx::AttributeProto::INT:
+    return b.getI64IntegerAttr(a.i());
+  case onnx::AttributeProto::FLOAT:
+    return b.getF32FloatAttr(a.f());
+  case onnx::AttributeProto::STRING:
+    return b.getStringAttr(a.s());
   case onnx::AttributeProto::INTS:
     return b.getI64ArrayAttr(
         SmallVector<int64_t>(a.ints().begin(), a.ints().end()));
@@ -38,7 +41,8 @@ Attribute attrToMlir(Builder &b, const onnx::AttributeProto &a) {
     SmallVector<StringRef> s(a.strings().begin(), a.strings().end());
     return b.getStrArrayAttr(s);
   }
-  default: return nullptr;
+  default:
+    return nullptr;
   }
 }
 
@@ -67,7 +71,8 @@ using Bindings =
 /// Validates the training_info entries of one model against its main graph.
 class TrainingInfoReader {
 public:
-  TrainingInfoReader(Importer &importer) : importer(importer), b(importer.builder) {
+  TrainingInfoReader(Importer &importer)
+      : importer(importer), b(importer.builder) {
     const onnx::GraphProto &g = importer.model.graph();
     for (const auto &init : g.initializer()) {
       initializers.insert(init.name());
@@ -109,8 +114,7 @@ TrainingInfoReader::read(const onnx::TrainingInfoProto &info, size_t index) {
   where = "training_info[" + std::to_string(index) + "]";
   llvm::StringSet<> algoValues, initValues;
   SmallVector<Attribute> algoNodes, initNodes;
-  if (failed(readGraph(info.algorithm(), "algorithm", algoValues,
-                       algoNodes)) ||
+  if (failed(readGraph(info.algorithm(), "algorithm", algoValues, algoNodes)) ||
       failed(readGraph(info.initialization(), "initialization", initValues,
                        initNodes)))
     return failure();
@@ -156,12 +160,12 @@ LogicalResult TrainingInfoReader::checkNode(const onnx::NodeProto &node,
                                             const llvm::StringSet<> &produced) {
   bool training = node.domain() == kTrainingDomain;
   if (!training && !HandlerTable::isDefaultDomain(node.domain()))
-    return importer.error() << at << ": unsupported domain '" << node.domain()
-                            << "'";
+    return importer.error()
+           << at << ": unsupported domain '" << node.domain() << "'";
   for (const auto &in : node.input())
     if (!in.empty() && !produced.contains(in) && !mainValues.contains(in))
-      return importer.error() << at << ": input '" << in
-                              << "' names no value of the model";
+      return importer.error()
+             << at << ": input '" << in << "' names no value of the model";
   if (!training)
     return success();
   const std::string &op = node.op_type();
@@ -172,10 +176,9 @@ LogicalResult TrainingInfoReader::checkNode(const onnx::NodeProto &node,
     size_t per = op == "Adam" ? 4 : 3;
     if (nin < 2 + per || (nin - 2) % per != 0 ||
         nout != (nin - 2) / per * (per - 1))
-      return importer.error()
-             << at << ": " << nin << " inputs and " << nout
-             << " outputs do not fit " << op << " (R, T, then " << per
-             << " tensors per parameter)";
+      return importer.error() << at << ": " << nin << " inputs and " << nout
+                              << " outputs do not fit " << op << " (R, T, then "
+                              << per << " tensors per parameter)";
     return success();
   }
   return importer.error() << at << ": unsupported training op '" << op << "'";
@@ -198,19 +201,17 @@ LogicalResult TrainingInfoReader::checkGradient(const onnx::NodeProto &node,
       return importer.error() << at << ": xs names '" << x
                               << "', which is not an input or initializer";
   if (!mainValues.contains(y))
-    return importer.error() << at << ": y names '" << y
-                            << "', which is no value of the graph";
+    return importer.error()
+           << at << ": y names '" << y << "', which is no value of the graph";
   size_t nout = node.output_size();
   if (nout != xs.size())
-    return importer.error() << at << ": has " << nout << " outputs for "
-                            << xs.size() << " xs";
+    return importer.error()
+           << at << ": has " << nout << " outputs for " << xs.size() << " xs";
   return success();
 }
 
-FailureOr<DictionaryAttr>
-TrainingInfoReader::readBindings(const Bindings &list,
-                                 const llvm::StringSet<> &produced,
-                                 StringRef kind) {
+FailureOr<DictionaryAttr> TrainingInfoReader::readBindings(
+    const Bindings &list, const llvm::StringSet<> &produced, StringRef kind) {
   SmallVector<NamedAttribute> out;
   for (const auto &kv : list) {
     if (!initializers.contains(kv.key()))
