@@ -36,7 +36,8 @@ struct ImportOptions {
 /// success.
 std::string parseInputShape(llvm::StringRef spec, ImportOptions &options);
 
-/// The ONNX op types (default domain) the importer has a handler for.
+/// The ONNX op types the importer has a handler for, sorted: default-domain
+/// ones by name, others as `domain.OpType` (`ai.onnx.preview.training.Adam`).
 std::vector<std::string> supportedOnnxOps();
 
 /// Imports the ONNX model at `path` into a module holding `func.func
@@ -46,7 +47,6 @@ std::vector<std::string> supportedOnnxOps();
 FailureOr<OwningOpRef<ModuleOp>> importOnnxFile(MLIRContext *context,
                                                 llvm::StringRef path,
                                                 const ImportOptions &options);
-
 
 } // namespace mlir::ds
 
