@@ -63,14 +63,19 @@ llvm::Error mlir::ds::searchRecompute(StepCompiler &compiler, int64_t budget,
   MemoryChoices trial = choices;
   trial.recomputeMode = "none";
   trial.recomputeBudget = 0;
+  // The plan to write: `mode`, compiled as `plan` with `peak`.
+  auto settle = [&](llvm::StringRef mode, OwningOpRef<ModuleOp> &plan,
+                    int64_t peak) {
+    choices.recomputeMode = mode.str();
+    searched = std::move(plan);
+    searchedPeak = peak;
+  };
   OwningOpRef<ModuleOp> none, full;
   int64_t peakNone = compiler.peakOf(none, trial);
   if (peakNone < 0)
     return reported();
   if (peakNone <= budget) {
-    choices.recomputeMode = "none";
-    searched = std::move(none);
-    searchedPeak = peakNone;
+    settle("none", none, peakNone);
     log += "recompute " + spec + ": every activation kept, the peak " +
            mib(peakNone) + " fits " + mib(budget) + "\n";
     return llvm::Error::success();
@@ -99,9 +104,7 @@ llvm::Error mlir::ds::searchRecompute(StepCompiler &compiler, int64_t budget,
     if (p < 0)
       return reported();
     if (p <= budget) {
-      choices.recomputeMode = "budget";
-      searched = std::move(plan);
-      searchedPeak = p;
+      settle("budget", plan, p);
       break;
     }
     // Lower by the overshoot, and below what this plan keeps, so that the
@@ -119,9 +122,7 @@ llvm::Error mlir::ds::searchRecompute(StepCompiler &compiler, int64_t budget,
               : std::string("no cheaper plan fits: full")) +
          "\n";
   choices.recomputeBudget = target;
-  if (choices.recomputeMode == "full") {
-    searched = std::move(full);
-    searchedPeak = peakFull;
-  }
+  if (choices.recomputeMode == "full")
+    settle("full", full, peakFull);
   return llvm::Error::success();
 }
