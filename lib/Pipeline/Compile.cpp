@@ -198,8 +198,12 @@ llvm::Error mlir::ds::checkConfigBatch(ModuleOp model,
 }
 
 llvm::Expected<CompileResult>
-mlir::ds::compile(ModuleOp model, const TrainingOptions &options,
+mlir::ds::compile(ModuleOp model, const TrainingOptions &given,
                   const CompileRequest &request) {
+  // The checks ds-opt makes first, and the derived options (idempotent).
+  TrainingOptions options = given;
+  if (llvm::Error e = validateTrainingOptions(options))
+    return std::move(e);
   int errors = 0;
   ScopedDiagnosticHandler counter(model.getContext(), [&](Diagnostic &d) {
     errors += d.getSeverity() == DiagnosticSeverity::Error;

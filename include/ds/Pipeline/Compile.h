@@ -73,8 +73,8 @@ FailureOr<OwningOpRef<ModuleOp>> importModel(MLIRContext &context,
 /// The config's micro-batch against the model's batch.
 llvm::Error checkConfigBatch(ModuleOp model, const TrainingOptions &options);
 
-/// Compiles an imported model (left unchanged). `options` must have passed
-/// validateTrainingOptions.
+/// Compiles an imported model (left unchanged); checks `options` with
+/// validateTrainingOptions first.
 llvm::Expected<CompileResult> compile(ModuleOp model,
                                       const TrainingOptions &options,
                                       const CompileRequest &request);
