@@ -141,3 +141,27 @@ TEST(Compile, OptionErrorsComeBackAsErrors) {
   EXPECT_TRUE(llvm::StringRef(llvm::toString(result.takeError()))
                   .starts_with("the plan needs "));
 }
+
+TEST(Compile, MemorySearchReturnsItsChoice) {
+  // --recompute=auto for a 3 MiB device: no recompute peaks at 3.5 MiB,
+  // full recompute at 2.7 MiB; the search returns the budget plan between.
+  DialectRegistry registry;
+  registry.insert<ds::DsDialect, dsrt::DsRtDialect, func::FuncDialect>();
+  MLIRContext context(registry);
+  context.loadAllAvailableDialects();
+  ds::TrainingOptions options;
+  options.optimizerName = "adam";
+  options.recompute = "auto";
+  options.deviceMemory = "3MiB";
+  ds::CompileRequest request;
+  request.modelPath = DS_SOURCE_DIR "/examples/gpt/gpt.onnx";
+  llvm::Expected<ds::CompileResult> result =
+      ds::compile(context, options, request);
+  ASSERT_TRUE(bool(result)) << llvm::toString(result.takeError());
+  EXPECT_EQ(result->choices.recomputeMode, "budget");
+  EXPECT_GT(result->choices.recomputeBudget, 0);
+  EXPECT_EQ(result->deviceMemory, 3 * 1024 * 1024);
+  EXPECT_LE(result->perRankPeak, result->deviceMemory);
+  EXPECT_TRUE(llvm::StringRef(result->searchLog)
+                  .starts_with("recompute auto: budget 3145728 bytes"));
+}
