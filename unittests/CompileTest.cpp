@@ -9,9 +9,9 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ds/Pipeline/Compile.h"
 #include "ds/Dialect/Ds/IR/DsOps.h"
 #include "ds/Dialect/DsRt/IR/DsRtOps.h"
-#include "ds/Pipeline/Compile.h"
 #include "ds/Pipeline/DeepSpeedConfig.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"

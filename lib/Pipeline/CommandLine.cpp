@@ -63,7 +63,8 @@ void TrainingOptionsCL::hideOtherOptions() {
     cl::Option *o = entry.second;
     bool ours = llvm::any_of(o->Categories, [&](cl::OptionCategory *c) {
       return c->getName() == "Generic Options" ||
-             llvm::any_of(categories, [&](auto &mine) { return mine.get() == c; });
+             llvm::any_of(categories,
+                          [&](auto &mine) { return mine.get() == c; });
     });
     if (!ours && o->getOptionHiddenFlag() == cl::NotHidden)
       o->setHiddenFlag(cl::Hidden);

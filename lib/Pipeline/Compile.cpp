@@ -35,8 +35,7 @@ llvm::Error reported() { return llvm::make_error<ReportedError>(); }
 /// validateTrainingOptions: offload, the cost model's rates, the NVMe
 /// requests, the device size and what the memory searches support. Sets
 /// `limit` to the device size.
-llvm::Error checkMemoryOptions(const TrainingOptions &o,
-                               const MemoryChoices &c,
+llvm::Error checkMemoryOptions(const TrainingOptions &o, const MemoryChoices &c,
                                std::optional<int64_t> &limit) {
   if (o.offloadMode != "none" && o.offloadMode != "auto")
     return fail("--offload='" + o.offloadMode + "' is not none or auto");
@@ -47,9 +46,9 @@ llvm::Error checkMemoryOptions(const TrainingOptions &o,
     return fail("--pcie-bandwidth and --nvme-bandwidth are positive sizes "
                 "per second (e.g. 25GB), got '" +
                 o.pcieBandwidth + "' and '" + o.nvmeBandwidth + "'");
-  if (!block || *block < 4096 || *block % 4096 ||
-      *block > (int64_t(1) << 30) || o.aioQueueDepth < 1 ||
-      o.aioQueueDepth > 1024 || o.aioThreads < 1 || o.aioThreads > 64)
+  if (!block || *block < 4096 || *block % 4096 || *block > (int64_t(1) << 30) ||
+      o.aioQueueDepth < 1 || o.aioQueueDepth > 1024 || o.aioThreads < 1 ||
+      o.aioThreads > 64)
     return fail("--aio-block-size must be a multiple of 4096 bytes up to "
                 "1GiB, --aio-queue-depth 1..1024 and --aio-threads 1..64 "
                 "(got '" +
@@ -109,9 +108,9 @@ llvm::Error checkPeak(StepCompiler &compiler, CompileResult &result,
     if (int64_t p = compiler.peakOf(probe, full); p >= 0)
       minimum = std::min(minimum, p);
   return fail("the plan needs " + mib(result.perRankPeak) +
-              " per rank, more than --device-memory=" + o.deviceMemory +
-              " (" + mib(*limit) + "); the minimum feasible is " +
-              mib(minimum) + (o.training() ? " (--recompute=full)" : ""));
+              " per rank, more than --device-memory=" + o.deviceMemory + " (" +
+              mib(*limit) + "); the minimum feasible is " + mib(minimum) +
+              (o.training() ? " (--recompute=full)" : ""));
 }
 } // namespace
 
@@ -197,9 +196,9 @@ llvm::Error mlir::ds::checkConfigBatch(ModuleOp model,
               " (re-export, or fix it with --input-shape)");
 }
 
-llvm::Expected<CompileResult>
-mlir::ds::compile(ModuleOp model, const TrainingOptions &given,
-                  const CompileRequest &request) {
+llvm::Expected<CompileResult> mlir::ds::compile(ModuleOp model,
+                                                const TrainingOptions &given,
+                                                const CompileRequest &request) {
   // The checks ds-opt makes first, and the derived options (idempotent).
   TrainingOptions options = given;
   if (llvm::Error e = validateTrainingOptions(options))
@@ -236,9 +235,9 @@ mlir::ds::compile(ModuleOp model, const TrainingOptions &given,
       c.recomputeMode = "none";
       result.searchLog +=
           "recompute auto: no --device-memory, every activation is kept\n";
-    } else if (llvm::Error e = searchRecompute(compiler, *budget, c, searched,
-                                               searchedPeak,
-                                               result.searchLog)) {
+    } else if (llvm::Error e =
+                   searchRecompute(compiler, *budget, c, searched, searchedPeak,
+                                   result.searchLog)) {
       return std::move(e);
     }
   }
@@ -256,9 +255,9 @@ mlir::ds::compile(ModuleOp model, const TrainingOptions &given,
   return std::move(result);
 }
 
-llvm::Expected<CompileResult>
-mlir::ds::compile(MLIRContext &context, const TrainingOptions &options,
-                  const CompileRequest &request) {
+llvm::Expected<CompileResult> mlir::ds::compile(MLIRContext &context,
+                                                const TrainingOptions &options,
+                                                const CompileRequest &request) {
   int errors = 0;
   FailureOr<OwningOpRef<ModuleOp>> model = failure();
   {

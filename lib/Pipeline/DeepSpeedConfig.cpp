@@ -55,18 +55,29 @@ const std::map<std::string, std::string> &unsupported() {
       {"curriculum_learning", "not available"},
       {"checkpoint", "use ds-run --save/--resume"},
       {"zero_allow_untested_optimizer", "not needed"},
-      {"zero_force_ds_cpu_optimizer", "offload always runs ds's host optimizer"},
+      {"zero_force_ds_cpu_optimizer",
+       "offload always runs ds's host optimizer"},
       {"sequence_parallel_size", "not available"},
   };
   return m;
 }
 
 /// Keys of each section, for nearest-key suggestions.
-const std::vector<std::string> topKeys = {
-    "train_batch_size", "train_micro_batch_size_per_gpu",
-    "gradient_accumulation_steps", "optimizer", "fp16", "bf16", "bfloat16",
-    "gradient_clipping", "communication_data_type", "zero_optimization",
-    "activation_checkpointing", "aio", "tensor_parallel", "pipeline", "ds"};
+const std::vector<std::string> topKeys = {"train_batch_size",
+                                          "train_micro_batch_size_per_gpu",
+                                          "gradient_accumulation_steps",
+                                          "optimizer",
+                                          "fp16",
+                                          "bf16",
+                                          "bfloat16",
+                                          "gradient_clipping",
+                                          "communication_data_type",
+                                          "zero_optimization",
+                                          "activation_checkpointing",
+                                          "aio",
+                                          "tensor_parallel",
+                                          "pipeline",
+                                          "ds"};
 
 std::string fmt(double v) {
   std::string s;
@@ -204,7 +215,6 @@ struct Reader {
     return text.has_value();
   }
 };
-
 
 /// train_batch_size, train_micro_batch_size_per_gpu,
 /// gradient_accumulation_steps: the batch triad, resolved later.
@@ -378,8 +388,8 @@ bool readOffload(Reader &r, const std::string &zk, llvm::StringRef name,
   if (!so || !r.checkKeys(*so, zk, keys))
     return false;
   const Value *dv = so->get("device");
-  auto device = dv ? r.string(*dv, zk + ".device")
-                   : std::optional<std::string>("none");
+  auto device =
+      dv ? r.string(*dv, zk + ".device") : std::optional<std::string>("none");
   if (!device)
     return false;
   std::string spec = *device;
@@ -418,11 +428,17 @@ bool readZero(Reader &r, const std::string &key, const Value &v) {
       {"ignore_unused_parameters", "not needed"},
       {"load_from_fp32_weights", "checkpoints keep the masters"},
       {"cpu_offload", "use offload_optimizer: {\"device\": \"cpu\"}"}};
-  std::vector<std::string> valid = {
-      "stage", "contiguous_gradients", "reduce_scatter", "reduce_bucket_size",
-      "allgather_partitions", "allgather_bucket_size", "overlap_comm",
-      "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
-      "offload_optimizer", "offload_param"};
+  std::vector<std::string> valid = {"stage",
+                                    "contiguous_gradients",
+                                    "reduce_scatter",
+                                    "reduce_bucket_size",
+                                    "allgather_partitions",
+                                    "allgather_bucket_size",
+                                    "overlap_comm",
+                                    "stage3_prefetch_bucket_size",
+                                    "stage3_param_persistence_threshold",
+                                    "offload_optimizer",
+                                    "offload_param"};
   if (!o || !r.checkKeys(*o, key, valid, known))
     return false;
   for (const auto &zkv : *o) {
@@ -463,8 +479,8 @@ bool readZero(Reader &r, const std::string &key, const Value &v) {
 bool readCheckpointing(Reader &r, const std::string &key, const Value &v) {
   const Object *o = r.object(v, key);
   std::vector<std::string> valid = {
-      "partition_activations", "cpu_checkpointing",
-      "contiguous_memory_optimization", "number_checkpoints",
+      "partition_activations",           "cpu_checkpointing",
+      "contiguous_memory_optimization",  "number_checkpoints",
       "synchronize_checkpoint_boundary", "profile"};
   if (!o || !r.checkKeys(*o, key, valid))
     return false;
@@ -489,8 +505,9 @@ bool readParallelism(Reader &r, const std::string &key, const Value &v) {
   const Object *o = r.object(v, key);
   std::vector<std::string> valid = {"autotp_size"};
   if (key == "pipeline")
-    valid = {"stages",           "partition",        "seed_layers",
-             "pipe_partitioned", "grad_partitioned", "activation_checkpoint_interval"};
+    valid = {"stages",           "partition",
+             "seed_layers",      "pipe_partitioned",
+             "grad_partitioned", "activation_checkpoint_interval"};
   if (!o || !r.checkKeys(*o, key, valid))
     return false;
   for (llvm::StringRef name : {"autotp_size", "stages"})
@@ -535,8 +552,9 @@ bool readAio(Reader &r, const std::string &key, const Value &v) {
 /// ds: ds's own keys, what DeepSpeed leaves to the user's code.
 bool readDsExtensions(Reader &r, const std::string &key, const Value &v) {
   const Object *o = r.object(v, key);
-  if (!o || !r.checkKeys(*o, key, {"recompute", "device_memory", "offload",
-                                   "sequence_parallel"}))
+  if (!o || !r.checkKeys(
+                *o, key,
+                {"recompute", "device_memory", "offload", "sequence_parallel"}))
     return false;
   for (const auto &dkv : *o) {
     std::string dk = key + "." + dkv.first.str();
@@ -595,12 +613,12 @@ llvm::Error mlir::ds::readDeepSpeedConfig(llvm::StringRef path,
                                           DeepSpeedConfig &config) {
   auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
   if (!buffer)
-    return fail("cannot read the config '" + path + "': " +
-                buffer.getError().message());
+    return fail("cannot read the config '" + path +
+                "': " + buffer.getError().message());
   llvm::Expected<Value> parsed = llvm::json::parse((*buffer)->getBuffer());
   if (!parsed)
-    return fail(path + " is not valid JSON: " +
-                llvm::toString(parsed.takeError()));
+    return fail(path +
+                " is not valid JSON: " + llvm::toString(parsed.takeError()));
   const Object *top = parsed->getAsObject();
   if (!top)
     return fail(path + ": the config must be a JSON object");

@@ -52,8 +52,7 @@ LogicalResult mlir::ds::searchOffload(StepCompiler &compiler, int64_t limit,
 llvm::Error mlir::ds::searchRecompute(StepCompiler &compiler, int64_t budget,
                                       MemoryChoices &choices,
                                       OwningOpRef<ModuleOp> &searched,
-                                      int64_t &searchedPeak,
-                                      std::string &log) {
+                                      int64_t &searchedPeak, std::string &log) {
   auto reported = [] { return llvm::make_error<ReportedError>(); };
   const std::string &spec = compiler.getOptions().recompute;
   // Keep everything if it fits; else the least recompute whose planned peak

@@ -136,8 +136,8 @@ std::string formatRecompute(DictionaryAttr d, int64_t peak, int64_t limit) {
   auto chosen = d.getAs<DenseI64ArrayAttr>("seg_chosen");
   os << "  step FLOPs " << intOf("step_flops") << "; always kept (cut values, "
      << "outputs, segments that cannot be recomputed) " << intOf("fixed")
-     << " bytes; layers: " << intOf("layers") << " ("
-     << intOf("layer_period") << " segment(s) each)\n";
+     << " bytes; layers: " << intOf("layers") << " (" << intOf("layer_period")
+     << " segment(s) each)\n";
   os << "  recompute planning (segments, costs, choice, rewrite): "
      << llvm::format("%.1f", intOf("planning_us") / 1000.0) << " ms\n";
   if (d.getAs<StringAttr>("mode").getValue() == "budget")
@@ -146,7 +146,7 @@ std::string formatRecompute(DictionaryAttr d, int64_t peak, int64_t limit) {
     for (int64_t j = 0; j < static_cast<int64_t>(saved.size()); ++j)
       os << "  segment " << j << ": input " << input[j] << " B, saved "
          << saved[j] << " B, forward " << flops[j] << " FLOPs, "
-         << (!rc[j]        ? "kept (not recomputable)"
+         << (!rc[j]      ? "kept (not recomputable)"
              : chosen[j] ? "recomputed"
                          : "kept")
          << "\n";
@@ -232,11 +232,11 @@ LogicalResult mlir::ds::writePlanFile(CompileResult &result,
   plan.views.tracePath = o.emitTrace;
   plan.views.memoryPlotPath = o.emitMemoryPlot;
   plan.views.budget = static_cast<uint64_t>(result.deviceMemory);
-  plan.views.plotTitle =
-      "per-rank memory over one step: " +
-      llvm::sys::path::filename(request.modelPath).str() + ", ZeRO-" +
-      std::to_string(o.zeroStage) + ", " + std::to_string(o.worldSize) +
-      " rank(s), " + o.precision + ", recompute " + c.recomputeMode;
+  plan.views.plotTitle = "per-rank memory over one step: " +
+                         llvm::sys::path::filename(request.modelPath).str() +
+                         ", ZeRO-" + std::to_string(o.zeroStage) + ", " +
+                         std::to_string(o.worldSize) + " rank(s), " +
+                         o.precision + ", recompute " + c.recomputeMode;
   if (o.pipelineParallel > 1) {
     // The report is the pipeline's: per stage, with the schedule.
     plan.pipeline.microBatches = o.microBatches;
@@ -262,7 +262,8 @@ std::string mlir::ds::formatReport(const CompileResult &result,
   DictionaryAttr recompute = recomputeSummary(*result.module);
   if (json) {
     // One object: the footprint, then the peak and the recompute choice.
-    llvm::StringRef body = llvm::StringRef(result.footprint).rtrim().drop_back();
+    llvm::StringRef body =
+        llvm::StringRef(result.footprint).rtrim().drop_back();
     return (body + ", \"cost\": " + result.cost +
             ", \"per_rank_peak\": " + llvm::Twine(result.perRankPeak) +
             ", \"device_memory\": " + llvm::Twine(result.deviceMemory) +

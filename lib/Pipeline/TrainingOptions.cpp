@@ -16,10 +16,14 @@ using namespace mlir::ds;
 namespace {
 const OptionInfo kOptions[] = {
 #define DS_OPTION(KIND, CAT, TYPE, MEMBER, FLAG, DEFAULT, VDESC, KEY, HELP)    \
-  {OptionKind::KIND,     OptionCategory::CAT,                                  \
-   &TrainingOptions::MEMBER, llvm::StringLiteral(FLAG),                        \
-   llvm::StringLiteral(#DEFAULT), llvm::StringLiteral(VDESC),                  \
-   llvm::StringLiteral(KEY),     llvm::StringLiteral(HELP)},
+  {OptionKind::KIND,                                                           \
+   OptionCategory::CAT,                                                        \
+   &TrainingOptions::MEMBER,                                                   \
+   llvm::StringLiteral(FLAG),                                                  \
+   llvm::StringLiteral(#DEFAULT),                                              \
+   llvm::StringLiteral(VDESC),                                                 \
+   llvm::StringLiteral(KEY),                                                   \
+   llvm::StringLiteral(HELP)},
 #include "ds/Pipeline/TrainingOptions.def"
 };
 
@@ -135,8 +139,8 @@ std::string mlir::ds::formatShownOptions(const TrainingOptions &options) {
     if (info.kind != OptionKind::Shown)
       continue;
     auto it = options.origin.find(info.flag);
-    s += "--" + info.flag.str() + "=" + optionValueText(options, info) +
-         "  (" + (it == options.origin.end() ? "default" : it->second) + ")\n";
+    s += "--" + info.flag.str() + "=" + optionValueText(options, info) + "  (" +
+         (it == options.origin.end() ? "default" : it->second) + ")\n";
   }
   return s;
 }
@@ -172,8 +176,8 @@ std::string mlir::ds::formatOptionsMarkdown() {
          << (value.empty() || value == "{}" ? "" : "`" + value.str() + "`")
          << " | "
          << (info.configKey.empty() ? "" : "`" + info.configKey.str() + "`")
-         << " | " << (pipelineOption ? "yes" : "") << " | "
-         << cell(info.help) << " |\n";
+         << " | " << (pipelineOption ? "yes" : "") << " | " << cell(info.help)
+         << " |\n";
     }
   }
   return s;

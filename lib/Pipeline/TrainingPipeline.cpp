@@ -50,9 +50,8 @@ struct TrainPipelineOptions : PassPipelineOptions<TrainPipelineOptions> {
   }
 };
 
-std::optional<std::string> offloadSpace(llvm::StringRef spec,
-                                        std::string &nvmePath,
-                                        std::string &error) {
+std::optional<std::string>
+offloadSpace(llvm::StringRef spec, std::string &nvmePath, std::string &error) {
   if (spec == "none" || spec == "cpu" || spec == "host")
     return std::string(spec == "none" ? "none" : "host");
   if (spec.starts_with("nvme:") && spec.size() > 5) {
@@ -70,8 +69,7 @@ std::optional<std::string> offloadSpace(llvm::StringRef spec,
 }
 } // namespace
 
-void mlir::ds::addPartitionPasses(OpPassManager &pm,
-                                  const TrainingOptions &o) {
+void mlir::ds::addPartitionPasses(OpPassManager &pm, const TrainingOptions &o) {
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
   if (o.tensorParallel > 1) {

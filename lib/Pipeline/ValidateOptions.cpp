@@ -36,7 +36,8 @@ llvm::Error checkOptimizer(const TrainingOptions &o) {
     std::string lr;
     llvm::raw_string_ostream(lr) << o.learningRate;
     return fail("--lr, --weight-decay and --momentum must not be negative "
-                "(--lr=" + lr + ")");
+                "(--lr=" +
+                lr + ")");
   }
   if (!oneOf(o.lrSchedule,
              {"constant", "warmup", "warmup-cosine", "warmup-linear"}))
@@ -68,9 +69,9 @@ llvm::Error checkGrid(const TrainingOptions &o) {
     return fail("--world-size=" + llvm::Twine(o.worldSize) +
                 " is not data-parallel x tensor-parallel x "
                 "pipeline-parallel with --tensor-parallel=" +
-                llvm::Twine(o.tensorParallel) + " and --pipeline-parallel=" +
-                llvm::Twine(o.pipelineParallel) + " (" +
-                llvm::Twine(o.tensorParallel * o.pipelineParallel) +
+                llvm::Twine(o.tensorParallel) +
+                " and --pipeline-parallel=" + llvm::Twine(o.pipelineParallel) +
+                " (" + llvm::Twine(o.tensorParallel * o.pipelineParallel) +
                 " does not divide it)");
   return llvm::Error::success();
 }

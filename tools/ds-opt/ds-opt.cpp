@@ -45,8 +45,8 @@ std::string describeLocation(Location loc, bool &isNode) {
     bool dummy;
     std::string file = describeLocation(name.getChildLoc(), dummy);
     isNode = true;
-    return file + (file.empty() ? "" : ": ") + "node '" +
-           name.getName().str() + "'";
+    return file + (file.empty() ? "" : ": ") + "node '" + name.getName().str() +
+           "'";
   }
   if (auto file = dyn_cast<FileLineColLoc>(loc)) {
     std::string s = file.getFilename().str();
@@ -65,10 +65,17 @@ std::string describeLocation(Location loc, bool &isNode) {
 void printDiagnostic(Diagnostic &diag) {
   const char *severity = "error";
   switch (diag.getSeverity()) {
-  case DiagnosticSeverity::Error: break;
-  case DiagnosticSeverity::Warning: severity = "warning"; break;
-  case DiagnosticSeverity::Remark: severity = "remark"; break;
-  case DiagnosticSeverity::Note: severity = "note"; break;
+  case DiagnosticSeverity::Error:
+    break;
+  case DiagnosticSeverity::Warning:
+    severity = "warning";
+    break;
+  case DiagnosticSeverity::Remark:
+    severity = "remark";
+    break;
+  case DiagnosticSeverity::Note:
+    severity = "note";
+    break;
   }
   std::string msg = diag.str();
   bool isNode;

@@ -66,10 +66,10 @@ enum class OptionKind { Shown, Train, Tool, ToolOptionalValue };
 enum class OptionCategory { Input, Train, Parallel, Memory, Cost };
 
 struct OptionInfo {
-  using Field =
-      std::variant<int64_t TrainingOptions::*, int TrainingOptions::*,
-                   double TrainingOptions::*, bool TrainingOptions::*,
-                   std::string TrainingOptions::*, StringList TrainingOptions::*>;
+  using Field = std::variant<int64_t TrainingOptions::*, int TrainingOptions::*,
+                             double TrainingOptions::*, bool TrainingOptions::*,
+                             std::string TrainingOptions::*,
+                             StringList TrainingOptions::*>;
   OptionKind kind;
   OptionCategory category;
   Field field;

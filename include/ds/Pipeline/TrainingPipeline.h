@@ -1,4 +1,5 @@
-//===- TrainingPipeline.h - the pass sequence of a training step -*- C++ -*-===//
+//===- TrainingPipeline.h - the pass sequence of a training step -*- C++
+//-*-===//
 //
 // Part of the ds project.
 //
