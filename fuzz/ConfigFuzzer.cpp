@@ -6,16 +6,17 @@
 //===----------------------------------------------------------------------===//
 
 #include "FuzzFile.h"
-#include "DeepSpeedConfig.h"
+#include "ds/Pipeline/DeepSpeedConfig.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   std::string path = fuzzFile(data, size, ".json");
-  dsconfig::DeepSpeedConfig config;
-  std::string err;
-  if (dsconfig::readDeepSpeedConfig(path, config, err)) {
-    int64_t micro = 0, accum = 0;
-    for (int64_t world : {1, 3, 8})
-      dsconfig::resolveBatch(config, world, micro, accum, err);
+  mlir::ds::DeepSpeedConfig config;
+  if (llvm::Error e = mlir::ds::readDeepSpeedConfig(path, config)) {
+    llvm::consumeError(std::move(e));
+    return 0;
   }
+  int64_t micro = 0, accum = 0;
+  for (int64_t world : {1, 3, 8})
+    llvm::consumeError(mlir::ds::resolveBatch(config, world, micro, accum));
   return 0;
 }

@@ -1,0 +1,184 @@
+//===- TrainingOptions.cpp - the option table and its checks --------------===//
+//
+// Part of the ds project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ds/Pipeline/TrainingOptions.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+using namespace mlir::ds;
+
+namespace {
+const OptionInfo kOptions[] = {
+#define DS_OPTION(KIND, CAT, TYPE, MEMBER, FLAG, DEFAULT, VDESC, KEY, HELP)    \
+  {OptionKind::KIND,                                                           \
+   OptionCategory::CAT,                                                        \
+   &TrainingOptions::MEMBER,                                                   \
+   llvm::StringLiteral(FLAG),                                                  \
+   llvm::StringLiteral(#DEFAULT),                                              \
+   llvm::StringLiteral(VDESC),                                                 \
+   llvm::StringLiteral(KEY),                                                   \
+   llvm::StringLiteral(HELP)},
+#include "ds/Pipeline/TrainingOptions.def"
+};
+
+llvm::Error fail(const llvm::Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+}
+
+std::string number(double v) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << llvm::format("%.9g", v);
+  return s;
+}
+
+/// `text` in a markdown table cell.
+std::string cell(llvm::StringRef text) {
+  std::string s;
+  for (char c : text) {
+    if (c == '|')
+      s += '\\';
+    s += c;
+  }
+  return s;
+}
+
+std::optional<bool> parseBool(llvm::StringRef v) {
+  if (v == "true" || v == "TRUE" || v == "True" || v == "1")
+    return true;
+  if (v == "false" || v == "FALSE" || v == "False" || v == "0")
+    return false;
+  return std::nullopt;
+}
+} // namespace
+
+llvm::ArrayRef<OptionInfo> mlir::ds::trainingOptionTable() { return kOptions; }
+
+const OptionInfo *mlir::ds::findOption(llvm::StringRef flag) {
+  for (const OptionInfo &info : kOptions)
+    if (info.flag == flag)
+      return &info;
+  return nullptr;
+}
+
+llvm::StringRef mlir::ds::categoryTitle(OptionCategory category) {
+  switch (category) {
+  case OptionCategory::Input:
+    return "ds-opt options for ONNX input (model.onnx)";
+  case OptionCategory::Train:
+    return "ds-opt training options (ONNX input)";
+  case OptionCategory::Parallel:
+    return "ds-opt parallelism options";
+  case OptionCategory::Memory:
+    return "ds-opt memory options";
+  case OptionCategory::Cost:
+    return "ds-opt cost model and plan views";
+  }
+  return "";
+}
+
+llvm::Error mlir::ds::setOption(TrainingOptions &options,
+                                const OptionInfo &info, llvm::StringRef value) {
+  bool ok = true;
+  std::visit(
+      [&](auto member) {
+        auto &field = options.*member;
+        using T = std::decay_t<decltype(field)>;
+        if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, int>) {
+          long long v;
+          ok = !value.getAsInteger(0, v) && T(v) == v;
+          if (ok)
+            field = T(v);
+        } else if constexpr (std::is_same_v<T, double>) {
+          ok = !value.getAsDouble(field);
+        } else if constexpr (std::is_same_v<T, bool>) {
+          std::optional<bool> b = parseBool(value);
+          ok = b.has_value();
+          field = b.value_or(field);
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          field = value.str();
+        } else {
+          field.push_back(value.str());
+        }
+      },
+      info.field);
+  return ok ? llvm::Error::success() : fail("not a valid value");
+}
+
+std::string mlir::ds::optionValueText(const TrainingOptions &options,
+                                      const OptionInfo &info) {
+  if (info.flag == "comm-dtype")
+    return options.effectiveCommDtype();
+  return std::visit(
+      [&](auto member) -> std::string {
+        const auto &field = options.*member;
+        using T = std::decay_t<decltype(field)>;
+        if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, int>)
+          return std::to_string(field);
+        else if constexpr (std::is_same_v<T, double>)
+          return number(field);
+        else if constexpr (std::is_same_v<T, bool>)
+          return field ? "true" : "false";
+        else if constexpr (std::is_same_v<T, std::string>)
+          return field;
+        else
+          return llvm::join(field, ",");
+      },
+      info.field);
+}
+
+std::string mlir::ds::formatShownOptions(const TrainingOptions &options) {
+  std::string s;
+  for (const OptionInfo &info : kOptions) {
+    if (info.kind != OptionKind::Shown)
+      continue;
+    auto it = options.origin.find(info.flag);
+    s += "--" + info.flag.str() + "=" + optionValueText(options, info) + "  (" +
+         (it == options.origin.end() ? "default" : it->second) + ")\n";
+  }
+  return s;
+}
+
+std::string mlir::ds::formatOptionsMarkdown() {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << "<!-- Generated by `ds-opt --options-markdown` from "
+        "include/ds/Pipeline/TrainingOptions.def; do not edit. -->\n"
+     << "# ds-opt options\n\n"
+     << "Every option of a ds compile, declared once in "
+        "`include/ds/Pipeline/TrainingOptions.def`. The training decisions "
+        "are also options of the `ds-train` pass pipeline "
+        "(`--pass-pipeline='builtin.module(ds-train{zero=3 world-size=2})'`)"
+        "; the DeepSpeed key is the `--config` key that sets the option "
+        "(docs/config.md).\n";
+  for (OptionCategory cat :
+       {OptionCategory::Input, OptionCategory::Train, OptionCategory::Parallel,
+        OptionCategory::Memory, OptionCategory::Cost}) {
+    os << "\n## " << categoryTitle(cat) << "\n\n"
+       << "| flag | default | DeepSpeed key | ds-train | description |\n"
+       << "|---|---|---|---|---|\n";
+    for (const OptionInfo &info : kOptions) {
+      if (info.category != cat)
+        continue;
+      std::string flag = "--" + info.flag.str();
+      if (!info.valueDesc.empty())
+        flag += "=" + info.valueDesc.str();
+      bool pipelineOption =
+          info.kind == OptionKind::Shown || info.kind == OptionKind::Train;
+      llvm::StringRef value = info.defaultText.trim('"');
+      os << "| `" << cell(flag) << "` | "
+         << (value.empty() || value == "{}" ? "" : "`" + value.str() + "`")
+         << " | "
+         << (info.configKey.empty() ? "" : "`" + info.configKey.str() + "`")
+         << " | " << (pipelineOption ? "yes" : "") << " | " << cell(info.help)
+         << " |\n";
+    }
+  }
+  return s;
+}

@@ -1,0 +1,202 @@
+//===- ValidateOptions.cpp - the training options against each other -----===//
+//
+// Part of the ds project.
+//
+// The checks ds-opt makes before it reads the model: each value in its
+// range, and the combinations ds supports. Each check's message is the
+// one-line error ds-opt prints.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ds/Pipeline/TrainingOptions.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+using namespace mlir::ds;
+
+namespace {
+llvm::Error fail(const llvm::Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+}
+
+bool oneOf(llvm::StringRef v, std::initializer_list<llvm::StringRef> set) {
+  return llvm::is_contained(set, v);
+}
+
+/// What to emit, the optimizer and its schedule.
+llvm::Error checkOptimizer(const TrainingOptions &o) {
+  if (!oneOf(o.emitKind, {"plan", "mlir", "mlir-import", "dsrt", "summary"}))
+    return fail("--emit='" + o.emitKind +
+                "' is not one of plan, mlir, mlir-import, dsrt, summary");
+  if (!oneOf(o.optimizerName, {"none", "adam", "adamw", "sgd", "lamb"}))
+    return fail("--optimizer='" + o.optimizerName +
+                "' is not one of none, adam, adamw, sgd, lamb");
+  if (o.learningRate < 0 || o.weightDecay < 0 || o.momentum < 0) {
+    std::string lr;
+    llvm::raw_string_ostream(lr) << o.learningRate;
+    return fail("--lr, --weight-decay and --momentum must not be negative "
+                "(--lr=" +
+                lr + ")");
+  }
+  if (!oneOf(o.lrSchedule,
+             {"constant", "warmup", "warmup-cosine", "warmup-linear"}))
+    return fail("--lr-schedule='" + o.lrSchedule +
+                "' is not one of constant, warmup, warmup-cosine, "
+                "warmup-linear");
+  return llvm::Error::success();
+}
+
+/// The rank grid: data x tensor x pipeline parallel.
+llvm::Error checkGrid(const TrainingOptions &o) {
+  if (o.worldSize < 1)
+    return fail("--world-size must be at least 1, got " +
+                llvm::Twine(o.worldSize));
+  if (o.tensorParallel < 1 ||
+      (o.pipelineParallel == 1 && o.worldSize % o.tensorParallel != 0))
+    return fail("--world-size=" + llvm::Twine(o.worldSize) +
+                " is not data-parallel x tensor-parallel with "
+                "--tensor-parallel=" +
+                llvm::Twine(o.tensorParallel));
+  if (o.sequenceParallel && o.tensorParallel < 2)
+    return fail("--sequence-parallel splits the activations over a "
+                "tensor-parallel group; give --tensor-parallel=T with T > 1");
+  if (o.tensorParallel > 1 && !o.training())
+    return fail("--tensor-parallel=" + llvm::Twine(o.tensorParallel) +
+                " needs a training step (--optimizer=...)");
+  if (o.pipelineParallel < 1 ||
+      o.worldSize % (o.tensorParallel * o.pipelineParallel) != 0)
+    return fail("--world-size=" + llvm::Twine(o.worldSize) +
+                " is not data-parallel x tensor-parallel x "
+                "pipeline-parallel with --tensor-parallel=" +
+                llvm::Twine(o.tensorParallel) +
+                " and --pipeline-parallel=" + llvm::Twine(o.pipelineParallel) +
+                " (" + llvm::Twine(o.tensorParallel * o.pipelineParallel) +
+                " does not divide it)");
+  return llvm::Error::success();
+}
+
+/// Pipeline parallelism: its schedule and micro-batches, and what it does
+/// not support yet. Sets the micro-batches and the virtual stages.
+llvm::Error checkPipeline(TrainingOptions &o) {
+  if (o.pipelineParallel == 1) {
+    if (o.isGiven("micro-batches") || o.isGiven("schedule"))
+      return fail("--micro-batches and --schedule are for "
+                  "--pipeline-parallel (use --grad-accum without it)");
+    return llvm::Error::success();
+  }
+  std::string p = "--pipeline-parallel=" + std::to_string(o.pipelineParallel);
+  if (!o.training())
+    return fail(p + " needs a training step (--optimizer=...)");
+  if (o.zeroStage > 1)
+    return fail(p + " with --zero=" + std::to_string(o.zeroStage) +
+                " is not supported (ZeRO stages 0 and 1 only, as in "
+                "DeepSpeed: gradients are reduced once per micro-batch)");
+  llvm::StringRef schedule = o.pipeSchedule;
+  if (schedule.consume_front("interleaved")) {
+    if (!schedule.consume_front(":") ||
+        schedule.getAsInteger(10, o.virtualStages) || o.virtualStages < 2 ||
+        o.virtualStages > 64)
+      return fail("--schedule=" + o.pipeSchedule +
+                  ": give interleaved:V with V from 2 to 64 model chunks "
+                  "per pipeline rank");
+  } else if (!oneOf(schedule, {"gpipe", "1f1b"})) {
+    return fail("--schedule='" + o.pipeSchedule +
+                "' is not one of gpipe, 1f1b, interleaved:V");
+  }
+  if (o.microBatches < 0)
+    return fail("--micro-batches must be at least 1, got " +
+                std::to_string(o.microBatches));
+  if (o.microBatches == 0)
+    o.microBatches = o.gradAccum;
+  else if (o.isGiven("grad-accum") && o.gradAccum != o.microBatches)
+    return fail("--micro-batches=" + std::to_string(o.microBatches) +
+                " and --grad-accum=" + std::to_string(o.gradAccum) +
+                " disagree: with pipeline parallelism the micro-batches "
+                "are the accumulation steps");
+  o.gradAccum = o.microBatches;
+  if (o.virtualStages > 1 && o.microBatches % o.pipelineParallel != 0)
+    return fail("--schedule=" + o.pipeSchedule +
+                " needs --micro-batches a multiple of " + p +
+                " (it runs them in groups of P), got " +
+                std::to_string(o.microBatches));
+  if (o.precision == "fp16")
+    return fail(p + " with --precision=fp16 (loss scaling) is not "
+                    "supported yet; use bf16 or fp32");
+  if (o.gradClip > 0)
+    return fail(p + " with --grad-clip is not supported yet (the norm "
+                    "spans the stages)");
+  if (o.offloadOptimizer != "none" || o.offloadParam != "none")
+    return fail(p + " with offload is not supported yet");
+  return llvm::Error::success();
+}
+
+/// ZeRO, precision, the loss scaler and the collectives.
+llvm::Error checkPrecisionAndZero(const TrainingOptions &o) {
+  if (o.zeroStage < 0 || o.zeroStage > 3)
+    return fail("--zero=" + llvm::Twine(o.zeroStage) +
+                " is not a ZeRO stage (0, 1, 2 or 3)");
+  if (!oneOf(o.precision, {"fp32", "bf16", "fp16"}))
+    return fail("--precision='" + o.precision +
+                "' is not one of fp32, fp16, bf16");
+  if (o.lossScale < 0 || o.lossScaleWindow < 1 || o.hysteresis < 1 ||
+      o.minLossScale <= 0 || o.initialScalePower < 0 ||
+      o.initialScalePower > 64)
+    return fail("loss scaler options out of range (--loss-scale >= 0, "
+                "--loss-scale-window >= 1, --hysteresis >= 1, "
+                "--min-loss-scale > 0, --initial-scale-power 0-64)");
+  if (o.precision == "fp16" && o.gradAccum > 1)
+    return fail("--precision=fp16 with --grad-accum is not supported yet");
+  if (o.precision != "fp32" && !o.training() && !o.emitGrads)
+    return fail("--precision=" + o.precision +
+                " is for training (give --optimizer=...)");
+  if (!o.commDtype.empty() && !oneOf(o.commDtype, {"fp32", "bf16", "fp16"}))
+    return fail("--comm-dtype='" + o.commDtype +
+                "' is not one of fp32, bf16, fp16");
+  if (o.maxInFlight < 1)
+    return fail("--max-inflight-collectives must be at least 1");
+  if (o.reduceBucketSize < 1 || o.allgatherBucketSize < 1 ||
+      o.prefetchBucketSize < 1)
+    return fail("--reduce-bucket-size, --allgather-bucket-size and "
+                "--prefetch-bucket-size must be at least 1");
+  if (o.persistenceThreshold < 0)
+    return fail("--param-persistence-threshold must not be negative");
+  if (o.zeroStage > 0 && !o.training())
+    return fail("--zero=" + llvm::Twine(o.zeroStage) +
+                " partitions a training step; give --optimizer=...");
+  if (o.worldSize > 1 && !o.training() && o.tensorParallel == 1)
+    return fail("--world-size needs a training step (--optimizer=...)");
+  return llvm::Error::success();
+}
+
+/// Accumulation, clipping and the schedule's steps; what excludes what.
+llvm::Error checkSteps(const TrainingOptions &o) {
+  if (o.gradAccum < 1)
+    return fail("--grad-accum must be at least 1, got " +
+                llvm::Twine(o.gradAccum));
+  if (o.gradClip < 0 || o.warmupSteps < 0 || o.totalSteps < 0)
+    return fail("--grad-clip, --warmup-steps and --total-steps must not be "
+                "negative");
+  if (o.trainingInfo && (o.emitGrads || o.training()))
+    return fail("--training-info trains with the model's own algorithm; it "
+                "excludes --optimizer and --emit-grads");
+  if (o.emitGrads && o.training())
+    return fail("--emit-grads and --optimizer exclude each other");
+  if (o.isGiven("report") && !o.reportKind.empty() &&
+      !oneOf(o.reportKind, {"table", "json"}))
+    return fail("--report='" + o.reportKind + "' is not one of table, json");
+  return llvm::Error::success();
+}
+} // namespace
+
+llvm::Error mlir::ds::validateTrainingOptions(TrainingOptions &options) {
+  if (llvm::Error e = checkOptimizer(options))
+    return e;
+  if (llvm::Error e = checkGrid(options))
+    return e;
+  if (llvm::Error e = checkPipeline(options))
+    return e;
+  if (llvm::Error e = checkPrecisionAndZero(options))
+    return e;
+  return checkSteps(options);
+}
