@@ -90,6 +90,14 @@ private:
   // Bookkeeping the stages need.
   void findTrained();
   LogicalResult findTiedParams(PipelineSplit &split);
+  /// The position of the last reader of `r`, made by op `i` (n: the
+  /// return; `i` when nothing reads it).
+  int64_t lastUse(int64_t i, Value r) const {
+    int64_t last = i;
+    for (Operation *user : r.getUsers())
+      last = std::max(last, user == ret ? n : index.lookup(user));
+    return last;
+  }
   SmallVector<Crossing> crossing(int64_t c) const;
   // The stages' modules.
   LogicalResult buildStage(int64_t s, PipelineSplit &split);
@@ -152,9 +160,7 @@ CutPoints PipelineSplitter::findCutPoints() const {
     for (Value r : ops[i]->getResults()) {
       if (isFree(r))
         continue;
-      int64_t last = i;
-      for (Operation *user : r.getUsers())
-        last = std::max(last, user == ret ? n : index.lookup(user));
+      int64_t last = lastUse(i, r);
       if (last == i)
         continue;
       bytes[i + 1] += tensorBytes(r.getType());
@@ -330,10 +336,7 @@ SmallVector<Crossing> PipelineSplitter::crossing(int64_t c) const {
     for (OpResult r : ops[i]->getResults()) {
       if (isFree(r))
         continue;
-      bool later = false;
-      for (Operation *user : r.getUsers())
-        later |= user == ret || index.lookup(user) >= c;
-      if (later)
+      if (lastUse(i, r) >= c)
         out.push_back({i, r.getResultNumber()});
     }
   return out;

@@ -122,17 +122,20 @@ struct ColumnLinear {
   Value out() { return bias1 ? bias1.getResult() : l.result(); }
 };
 
-/// The linear layers by a weight that read `first`'s input, `first` first
-/// (a gated MLP's gate and up, separate Q, K and V), each with its bias
-/// add; `sameType`: only those of `first`'s result type. Empty when one is
-/// not at least 2-D.
-SmallVector<ColumnLinear> columnLinears(func::FuncOp func, const Linear &first,
+/// The linear layers by a weight that read `a`'s input, `a` first (a
+/// gated MLP's gate and up, separate Q, K and V), each with its bias add;
+/// `sameType`: only those of `a`'s result type. Empty when `a` is not a
+/// linear layer or one is not at least 2-D.
+SmallVector<ColumnLinear> columnLinears(func::FuncOp func, Operation *a,
                                         bool sameType) {
-  SmallVector<Linear> linears{first};
-  Type type = first.result().getType();
-  for (Operation *user : first.input().getUsers())
-    if (user != first.op && isa<MatMulOp, GemmOp>(user) &&
-        user->getOperand(0) == first.input() &&
+  auto first = linearOf(func, a);
+  if (!first)
+    return {};
+  SmallVector<Linear> linears{*first};
+  Type type = first->result().getType();
+  for (Operation *user : first->input().getUsers())
+    if (user != a && isa<MatMulOp, GemmOp>(user) &&
+        user->getOperand(0) == first->input() &&
         (!sameType || user->getResult(0).getType() == type))
       if (auto l = linearOf(func, user))
         linears.push_back(*l);
@@ -165,6 +168,13 @@ struct MlpBlock {
   Linear second;
   llvm::SetVector<Operation *> region; // elementwise ops between them
   int64_t width = 0;                   // H
+
+  SmallVector<Operation *> linearOps() const {
+    SmallVector<Operation *> out{second.op};
+    for (const ColumnLinear &up : ups)
+      out.push_back(up.l.op);
+    return out;
+  }
 };
 
 /// An attention block: a projection (fused Q/K/V: its result split into
@@ -179,8 +189,14 @@ struct AttentionBlock {
   int64_t blocks = 1, heads = 0;
   llvm::MapVector<Value, int64_t> axis; // region values (results of ops)
   llvm::SetVector<Operation *> ops;
-};
 
+  SmallVector<Operation *> linearOps() const {
+    SmallVector<Operation *> out{this->out.op};
+    for (const ColumnLinear &p : projs)
+      out.push_back(p.l.op);
+    return out;
+  }
+};
 
 //===----------------------------------------------------------------------===//
 // Matching
@@ -189,14 +205,11 @@ struct AttentionBlock {
 /// An MLP block from its first linear layer `a`.
 std::optional<MlpBlock> matchMlp(func::FuncOp func, Operation *a) {
   MlpBlock blk;
-  auto first = linearOf(func, a);
-  if (!first)
-    return std::nullopt;
   // This linear layer and the others of the same input and width.
-  blk.ups = columnLinears(func, *first, /*sameType=*/true);
+  blk.ups = columnLinears(func, a, /*sameType=*/true);
   if (blk.ups.empty())
     return std::nullopt;
-  auto outType = cast<RankedTensorType>(first->result().getType());
+  auto outType = cast<RankedTensorType>(blk.ups.front().l.result().getType());
   blk.width = blk.ups.front().width;
   SmallVector<Value> work;
   llvm::DenseSet<Value> inRegion;
@@ -377,12 +390,9 @@ bool regionOperandsFit(const AttentionBlock &blk) {
 /// An attention block from its (first) projection `a`.
 std::optional<AttentionBlock> matchAttention(func::FuncOp func, Operation *a) {
   AttentionBlock blk;
-  auto first = linearOf(func, a);
-  if (!first)
-    return std::nullopt;
   // The projections: this one, and the other linear layers by a weight
   // that read the same input (separate Q, K and V).
-  blk.projs = columnLinears(func, *first, /*sameType=*/false);
+  blk.projs = columnLinears(func, a, /*sameType=*/false);
   if (blk.projs.empty() || failed(seedProjections(blk)))
     return std::nullopt;
   FailureOr<Operation *> exit = followHeads(blk);
@@ -403,28 +413,20 @@ void findBlocks(func::FuncOp func, SmallVectorImpl<MlpBlock> &mlps,
     if (isa<MatMulOp, GemmOp>(op))
       linears.push_back(&op);
   llvm::DenseSet<Operation *> used;
-  for (Operation *a : linears) {
-    if (used.count(a))
-      continue;
-    auto blk = matchMlp(func, a);
-    if (!blk)
-      continue;
-    used.insert(blk->second.op);
-    for (ColumnLinear &up : blk->ups)
-      used.insert(up.l.op);
-    mlps.push_back(std::move(*blk));
-  }
-  for (Operation *a : linears) {
-    if (used.count(a))
-      continue;
-    auto blk = matchAttention(func, a);
-    if (!blk)
-      continue;
-    used.insert(blk->out.op);
-    for (ColumnLinear &p : blk->projs)
-      used.insert(p.l.op);
-    attention.push_back(std::move(*blk));
-  }
+  auto take = [&](auto match, auto &out) {
+    for (Operation *a : linears) {
+      if (used.count(a))
+        continue;
+      auto blk = match(func, a);
+      if (!blk)
+        continue;
+      for (Operation *op : blk->linearOps())
+        used.insert(op);
+      out.push_back(std::move(*blk));
+    }
+  };
+  take(matchMlp, mlps);
+  take(matchAttention, attention);
 }
 
 //===----------------------------------------------------------------------===//
