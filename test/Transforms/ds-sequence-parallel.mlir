@@ -10,6 +10,11 @@
 // RUN: ds-opt %s '--ds-tensor-parallel=size=2 sequence-parallel=true' | FileCheck %s --check-prefix=CHECK
 // RUN: ds-opt %s '--ds-tensor-parallel=size=2 sequence-parallel=true' --ds-autodiff | FileCheck %s --check-prefix=GRAD
 // RUN: not ds-opt %s '--ds-tensor-parallel=size=4 sequence-parallel=true' 2>&1 | FileCheck %s --check-prefix=FOUR
+// The same by the passes one after the other; alone, on a graph without
+// group sums, the sequence pass has nothing to split.
+// RUN: ds-opt %s '--ds-tensor-parallel=size=2 vocab-parallel=false' --ds-vocab-parallel=size=2 --ds-sequence-parallel=size=2 | FileCheck %s --check-prefix=CHECK
+// RUN: not ds-opt %s '--ds-tensor-parallel=size=4 vocab-parallel=false' --ds-vocab-parallel=size=4 --ds-sequence-parallel=size=4 2>&1 | FileCheck %s --check-prefix=FOUR
+// RUN: not ds-opt %s --ds-sequence-parallel=size=2 2>&1 | FileCheck %s --check-prefix=NONE
 
 // CHECK-LABEL: func.func @forward
 // CHECK-SAME: attributes {ds.sequence_parallel, ds.tensor_parallel = 2 : i64, ds.vocab_parallel}
@@ -31,6 +36,7 @@
 // GRAD: ds.sp_all_gather %{{.*}} {axis = 0 : i64, group = 1 : i64, partial_grad = false} : tensor<1x4xf32> -> tensor<2x4xf32>
 
 // FOUR: error: --sequence-parallel: --tensor-parallel=4 divides the token dimension of no block output (2 tokens); give a batch or sequence length it divides
+// NONE: error: --sequence-parallel: --tensor-parallel=2 divides the token dimension of no block output
 func.func @forward(%idx: tensor<1x2xi64> {ds.input = "idx"}, %wte: tensor<6x4xf32> {ds.param = "wte", ds.trainable},
                    %wpe: tensor<2x4xf32> {ds.param = "wpe", ds.trainable}, %w1: tensor<12x4xf32> {ds.param = "w1", ds.trainable},
                    %w2: tensor<4x12xf32> {ds.param = "w2", ds.trainable}, %y: tensor<1x2xi64> {ds.input = "y"})

@@ -6,6 +6,8 @@
 // RUN: ds-opt %s '--ds-tensor-parallel=size=2' | FileCheck %s --check-prefix=CHECK
 // RUN: ds-opt %s '--ds-tensor-parallel=size=2' --ds-autodiff | FileCheck %s --check-prefix=GRAD
 // RUN: not ds-opt %s '--ds-tensor-parallel=size=3' 2>&1 | FileCheck %s --check-prefix=WIDTH
+// Without the vocabulary split (nothing to split here either): the same.
+// RUN: ds-opt %s '--ds-tensor-parallel=size=2 vocab-parallel=false' | FileCheck %s --check-prefix=CHECK
 
 // CHECK-LABEL: func.func @forward
 // CHECK-SAME: tensor<4x4xf32> {ds.param = "w1", ds.tp_split = array<i64: 0, 2>, ds.trainable}

@@ -11,6 +11,11 @@
 // RUN: ds-opt %s '--ds-tensor-parallel=size=2' | FileCheck %s --check-prefix=CHECK
 // RUN: ds-opt %s '--ds-tensor-parallel=size=2' --ds-autodiff | FileCheck %s --check-prefix=GRAD
 // RUN: ds-opt %s '--ds-tensor-parallel=size=4' | FileCheck %s --check-prefix=FOUR
+// The same split by the passes one after the other; the vocabulary pass
+// alone leaves the MLP whole.
+// RUN: ds-opt %s '--ds-tensor-parallel=size=2 vocab-parallel=false' --ds-vocab-parallel=size=2 | FileCheck %s --check-prefix=CHECK
+// RUN: ds-opt %s '--ds-tensor-parallel=size=4 vocab-parallel=false' --ds-vocab-parallel=size=4 | FileCheck %s --check-prefix=FOUR
+// RUN: ds-opt %s --ds-vocab-parallel=size=2 | FileCheck %s --check-prefix=ALONE
 
 // CHECK-LABEL: func.func @forward
 // CHECK-SAME: %arg1: tensor<3x4xf32> {ds.param = "wte", ds.tp_split = array<i64: 0, 2>, ds.trainable}
@@ -37,6 +42,14 @@
 // FOUR: tensor<2x4xf32> {ds.param = "wte", ds.tp_split = array<i64: 0, 4, 1, 6>, ds.trainable}
 // FOUR: ds.vocab_gather %arg1, %arg0 {group = 1 : i64, vocab = 6 : i64}
 // FOUR: ds.vocab_cross_entropy {{.*}} {group = 1 : i64, ignore_index = -100 : i64, reduction = "mean", vocab = 6 : i64} : (tensor<2x2xf32>, tensor<2xi64>) -> (tensor<f32>, tensor<2xf32>)
+
+// ALONE-LABEL: func.func @forward
+// ALONE-SAME: %arg1: tensor<3x4xf32> {ds.param = "wte", ds.tp_split = array<i64: 0, 2>, ds.trainable}
+// ALONE-SAME: %arg3: tensor<12x4xf32> {ds.param = "w1", ds.trainable}
+// ALONE-SAME: attributes {ds.tensor_parallel = 2 : i64, ds.vocab_parallel}
+// ALONE: ds.vocab_gather %arg1, %arg0
+// ALONE: ds.matmul %{{.*}}, %{{.*}} : (tensor<1x2x4xf32>, tensor<4x12xf32>) -> tensor<1x2x12xf32>
+// ALONE: ds.vocab_cross_entropy
 func.func @forward(%idx: tensor<1x2xi64> {ds.input = "idx"}, %wte: tensor<6x4xf32> {ds.param = "wte", ds.trainable},
                    %wpe: tensor<2x4xf32> {ds.param = "wpe", ds.trainable}, %w1: tensor<12x4xf32> {ds.param = "w1", ds.trainable},
                    %w2: tensor<4x12xf32> {ds.param = "w2", ds.trainable}, %y: tensor<1x2xi64> {ds.input = "y"})

@@ -290,36 +290,97 @@ def TensorParallelPass : Pass<"ds-tensor-parallel", "func::FuncOp"> {
     (its gradient is summed over the group) and `ds.tp_all_reduce` (g)
     sums the partial output before the output bias. Collectives name group
     1, the tensor-parallel ranks. `size` not dividing a width or the heads
-    is an error; no block found is an error.
+    is an error; no block found is an error unless `--ds-vocab-parallel`
+    has a vocabulary to split. Marks the function `ds.tensor_parallel`.
 
-    The vocabulary: the output layer of a softmax cross entropy (a linear
-    layer by a `[V, D]` or `[D, V]` parameter, the logits reaching the loss
-    through reshapes that keep the classes last) and its tied embedding, or
-    an embedding table looked up by token ids (indices from the graph's
-    inputs), split by rows: `ds.vocab_gather` plus a group sum for each
-    lookup, `ds.vocab_cross_entropy` for the loss. When `size` does not
-    divide V each rank holds ceil(V / size) rows, zero past the end
-    (`ds.tp_split = [axis, size, 1, V]`; the ops take `vocab = V` and leave
-    the padding out). The split logits stop being results of the graph.
+    ```mlir
+    %h = ds.matmul %x, %w1 : (tensor<2x4xf32>, tensor<4x8xf32>) -> tensor<2x8xf32>
+    %r = ds.relu %h : tensor<2x8xf32>
+    %y = ds.matmul %r, %w2 : (tensor<2x8xf32>, tensor<8x4xf32>) -> tensor<2x4xf32>
+    // becomes, with size=2 (%w1 {ds.tp_split = [1, 2]}, %w2 {ds.tp_split = [0, 2]})
+    %f = ds.tp_identity %x {group = 1 : i64} : tensor<2x4xf32>
+    %h = ds.matmul %f, %w1 : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32>
+    %r = ds.relu %h : tensor<2x4xf32>
+    %p = ds.matmul %r, %w2 : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32>
+    %y = ds.tp_all_reduce %p {group = 1 : i64} : tensor<2x4xf32>
+    ```
 
-    `sequence-parallel`: every group sum becomes `ds.sp_reduce_scatter`
-    over its token dimension (the one before the features, the sequence of
-    `[b, s, h]`, when `size` divides it, else the leading one); the ops
-    after it that work row by row (elementwise, layer_norm, softmax and
-    reductions over later axes, reshapes and matmuls that keep the split
-    dimension) run on the rank's rows; a block's input f becomes `ds.sp_all_gather` (its gradient a
-    reduce-scatter), any other reader gathers the rows whole. Parameters
-    and other values those ops broadcast get `ds.tp_identity` (their
-    gradients are partial sums over the rows), replicated full-size
-    operands `ds.sp_slice`. Dropout is not split (its random stream follows
-    the element's place in the whole tensor).
+    With its options it then runs `--ds-vocab-parallel` (`vocab-parallel`,
+    on by default) and `--ds-sequence-parallel` (`sequence-parallel`) on
+    the same function, in that order; a pipeline may instead add the three
+    passes one after the other (with `vocab-parallel=false` here).
   }];
   let options = [
     Option<"size", "size", "int64_t", "1", "ranks in the tensor-parallel group">,
     Option<"sequence", "sequence-parallel", "bool", "false",
-           "keep the activations between the blocks in row blocks of their "
-           "leading dimension (reduce-scatter and all-gather instead of "
-           "all-reduce)">,
+           "then run --ds-sequence-parallel: keep the activations between "
+           "the blocks in row blocks of their leading dimension "
+           "(reduce-scatter and all-gather instead of all-reduce)">,
+    Option<"vocab", "vocab-parallel", "bool", "true",
+           "then run --ds-vocab-parallel: split the vocabulary of the "
+           "output layer and the embedding tables too">,
+  ];
+}
+
+def VocabParallelPass : Pass<"ds-vocab-parallel", "func::FuncOp"> {
+  let summary = "Split output layers and embedding tables by vocabulary rows (Megatron)";
+  let description = [{
+    Runs on the forward graph before autodiff, after `--ds-tensor-parallel`
+    (a table that pass already split is left alone). Finds the output layer
+    of a softmax cross entropy (a linear layer by a `[V, D]` or `[D, V]`
+    parameter, the logits reaching the loss through reshapes that keep the
+    classes last) and its tied embedding, or an embedding table looked up
+    by token ids (indices from the graph's inputs), and splits it by rows:
+    `ds.vocab_gather` plus a group sum for each lookup,
+    `ds.vocab_cross_entropy` for the loss, `ds.tp_identity` on the output
+    layer's input. When `size` does not divide V each rank holds
+    ceil(V / size) rows, zero past the end (`ds.tp_split = [axis, size, 1,
+    V]`; the ops take `vocab = V` and leave the padding out). The split
+    logits stop being results of the graph. Marks the function
+    `ds.vocab_parallel` (and `ds.tensor_parallel`); finding nothing
+    changes nothing.
+
+    ```mlir
+    %e = ds.gather %wte, %idx {axis = 0 : i64} : (tensor<6x4xf32>, tensor<1x2xi64>) -> tensor<1x2x4xf32>
+    // becomes, with size=2 (%wte: tensor<3x4xf32> {ds.tp_split = [0, 2]})
+    %v = ds.vocab_gather %wte, %idx {group = 1 : i64} : (tensor<3x4xf32>, tensor<1x2xi64>) -> tensor<1x2x4xf32>
+    %e = ds.tp_all_reduce %v {group = 1 : i64} : tensor<1x2x4xf32>
+    ```
+  }];
+  let options = [
+    Option<"size", "size", "int64_t", "1", "ranks in the tensor-parallel group">,
+  ];
+}
+
+def SequenceParallelPass : Pass<"ds-sequence-parallel", "func::FuncOp"> {
+  let summary = "Keep the activations between tensor-parallel blocks split by rows (Megatron)";
+  let description = [{
+    Runs after `--ds-tensor-parallel` (and `--ds-vocab-parallel`), with the
+    same `size`. Every group sum becomes `ds.sp_reduce_scatter` over its
+    token dimension (the one before the features, the sequence of
+    `[b, s, h]`, when `size` divides it, else the leading one); the ops
+    after it that work row by row (elementwise, layer_norm, softmax and
+    reductions over later axes, reshapes and matmuls that keep the split
+    dimension, by their `SplitAxisOpInterface` rule) run on the rank's
+    rows; a block's input f becomes `ds.sp_all_gather` (its gradient a
+    reduce-scatter), any other reader gathers the rows whole. Parameters
+    and other values those ops broadcast get `ds.tp_identity` (their
+    gradients are partial sums over the rows), replicated full-size
+    operands `ds.sp_slice`. Dropout is not split (its random stream follows
+    the element's place in the whole tensor). No group sum `size` divides
+    is an error. Marks the function `ds.sequence_parallel`.
+
+    ```mlir
+    %e = ds.tp_all_reduce %v {group = 1 : i64} : tensor<1x2x4xf32>
+    %x = ds.add %e, %p : (tensor<1x2x4xf32>, tensor<2x4xf32>) -> tensor<1x2x4xf32>
+    // becomes, with size=2 (this rank's token of the two)
+    %e = ds.sp_reduce_scatter %v {axis = 1 : i64, group = 1 : i64} : tensor<1x2x4xf32> -> tensor<1x1x4xf32>
+    %q = ds.sp_slice %p {axis = 0 : i64, group = 1 : i64} : tensor<2x4xf32> -> tensor<1x4xf32>
+    %x = ds.add %e, %q : (tensor<1x1x4xf32>, tensor<1x4xf32>) -> tensor<1x1x4xf32>
+    ```
+  }];
+  let options = [
+    Option<"size", "size", "int64_t", "1", "ranks in the tensor-parallel group">,
   ];
 }
 
