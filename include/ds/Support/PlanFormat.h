@@ -19,6 +19,11 @@ constexpr uint32_t kPlanFormatVersion = 1;
 constexpr char kPlanMagic[8] = {'D', 'S', 'P', 'L', 'A', 'N', '\0', '\0'};
 constexpr size_t kPlanHeaderBytes = 32;
 
+/// Graph inputs the compiler adds: the optimizer's step counter and the
+/// fp16 loss scale (the runtime feeds both).
+constexpr const char *kStepInput = "ds.step";
+constexpr const char *kLossScaleInput = "ds.loss_scale";
+
 /// FNV-1a 64 over `size` bytes, continuing from `hash`.
 inline uint64_t fnv1a64(const void *data, size_t size,
                         uint64_t hash = 0xcbf29ce484222325ULL) {
