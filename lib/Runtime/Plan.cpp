@@ -182,6 +182,11 @@ int memorySide(const plan::Plan &p, uint32_t id) {
   return 3;
 }
 
+std::string kindLabel(int kind) {
+  return plan::Kind_IsValid(kind) ? plan::Kind_Name(static_cast<plan::Kind>(kind))
+                                  : std::to_string(kind);
+}
+
 /// The kernel is known, its kind is its name's, its typed fields are
 /// valid, and its operands exist and are writable where it writes.
 bool checkKernel(const plan::Plan &p, const plan::Instruction &ins,
@@ -190,9 +195,9 @@ bool checkKernel(const plan::Plan &p, const plan::Instruction &ins,
   if (!k)
     return fail(err, id + ": unknown kernel '" + ins.kernel() + "'");
   if (ins.kind() != kindOf(ins.kernel()))
-    return fail(err, id + ": kind " + std::to_string(ins.kind()) +
+    return fail(err, id + ": kind " + kindLabel(ins.kind()) +
                          " is not the kernel's (" +
-                         std::to_string(kindOf(ins.kernel())) + ")");
+                         kindLabel(kindOf(ins.kernel())) + ")");
   if (!plan::Phase_IsValid(ins.phase()))
     return fail(err, id + ": no valid phase");
   for (const plan::Collective &c : ins.collectives())

@@ -217,6 +217,57 @@ int64_t tokensOf(const plan::Plan &p) {
 }
 } // namespace
 
+uint64_t estimateFlops(const plan::Plan &p, const plan::Instruction &ins) {
+  auto buf = [&](uint32_t id) -> const plan::Buffer * {
+    return id < static_cast<uint32_t>(p.buffers_size()) ? &p.buffers(id)
+                                                        : nullptr;
+  };
+  const KernelFacts *k = kernelFacts(ins.kind());
+  if (!k)
+    return 0;
+  switch (k->flops) {
+  case FlopRule::None:
+    return 0;
+  case FlopRule::MatMul: {
+    if (ins.inputs_size() < 2 || ins.outputs_size() < 1)
+      return 0;
+    const plan::Buffer *a = buf(ins.inputs(0)), *c = buf(ins.outputs(0));
+    if (!a || !c || a->shape_size() == 0)
+      return 0;
+    int r = a->shape_size();
+    double kdim = static_cast<double>(
+        ins.trans_a() && r >= 2 ? a->shape(r - 2) : a->shape(r - 1));
+    return static_cast<uint64_t>(k->flopFactor * numel(*c) * kdim);
+  }
+  case FlopRule::PerInput: {
+    double in = 0;
+    for (uint32_t id : ins.inputs())
+      if (const plan::Buffer *b = buf(id))
+        in = std::max(in, numel(*b));
+    return static_cast<uint64_t>(k->flopFactor * in);
+  }
+  case FlopRule::PerOutput: {
+    double out = 0;
+    for (uint32_t id : ins.outputs())
+      if (const plan::Buffer *b = buf(id))
+        out += numel(*b);
+    return static_cast<uint64_t>(k->flopFactor * out);
+  }
+  }
+  return 0;
+}
+
+uint64_t operandBytes(const plan::Plan &p, const plan::Instruction &ins) {
+  uint64_t bytes = 0;
+  for (uint32_t id : ins.inputs())
+    if (id < static_cast<uint32_t>(p.buffers_size()))
+      bytes += p.buffers(id).bytes();
+  for (uint32_t id : ins.outputs())
+    if (id < static_cast<uint32_t>(p.buffers_size()))
+      bytes += p.buffers(id).bytes();
+  return bytes;
+}
+
 Timeline timeline(const plan::Plan &p, const CostModel &m) {
   Timeline t;
   if (p.programs_size() == 0)

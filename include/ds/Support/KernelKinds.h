@@ -84,9 +84,11 @@ inline bool startsBackward(plan::Kind kind) {
   return kernelFamily(kind) == KernelFamily::LossGrad;
 }
 
-/// The phase of `kind` when the compiler does not say: its default, and a
-/// forward kernel after the backward pass's start is a backward one.
-plan::Phase defaultPhase(plan::Kind kind, bool afterBackwardStart);
+/// The phase of `kind` when the compiler does not say: its default; a
+/// kernel whose default is forward takes the phase of the section of the
+/// step it is in (`section`: forward, backward once the loss's gradient
+/// ran, optimizer once an optimizer kernel did).
+plan::Phase defaultPhase(plan::Kind kind, plan::Phase section);
 
 /// The group of a kernel's `group` parameter (0 the data-parallel ranks,
 /// 1 the tensor-parallel ones, -1 every rank).
@@ -94,13 +96,6 @@ plan::Group groupOf(int64_t group);
 
 /// Ranks in `group` of a plan of `dataParallel` x `tensorParallel` ranks.
 int groupRanks(plan::Group group, int dataParallel, int tensorParallel);
-
-/// The cost model's FLOPs of `ins` from its kind's rule and its buffers'
-/// shapes (`ins.trans_a()` for a contraction).
-uint64_t estimateFlops(const plan::Plan &plan, const plan::Instruction &ins);
-
-/// Bytes `ins` reads and writes: its buffers' bytes.
-uint64_t operandBytes(const plan::Plan &plan, const plan::Instruction &ins);
 
 } // namespace ds
 

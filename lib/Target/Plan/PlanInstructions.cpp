@@ -15,6 +15,7 @@
 
 #include "ds/Dialect/DsRt/IR/DsRtOps.h"
 #include "ds/Support/KernelKinds.h"
+#include "ds/Support/PlanTimeline.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 
@@ -152,7 +153,7 @@ void mlir::ds::plan_writer::addTypedFields(const pb::Plan &p, DictionaryAttr par
 
 LogicalResult mlir::ds::plan_writer::addCosts(Operation *op, const pb::Plan &p,
                                          pb::Instruction &ins,
-                                         bool afterBackwardStart) {
+                                         pb::Phase section) {
   if (auto flops = op->getAttrOfType<IntegerAttr>("ds.flops"))
     ins.set_flops(flops.getInt());
   else
@@ -163,7 +164,7 @@ LogicalResult mlir::ds::plan_writer::addCosts(Operation *op, const pb::Plan &p,
     ins.set_bytes(::ds::operandBytes(p, ins));
   auto phase = op->getAttrOfType<StringAttr>("ds.phase");
   if (!phase) {
-    ins.set_phase(::ds::defaultPhase(ins.kind(), afterBackwardStart));
+    ins.set_phase(::ds::defaultPhase(ins.kind(), section));
     return success();
   }
   pb::Phase named = llvm::StringSwitch<pb::Phase>(phase.getValue())

@@ -209,6 +209,19 @@ LogicalResult writeViews(ModuleOp module, const pb::Plan &p,
 } // namespace
 
 namespace {
+/// The section of the step from `ins` on: the backward pass from the loss's
+/// gradient (or a stage plan's backward mark), the optimizer's from its
+/// first kernel (or a stage plan's update mark).
+pb::Phase sectionAfter(pb::Phase section, const pb::Instruction &ins) {
+  bool mark = ins.kind() == pb::KIND_PIPE_MARK;
+  if (::ds::startsBackward(ins.kind()) || (mark && !ins.update()))
+    return pb::PHASE_BACKWARD;
+  if (::ds::kernelFamily(ins.kind()) == ::ds::KernelFamily::Optimizer ||
+      (mark && ins.update()))
+    return pb::PHASE_OPTIMIZER;
+  return section;
+}
+
 /// Builds one program's plan from @forward, op by op.
 class PlanBuilder {
 public:
@@ -233,8 +246,10 @@ private:
   pb::Program *prog = nullptr;
   llvm::DenseMap<Value, uint32_t> ids;
   std::map<int64_t, pb::Parameter> params;
-  /// The backward pass has started (the loss's gradient was written).
-  bool backward = false;
+  /// The section of the step the next instruction is in: forward,
+  /// backward once the loss's gradient is written, optimizer once an
+  /// optimizer kernel is.
+  pb::Phase section = pb::PHASE_FORWARD;
 };
 
 void PlanBuilder::addHeader(func::FuncOp func, IntegerAttr arena,
@@ -329,8 +344,8 @@ LogicalResult PlanBuilder::addKernel(dsrt::KernelOp k) {
     if (failed(addAttribute(ins, attr, k)))
       return failure();
   plan_writer::addTypedFields(p, k.getParams(), ins);
-  backward |= ::ds::startsBackward(ins.kind());
-  return plan_writer::addCosts(k, p, ins, backward);
+  section = sectionAfter(section, ins);
+  return plan_writer::addCosts(k, p, ins, section);
 }
 
 LogicalResult PlanBuilder::addCopy(dsrt::CopyOp copy) {
@@ -338,7 +353,7 @@ LogicalResult PlanBuilder::addCopy(dsrt::CopyOp copy) {
   ins.add_inputs(ids.lookup(copy.getSource()));
   ins.add_outputs(ids.lookup(copy.getTarget()));
   plan_writer::addTypedFields(p, DictionaryAttr(), ins);
-  return plan_writer::addCosts(copy, p, ins, backward);
+  return plan_writer::addCosts(copy, p, ins, section);
 }
 
 LogicalResult PlanBuilder::addOp(Operation &op) {

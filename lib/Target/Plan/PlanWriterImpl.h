@@ -40,10 +40,10 @@ void addTypedFields(const ::ds::plan::Plan &p, DictionaryAttr params,
                     ::ds::plan::Instruction &ins);
 
 /// Fills `ins`'s FLOPs, bytes and phase: `op`'s ds.flops, ds.bytes and
-/// ds.phase when it has them, else the kind table's estimates (a forward
-/// kernel after the backward pass's start is a backward one).
+/// ds.phase when it has them, else the kind table's estimates (`section`:
+/// the part of the step the instruction is in).
 LogicalResult addCosts(Operation *op, const ::ds::plan::Plan &p,
-                       ::ds::plan::Instruction &ins, bool afterBackwardStart);
+                       ::ds::plan::Instruction &ins, ::ds::plan::Phase section);
 
 } // namespace mlir::ds::plan_writer
 
