@@ -14,8 +14,9 @@
 namespace ds {
 
 /// The format version this build writes and reads. Bump on any change of
-/// plan.proto's meaning.
-constexpr uint32_t kPlanFormatVersion = 1;
+/// plan.proto's meaning. 2: instructions carry their kind, phase, FLOPs,
+/// bytes, collectives and typed parameters (KernelKinds.def).
+constexpr uint32_t kPlanFormatVersion = 2;
 constexpr char kPlanMagic[8] = {'D', 'S', 'P', 'L', 'A', 'N', '\0', '\0'};
 constexpr size_t kPlanHeaderBytes = 32;
 
