@@ -183,8 +183,9 @@ int memorySide(const plan::Plan &p, uint32_t id) {
 }
 
 std::string kindLabel(int kind) {
-  return plan::Kind_IsValid(kind) ? plan::Kind_Name(static_cast<plan::Kind>(kind))
-                                  : std::to_string(kind);
+  return plan::Kind_IsValid(kind)
+             ? plan::Kind_Name(static_cast<plan::Kind>(kind))
+             : std::to_string(kind);
 }
 
 /// The kernel is known, its kind is its name's, its typed fields are

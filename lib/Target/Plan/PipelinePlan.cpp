@@ -161,8 +161,7 @@ Bubbles bubbles(const PipeShape &shape, const ChunkFigures &fig,
       shape.sched, fig.fwd, fig.bwd,
       model.linkBytesPerSecond > 0 ? fig.maxSend / model.linkBytesPerSecond
                                    : 0);
-  b.tp = pl.stage_plans(0).tensor_parallel() ? pl.stage_plans(0).tensor_parallel()
-                                             : 1;
+  b.tp = std::max<int>(1, pl.stage_plans(0).tensor_parallel());
   b.dp = shape.stageWorld / b.tp;
   b.maxPeak = *std::max_element(rankPeak.begin(), rankPeak.end());
   return b;

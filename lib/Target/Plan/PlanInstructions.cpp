@@ -136,8 +136,9 @@ void addCollectives(const pb::Plan &p, pb::Instruction &ins, int64_t group) {
 
 } // namespace
 
-void mlir::ds::plan_writer::addTypedFields(const pb::Plan &p, DictionaryAttr params,
-                                      pb::Instruction &ins) {
+void mlir::ds::plan_writer::addTypedFields(const pb::Plan &p,
+                                           DictionaryAttr params,
+                                           pb::Instruction &ins) {
   ins.set_kind(::ds::kindOf(ins.kernel()));
   ins.set_async(intParam(params, "async").value_or(0) != 0);
   ins.set_trans_a(intParam(params, "trans_a").value_or(0) != 0);
@@ -151,9 +152,10 @@ void mlir::ds::plan_writer::addTypedFields(const pb::Plan &p, DictionaryAttr par
   addCollectives(p, ins, intParam(params, "group").value_or(0));
 }
 
-LogicalResult mlir::ds::plan_writer::addCosts(Operation *op, const pb::Plan &p,
-                                         pb::Instruction &ins,
-                                         pb::Phase section) {
+LogicalResult mlir::ds::plan_writer::addCosts(Operation *op,
+                                              const pb::Plan &p,
+                                              pb::Instruction &ins,
+                                              pb::Phase section) {
   if (auto flops = op->getAttrOfType<IntegerAttr>("ds.flops"))
     ins.set_flops(flops.getInt());
   else

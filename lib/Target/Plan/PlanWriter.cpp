@@ -6,10 +6,10 @@
 
 #include "PlanWriterImpl.h"
 #include "ds/Dialect/DsRt/IR/DsRtOps.h"
-#include "ds/Support/PlanFootprint.h"
-#include "ds/Support/PlanTimeline.h"
 #include "ds/Support/KernelKinds.h"
+#include "ds/Support/PlanFootprint.h"
 #include "ds/Support/PlanFormat.h"
+#include "ds/Support/PlanTimeline.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinAttributes.h"
@@ -431,8 +431,8 @@ LogicalResult PlanBuilder::build(func::FuncOp func, IntegerAttr arena,
 } // namespace
 
 LogicalResult mlir::ds::plan_writer::buildPlan(ModuleOp module,
-                                          const PlanWriteOptions &options,
-                                          int64_t worldSize, pb::Plan &p) {
+                                               const PlanWriteOptions &options,
+                                               int64_t worldSize, pb::Plan &p) {
   auto func = module.lookupSymbol<func::FuncOp>("forward");
   if (!func || func.getNumArguments() != 0)
     return module.emitError("writing a plan needs @forward lowered to dsrt");
@@ -443,9 +443,10 @@ LogicalResult mlir::ds::plan_writer::buildPlan(ModuleOp module,
   return PlanBuilder(options, p).build(func, arena, worldSize);
 }
 
-LogicalResult mlir::ds::plan_writer::addSource(ModuleOp module, StringRef planPath,
-                                          const PlanWriteOptions &options,
-                                          pb::Plan &p) {
+LogicalResult mlir::ds::plan_writer::addSource(ModuleOp module,
+                                               StringRef planPath,
+                                               const PlanWriteOptions &options,
+                                               pb::Plan &p) {
   if (!options.weightsPath.empty()) {
     auto file = llvm::MemoryBuffer::getFile(options.weightsPath, false, false);
     if (!file)
