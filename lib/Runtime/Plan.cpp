@@ -10,6 +10,7 @@
 
 #include "PlanImpl.h"
 #include "Cpu/Kernels.h"
+#include "ds/Support/KernelKinds.h"
 #include "ds/Support/PlanFormat.h"
 
 
@@ -31,23 +32,23 @@ static bool mulSize(uint64_t &n, int64_t d) {
   return true;
 }
 
-static bool checkPlan(const plan::Plan &p, std::string &err) {
-  auto fail = [&](const std::string &m) {
-    err = "inconsistent plan: " + m;
-    return false;
-  };
-  if (p.programs_size() != 1)
-    return fail(std::to_string(p.programs_size()) +
-                " programs, this runtime runs exactly one");
-  const plan::Program &prog = p.programs(0);
-  std::vector<uint64_t> paramBytes, constBytes(p.constants_size());
+namespace {
+bool fail(std::string &err, const std::string &m) {
+  err = "inconsistent plan: " + m;
+  return false;
+}
+
+/// Each parameter's dtype and shape (a shard: ceil of the whole over the
+/// data-parallel ranks); `paramBytes` gets their sizes.
+bool checkParameters(const plan::Plan &p, std::vector<uint64_t> &paramBytes,
+                     std::string &err) {
   for (const plan::Parameter &param : p.parameters()) {
     if (!validDType(param.dtype()))
-      return fail("parameter '" + param.name() + "' has no valid dtype");
+      return fail(err, "parameter '" + param.name() + "' has no valid dtype");
     uint64_t n = dtypeSize(toDType(param.dtype()));
     for (int64_t d : param.shape())
       if (!mulSize(n, d))
-        return fail("parameter '" + param.name() +
+        return fail(err, "parameter '" + param.name() +
                     "' has a negative or too large dimension");
     if (param.sharded()) {
       // Shard size S = ceil(numel / N) of the whole tensor, N the ranks of
@@ -58,11 +59,11 @@ static bool checkPlan(const plan::Plan &p, std::string &err) {
       world = std::max<int64_t>(1, world);
       for (int64_t d : param.full_shape())
         if (!mulSize(wholeN, d))
-          return fail("parameter '" + param.name() +
+          return fail(err, "parameter '" + param.name() +
                       "' has an invalid whole shape");
       int64_t whole = static_cast<int64_t>(wholeN);
       if (param.shape_size() != 1 || param.shape(0) != (whole + world - 1) / world)
-        return fail("parameter '" + param.name() + "' is not a shard of " +
+        return fail(err, "parameter '" + param.name() + "' is not a shard of " +
                     std::to_string(whole) + " elements over " +
                     std::to_string(world) + " ranks");
     }
@@ -84,23 +85,32 @@ static bool checkPlan(const plan::Plan &p, std::string &err) {
                                                 q.shape().end());
     };
     if (!m.state() || m.dtype() != plan::F32 || !of || whole(*of) != whole(m))
-      return fail("'" + m.name() + "' is not an f32 master copy of a "
+      return fail(err, "'" + m.name() + "' is not an f32 master copy of a "
                   "parameter of the plan ('" + m.master_of() + "')");
   }
+  return true;
+}
+
+/// Each buffer lies inside its storage: the arena, a parameter, an input
+/// or a constant.
+bool checkBuffers(const plan::Plan &p, const std::vector<uint64_t> &paramBytes,
+                  std::string &err) {
+  const plan::Program &prog = p.programs(0);
+  std::vector<uint64_t> constBytes(p.constants_size());
   for (int i = 0; i < p.constants_size(); ++i)
     constBytes[i] = p.constants(i).size();
   for (int i = 0; i < p.buffers_size(); ++i) {
     const plan::Buffer &b = p.buffers(i);
     std::string id = "buffer " + std::to_string(i);
     if (!validDType(b.dtype()))
-      return fail(id + " has no valid dtype");
+      return fail(err, id + " has no valid dtype");
     uint64_t n = dtypeSize(toDType(b.dtype()));
     for (int64_t d : b.shape()) {
       if (!mulSize(n, d))
-        return fail(id + " has an invalid dimension");
+        return fail(err, id + " has an invalid dimension");
     }
     if (n != b.bytes())
-      return fail(id + " holds " + std::to_string(b.bytes()) +
+      return fail(err, id + " holds " + std::to_string(b.bytes()) +
                   " bytes, its shape needs " + std::to_string(n));
     uint64_t limit = 0;
     switch (b.space()) {
@@ -108,13 +118,13 @@ static bool checkPlan(const plan::Plan &p, std::string &err) {
     case plan::HOST_ARENA: limit = prog.host_arena_bytes(); break;
     case plan::PARAM:
       if (b.slot() >= paramBytes.size())
-        return fail(id + " names parameter " + std::to_string(b.slot()) +
+        return fail(err, id + " names parameter " + std::to_string(b.slot()) +
                     " of " + std::to_string(paramBytes.size()));
       limit = paramBytes[b.slot()];
       break;
     case plan::INPUT: {
       if (static_cast<int>(b.slot()) >= p.inputs_size())
-        return fail(id + " names input " + std::to_string(b.slot()) + " of " +
+        return fail(err, id + " names input " + std::to_string(b.slot()) + " of " +
                     std::to_string(p.inputs_size()));
       // Bounded by the input's own buffer, whose size the executor checks
       // against the data it is given.
@@ -122,29 +132,29 @@ static bool checkPlan(const plan::Plan &p, std::string &err) {
       if (static_cast<int>(own) >= p.buffers_size() ||
           p.buffers(own).space() != plan::INPUT ||
           p.buffers(own).slot() != b.slot())
-        return fail("input " + std::to_string(b.slot()) +
+        return fail(err, "input " + std::to_string(b.slot()) +
                     " does not name an input buffer of its own");
       limit = p.buffers(own).bytes();
       break;
     }
     case plan::CONST:
       if (b.slot() >= constBytes.size())
-        return fail(id + " names constant " + std::to_string(b.slot()) +
+        return fail(err, id + " names constant " + std::to_string(b.slot()) +
                     " of " + std::to_string(constBytes.size()));
       limit = constBytes[b.slot()];
       break;
     default:
-      return fail(id + " has no valid memory space");
+      return fail(err, id + " has no valid memory space");
     }
     if (b.offset() > limit || b.bytes() > limit - b.offset())
-      return fail(id + " [" + std::to_string(b.offset()) + ", " +
+      return fail(err, id + " [" + std::to_string(b.offset()) + ", " +
                   std::to_string(b.offset() + b.bytes()) +
                   ") lies outside its storage of " + std::to_string(limit) +
                   " bytes");
   }
   auto checkValue = [&](const plan::Value &v, const char *what) {
     if (static_cast<int>(v.buffer()) >= p.buffers_size())
-      return fail(std::string(what) + " '" + v.name() + "' names buffer " +
+      return fail(err, std::string(what) + " '" + v.name() + "' names buffer " +
                   std::to_string(v.buffer()) + " of " +
                   std::to_string(p.buffers_size()));
     return true;
@@ -155,75 +165,121 @@ static bool checkPlan(const plan::Plan &p, std::string &err) {
   for (const plan::Value &v : p.outputs())
     if (!checkValue(v, "output"))
       return false;
+  return true;
+}
+
+/// Where buffer `id`'s bytes live for the memory-side check: 0 device,
+/// 1 host, 2 NVMe, 3 both (inputs and constants: the runtime keeps both
+/// copies).
+int memorySide(const plan::Plan &p, uint32_t id) {
+  const plan::Buffer &b = p.buffers(id);
+  if (b.space() == plan::HOST_ARENA)
+    return 1;
+  if (b.space() == plan::PARAM)
+    return static_cast<int>(p.parameters(b.slot()).location());
+  if (b.space() == plan::ARENA)
+    return 0;
+  return 3;
+}
+
+std::string kindLabel(int kind) {
+  return plan::Kind_IsValid(kind)
+             ? plan::Kind_Name(static_cast<plan::Kind>(kind))
+             : std::to_string(kind);
+}
+
+/// The kernel is known, its kind is its name's, its typed fields are
+/// valid, and its operands exist and are writable where it writes.
+bool checkKernel(const plan::Plan &p, const plan::Instruction &ins,
+                 const std::string &id, std::string &err) {
+  const KernelInfo *k = findKernel(ins.kernel());
+  if (!k)
+    return fail(err, id + ": unknown kernel '" + ins.kernel() + "'");
+  if (ins.kind() != kindOf(ins.kernel()))
+    return fail(err, id + ": kind " + kindLabel(ins.kind()) +
+                         " is not the kernel's (" +
+                         kindLabel(kindOf(ins.kernel())) + ")");
+  if (!plan::Phase_IsValid(ins.phase()))
+    return fail(err, id + ": no valid phase");
+  for (const plan::Collective &c : ins.collectives())
+    if (!plan::CollectiveKind_IsValid(c.kind()) ||
+        !plan::Group_IsValid(c.group()))
+      return fail(err, id + ": a collective of no valid kind or group");
+  if (ins.inputs_size() < k->minIn || ins.inputs_size() > k->maxIn ||
+      ins.outputs_size() < k->minOut || ins.outputs_size() > k->maxOut)
+    return fail(err, id + ": wrong number of operands");
+  for (uint32_t b : ins.inputs())
+    if (static_cast<int>(b) >= p.buffers_size())
+      return fail(err, id + ": input buffer " + std::to_string(b) + " of " +
+                           std::to_string(p.buffers_size()));
+  for (uint32_t b : ins.outputs()) {
+    if (static_cast<int>(b) >= p.buffers_size())
+      return fail(err, id + ": output buffer " + std::to_string(b) + " of " +
+                           std::to_string(p.buffers_size()));
+    plan::Space s = p.buffers(b).space();
+    if (s != plan::ARENA && s != plan::HOST_ARENA &&
+        !(s == plan::PARAM && p.updates_parameters()))
+      return fail(err, id + " writes a buffer outside the arena");
+  }
+  return true;
+}
+
+/// Offload: host kernels touch host memory, device kernels device memory;
+/// only a transfer crosses, and only a transfer touches NVMe.
+bool checkMemorySides(const plan::Plan &p, const plan::Instruction &ins,
+                      const std::string &id, std::string &err) {
+  bool transfer = isTransfer(ins.kind());
+  std::vector<uint32_t> all(ins.inputs().begin(), ins.inputs().end());
+  all.insert(all.end(), ins.outputs().begin(), ins.outputs().end());
+  for (uint32_t b : all) {
+    int w = memorySide(p, b);
+    if (w == 3 || transfer)
+      continue;
+    if (w == 2)
+      return fail(err, id + " reads or writes NVMe storage directly (only a "
+                            "transfer may)");
+    if (w != (ins.on_host() ? 1 : 0))
+      return fail(err, id + std::string(" runs on the ") +
+                           (ins.on_host() ? "host" : "device") +
+                           " but touches buffer " + std::to_string(b) +
+                           " in " + (w == 1 ? "host" : "device") + " memory");
+  }
+  if (!transfer)
+    return true;
+  if (ins.inputs_size() != 1 || ins.outputs_size() != 1)
+    return fail(err, id + ": a transfer has one input and one output");
+  const plan::Buffer &from = p.buffers(ins.inputs(0));
+  const plan::Buffer &to = p.buffers(ins.outputs(0));
+  if (from.bytes() != to.bytes() || from.dtype() != to.dtype())
+    return fail(err, id + ": a transfer keeps its bytes and type");
+  int wf = memorySide(p, ins.inputs(0)), wt = memorySide(p, ins.outputs(0));
+  if ((wf == 2 || wt == 2) && (wf != 1 && wt != 1))
+    return fail(err, id + ": NVMe is read into and written from host memory "
+                          "only");
+  if ((wf == 2 || wt == 2) &&
+      ((wf == 2 && from.offset() != 0) || (wt == 2 && to.offset() != 0)))
+    return fail(err, id + ": an NVMe transfer moves a whole slot");
+  return true;
+}
+
+bool checkInstructions(const plan::Plan &p, std::string &err) {
+  const plan::Program &prog = p.programs(0);
   for (int i = 0; i < prog.instructions_size(); ++i) {
     const plan::Instruction &ins = prog.instructions(i);
-    std::string id = "instruction " + std::to_string(i) + " (" + ins.kernel() + ")";
-    const KernelInfo *k = findKernel(ins.kernel());
-    if (!k)
-      return fail(id + ": unknown kernel '" + ins.kernel() + "'");
-    if (ins.inputs_size() < k->minIn || ins.inputs_size() > k->maxIn ||
-        ins.outputs_size() < k->minOut || ins.outputs_size() > k->maxOut)
-      return fail(id + ": wrong number of operands");
-    for (uint32_t b : ins.inputs())
-      if (static_cast<int>(b) >= p.buffers_size())
-        return fail(id + ": input buffer " + std::to_string(b) + " of " +
-                    std::to_string(p.buffers_size()));
-    for (uint32_t b : ins.outputs()) {
-      if (static_cast<int>(b) >= p.buffers_size())
-        return fail(id + ": output buffer " + std::to_string(b) + " of " +
-                    std::to_string(p.buffers_size()));
-      plan::Space s = p.buffers(b).space();
-      if (s != plan::ARENA && s != plan::HOST_ARENA &&
-          !(s == plan::PARAM && p.updates_parameters()))
-        return fail(id + " writes a buffer outside the arena");
-    }
-    // Offload: host kernels touch host memory, device kernels device
-    // memory; only a transfer crosses, and only a transfer touches NVMe.
-    auto where = [&](uint32_t id) -> int { // 0 device, 1 host, 2 nvme, 3 both
-      const plan::Buffer &b = p.buffers(id);
-      if (b.space() == plan::HOST_ARENA)
-        return 1;
-      if (b.space() == plan::PARAM)
-        return static_cast<int>(p.parameters(b.slot()).location());
-      if (b.space() == plan::ARENA)
-        return 0;
-      return 3; // inputs and constants: the runtime keeps both copies
-    };
-    bool transfer = ins.kernel() == "transfer";
-    std::vector<uint32_t> all(ins.inputs().begin(), ins.inputs().end());
-    all.insert(all.end(), ins.outputs().begin(), ins.outputs().end());
-    for (uint32_t b : all) {
-      int w = where(b);
-      if (w == 3 || transfer)
-        continue;
-      if (w == 2)
-        return fail(id + " reads or writes NVMe storage directly (only a "
-                         "transfer may)");
-      if (w != (ins.on_host() ? 1 : 0))
-        return fail(id + std::string(" runs on the ") +
-                    (ins.on_host() ? "host" : "device") +
-                    " but touches buffer " + std::to_string(b) + " in " +
-                    (w == 1 ? "host" : "device") + " memory");
-    }
-    if (transfer) {
-      if (ins.inputs_size() != 1 || ins.outputs_size() != 1)
-        return fail(id + ": a transfer has one input and one output");
-      const plan::Buffer &from = p.buffers(ins.inputs(0));
-      const plan::Buffer &to = p.buffers(ins.outputs(0));
-      if (from.bytes() != to.bytes() || from.dtype() != to.dtype())
-        return fail(id + ": a transfer keeps its bytes and type");
-      int wf = where(ins.inputs(0)), wt = where(ins.outputs(0));
-      if ((wf == 2 || wt == 2) && (wf != 1 && wt != 1))
-        return fail(id + ": NVMe is read into and written from host memory "
-                         "only");
-      if ((wf == 2 || wt == 2) &&
-          ((wf == 2 && from.offset() != 0) || (wt == 2 && to.offset() != 0)))
-        return fail(id + ": an NVMe transfer moves a whole slot");
-    }
+    std::string id =
+        "instruction " + std::to_string(i) + " (" + ins.kernel() + ")";
+    if (!checkKernel(p, ins, id, err) || !checkMemorySides(p, ins, id, err))
+      return false;
   }
+  return true;
+}
+
+/// The world is whole tensor-parallel groups, and each split parameter's
+/// slices fit it.
+bool checkTensorParallel(const plan::Plan &p, std::string &err) {
   uint32_t tp = std::max<uint32_t>(1, p.tensor_parallel());
   if ((p.world_size() ? p.world_size() : 1) % tp)
-    return fail("world size " + std::to_string(p.world_size()) +
+    return fail(err, "world size " + std::to_string(p.world_size()) +
                 " is not a multiple of the tensor-parallel size " +
                 std::to_string(tp));
   for (const plan::Parameter &param : p.parameters()) {
@@ -242,21 +298,37 @@ static bool checkPlan(const plan::Plan &p, std::string &err) {
               (param.tp_whole() + tp - 1) / tp != slice;
     }
     if (bad)
-      return fail("parameter '" + param.name() + "' has an invalid "
+      return fail(err, "parameter '" + param.name() + "' has an invalid "
                   "tensor-parallel split");
   }
+  return true;
+}
+
+/// Parameters' locations, and the NVMe options when some are there.
+bool checkNvme(const plan::Plan &p, std::string &err) {
   bool nvme = false;
   for (const plan::Parameter &param : p.parameters()) {
     if (!plan::Location_IsValid(param.location()))
-      return fail("parameter '" + param.name() + "' has no valid location");
+      return fail(err, "parameter '" + param.name() + "' has no valid location");
     nvme |= param.location() == plan::NVME;
   }
   if (nvme && (p.nvme().path().empty() || p.nvme().block_size() < 4096 ||
                p.nvme().block_size() % 4096 || p.nvme().queue_depth() < 1 ||
                p.nvme().queue_depth() > 1024 || p.nvme().threads() > 64))
-    return fail("storage is on NVMe but the plan's NVMe options are "
+    return fail(err, "storage is on NVMe but the plan's NVMe options are "
                 "missing or invalid");
   return true;
+}
+} // namespace
+
+static bool checkPlan(const plan::Plan &p, std::string &err) {
+  if (p.programs_size() != 1)
+    return fail(err, std::to_string(p.programs_size()) +
+                         " programs, this runtime runs exactly one");
+  std::vector<uint64_t> paramBytes;
+  return checkParameters(p, paramBytes, err) &&
+         checkBuffers(p, paramBytes, err) && checkInstructions(p, err) &&
+         checkTensorParallel(p, err) && checkNvme(p, err);
 }
 
 std::shared_ptr<const Plan> loadPlan(const std::string &path, std::string &err) {
@@ -394,6 +466,63 @@ std::shared_ptr<const Plan> stagePlan(const Plan &plan, int stage,
   return out;
 }
 
+/// The bound of the indices `ins` reads as its second input (the gathered
+/// dimension or the class count; -1: none). A vocabulary split over the
+/// `tp` tensor-parallel ranks: each holds 1/tp of the rows (or classes),
+/// or the true size when the slices are padded.
+static int64_t indexLimit(const plan::Plan &p, const plan::Instruction &ins,
+                          int64_t tp) {
+  if (ins.inputs_size() < 2)
+    return -1;
+  const plan::Buffer &data = p.buffers(ins.inputs(0));
+  switch (ins.kind()) {
+  case plan::KIND_GATHER:
+    if (ins.inputs_size() != 2 || ins.axis() < 0 ||
+        ins.axis() >= data.shape_size())
+      return -1;
+    return data.shape(ins.axis());
+  case plan::KIND_SOFTMAX_CROSS_ENTROPY_LOSS:
+  case plan::KIND_NLL_LOSS:
+    return data.shape_size() >= 2 ? data.shape(1) : -1;
+  case plan::KIND_VOCAB_GATHER:
+    if (ins.inputs_size() != 2)
+      return -1;
+    if (ins.vocab())
+      return ins.vocab();
+    return data.shape_size() >= 1 ? data.shape(0) * tp : -1;
+  case plan::KIND_VOCAB_CROSS_ENTROPY:
+    if (ins.inputs_size() != 2)
+      return -1;
+    if (ins.vocab())
+      return ins.vocab();
+    return data.shape_size() == 2 ? data.shape(1) * tp : -1;
+  default:
+    return -1;
+  }
+}
+
+/// The optimizer's name and settings, from its kernel.
+static void addOptimizer(const plan::Instruction &ins, PlanInfo &info) {
+  const plan::Optimizer &o = ins.optimizer();
+  info.optimizer = kernelName(ins.kind());
+  if (o.has_lr())
+    info.lr = o.lr();
+  if (o.decoupled())
+    info.optimizer = "adamw";
+  if (o.lamb())
+    info.optimizer = "lamb";
+  if (o.has_schedule())
+    info.schedule = o.schedule();
+  if (o.has_warmup_steps())
+    info.warmupSteps = o.warmup_steps();
+  if (o.has_total_steps())
+    info.totalSteps = o.total_steps();
+  if (o.has_min_lr())
+    info.minLr = o.min_lr();
+  if (o.has_accum_steps())
+    info.accumSteps = o.accum_steps();
+}
+
 PlanInfo describe(const Plan &plan) {
   if (plan.proto.programs_size() == 0 &&
       plan.proto.pipeline().stage_plans_size() > 0) {
@@ -418,7 +547,7 @@ PlanInfo describe(const Plan &plan) {
   info.planHash = plan.checksum;
   info.options.insert(p.options().begin(), p.options().end());
   for (const plan::Value &v : p.inputs())
-    info.lossScaling |= v.name() == "ds.loss_scale";
+    info.lossScaling |= v.name() == kLossScaleInput;
   info.zeroStage = static_cast<int>(p.zero_stage());
   info.worldSize = p.world_size() == 0 ? 1 : static_cast<int>(p.world_size());
   info.tensorParallel =
@@ -436,82 +565,23 @@ PlanInfo describe(const Plan &plan) {
   for (const plan::Value &v : p.inputs())
     info.inputs.push_back(spec(v));
   // Inputs read as indices: the gathered dimension or the class count.
-  auto inputName = [&](uint32_t buffer) -> std::string {
-    const plan::Buffer &b = p.buffers(buffer);
-    if (b.space() != plan::INPUT)
-      return "";
-    return p.inputs(b.slot()).name();
-  };
   for (const plan::Instruction &ins : p.programs(0).instructions()) {
-    int64_t limit = -1;
-    std::string name;
-    if (ins.kernel() == "gather" && ins.inputs_size() == 2) {
-      int64_t axis = 0;
-      for (const plan::Attribute &a : ins.attributes())
-        if (a.name() == "axis")
-          axis = a.i();
-      const plan::Buffer &data = p.buffers(ins.inputs(0));
-      if (axis >= 0 && axis < data.shape_size())
-        limit = data.shape(axis);
-      name = inputName(ins.inputs(1));
-    } else if ((ins.kernel() == "softmax_cross_entropy_loss" ||
-                ins.kernel() == "nll_loss") && ins.inputs_size() >= 2) {
-      const plan::Buffer &scores = p.buffers(ins.inputs(0));
-      if (scores.shape_size() >= 2)
-        limit = scores.shape(1);
-      name = inputName(ins.inputs(1));
-    }
-    // A vocabulary split over the tensor-parallel group: each rank holds
-    // 1/T of the rows (or classes).
-    int64_t tp = std::max(1, info.tensorParallel);
-    if (ins.kernel() == "vocab_gather" && ins.inputs_size() == 2) {
-      const plan::Buffer &data = p.buffers(ins.inputs(0));
-      if (data.shape_size() >= 1)
-        limit = data.shape(0) * tp;
-      for (const plan::Attribute &a : ins.attributes())
-        if (a.name() == "vocab") // padded slices: the true size
-          limit = a.i();
-      name = inputName(ins.inputs(1));
-    } else if (ins.kernel() == "vocab_cross_entropy" &&
-               ins.inputs_size() == 2) {
-      const plan::Buffer &scores = p.buffers(ins.inputs(0));
-      if (scores.shape_size() == 2)
-        limit = scores.shape(1) * tp;
-      for (const plan::Attribute &a : ins.attributes())
-        if (a.name() == "vocab")
-          limit = a.i();
-      name = inputName(ins.inputs(1));
-    }
-    if (!name.empty() && limit > 0) {
-      auto it = info.indexLimits.find(name);
-      info.indexLimits[name] =
-          it == info.indexLimits.end() ? limit : std::min(it->second, limit);
-    }
-  }
-  for (const plan::Instruction &ins : p.programs(0).instructions()) {
-    if (ins.kernel() != "adam" && ins.kernel() != "sgd")
+    int64_t limit = indexLimit(p, ins, std::max(1, info.tensorParallel));
+    if (limit <= 0 || ins.inputs_size() < 2)
       continue;
-    info.optimizer = ins.kernel();
-    for (const plan::Attribute &a : ins.attributes()) {
-      if (a.name() == "lr")
-        info.lr = a.f();
-      if (a.name() == "decoupled" && a.i())
-        info.optimizer = "adamw";
-      if (a.name() == "lamb" && a.i())
-        info.optimizer = "lamb";
-      if (a.name() == "schedule")
-        info.schedule = a.s();
-      if (a.name() == "warmup_steps")
-        info.warmupSteps = a.i();
-      if (a.name() == "total_steps")
-        info.totalSteps = a.i();
-      if (a.name() == "min_lr")
-        info.minLr = a.f();
-      if (a.name() == "accum_steps")
-        info.accumSteps = a.i();
-    }
-    break;
+    const plan::Buffer &indices = p.buffers(ins.inputs(1));
+    if (indices.space() != plan::INPUT)
+      continue;
+    const std::string &name = p.inputs(indices.slot()).name();
+    auto it = info.indexLimits.find(name);
+    info.indexLimits[name] =
+        it == info.indexLimits.end() ? limit : std::min(it->second, limit);
   }
+  for (const plan::Instruction &ins : p.programs(0).instructions())
+    if (isOptimizer(ins.kind())) {
+      addOptimizer(ins, info);
+      break;
+    }
   for (const plan::Value &v : p.outputs())
     info.outputs.push_back(spec(v));
   return info;

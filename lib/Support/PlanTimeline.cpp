@@ -5,6 +5,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "ds/Support/PlanTimeline.h"
+#include "ds/Support/KernelKinds.h"
+#include "ds/Support/PlanFormat.h"
 
 #include "plan.pb.h"
 
@@ -23,205 +25,171 @@ double numel(const plan::Buffer &b) {
   return n;
 }
 
-bool isOneOf(const std::string &k, std::initializer_list<const char *> names) {
-  for (const char *n : names)
-    if (k == n)
-      return true;
-  return false;
-}
-
-/// The cost model's FLOPs of one instruction.
-double kernelFlops(const plan::Plan &p, const plan::Instruction &ins) {
-  auto buf = [&](int i, bool out) -> const plan::Buffer * {
-    uint32_t id = out ? ins.outputs(i) : ins.inputs(i);
-    return id < static_cast<uint32_t>(p.buffers_size()) ? &p.buffers(id)
-                                                        : nullptr;
-  };
-  const std::string &k = ins.kernel();
-  if ((k == "matmul" || k == "gemm") && ins.inputs_size() >= 2 &&
-      ins.outputs_size() >= 1) {
-    const plan::Buffer *a = buf(0, false), *c = buf(0, true);
-    if (!a || !c || a->shape_size() == 0)
-      return 0;
-    bool transA = false;
-    for (const plan::Attribute &attr : ins.attributes())
-      transA |= attr.name() == "trans_a" && attr.i() != 0;
-    int r = a->shape_size();
-    double kdim = static_cast<double>(
-        transA && r >= 2 ? a->shape(r - 2) : a->shape(r - 1));
-    return 2.0 * numel(*c) * kdim;
+/// The step as the cost model runs it: the compute stream's clock, the
+/// communication stream's, and the offload engines' (copies, NVMe, the
+/// host optimizer).
+class TimelineBuilder {
+public:
+  TimelineBuilder(const plan::Plan &p, const CostModel &m, Timeline &t)
+      : p(p), m(m), t(t) {
+    tp = std::max<int>(1, static_cast<int>(p.tensor_parallel()));
+    int world = p.world_size() == 0 ? 1 : static_cast<int>(p.world_size());
+    dp = std::max(1, world / tp);
   }
-  double in = 0, out = 0;
-  for (int i = 0; i < ins.inputs_size(); ++i)
-    if (const plan::Buffer *b = buf(i, false))
-      in = std::max(in, numel(*b));
-  for (int i = 0; i < ins.outputs_size(); ++i)
-    if (const plan::Buffer *b = buf(i, true))
-      out += numel(*b);
-  if (isOneOf(k, {"softmax", "log_softmax", "softmax_grad", "layer_norm",
-                  "layer_norm_grad", "softmax_cross_entropy_loss", "nll_loss",
-                  "loss_grad", "vocab_cross_entropy",
-                  "vocab_cross_entropy_grad"}))
-    return 5 * in;
-  if (isOneOf(k, {"reduce_sum", "reduce_mean", "reduce_max", "check_overflow"}))
-    return in;
-  if (k == "adam")
-    return 12 * in;
-  if (k == "sgd")
-    return 4 * in;
-  if (isOneOf(k, {"transpose", "concat", "split", "slice", "slice_grad",
-                  "copy", "reshape", "expand", "gather", "gather_grad",
-                  "vocab_gather", "vocab_gather_grad", "tp_rows",
-                  "range", "trilu", "shard", "wait", "all_reduce",
-                  "all_gather", "reduce_scatter", "sp_all_gather",
-                  "sp_reduce_scatter"}))
-    return 0;
-  return out; // elementwise: one per element
-}
 
-} // namespace
+  void add(int i, const plan::Instruction &ins);
+  void finish();
 
-Timeline timeline(const plan::Plan &p, const CostModel &m) {
-  Timeline t;
-  if (p.programs_size() == 0)
-    return t;
-  const plan::Program &prog = p.programs(0);
-  int world = p.world_size() == 0 ? 1 : static_cast<int>(p.world_size());
-  for (const plan::Value &v : p.inputs()) {
-    if (v.name() == "ds.step" || v.name() == "ds.loss_scale" ||
-        v.buffer() >= static_cast<uint32_t>(p.buffers_size()))
-      continue;
-    const plan::Buffer &b = p.buffers(v.buffer());
-    bool integer = b.dtype() == plan::I64 || b.dtype() == plan::I32;
-    t.tokens = integer ? static_cast<int64_t>(numel(b))
-                       : (b.shape_size() ? b.shape(0) : 1);
-    break;
-  }
+private:
+  bool addTransfer(const plan::Instruction &ins, TimelineEvent &e);
+  void addHostKernel(const plan::Instruction &ins, TimelineEvent &e);
+  void waitForTransfers(const plan::Instruction &ins);
+  void addCollective(const plan::Instruction &ins, TimelineEvent &e);
+  void addWait(const plan::Instruction &ins);
+  double inputsReady(const plan::Instruction &ins, double base) const;
+
+  const plan::Plan &p;
+  const CostModel &m;
+  Timeline &t;
+  int tp = 1, dp = 1;
   double compute = 0, comm = 0;
   std::map<uint32_t, double> commEnds; // collective output -> when it ends
   // Offload: when each transfer's or host kernel's output is ready, and
   // the copy engine's, the NVMe queue's and the host's clocks.
   std::map<uint32_t, double> ready, copyTime; // copyTime: a transfer's own
   double copyClock = 0, nvmeClock = 0, host = 0;
-  auto inputsReady = [&](const plan::Instruction &ins, double base) {
-    for (uint32_t id : ins.inputs())
-      if (auto it = ready.find(id); it != ready.end())
-        base = std::max(base, it->second);
-    return base;
-  };
-  for (int i = 0; i < prog.instructions_size(); ++i) {
-    const plan::Instruction &ins = prog.instructions(i);
-    const std::string &k = ins.kernel();
-    TimelineEvent e;
-    e.instruction = i;
-    e.kernel = k;
-    e.node = ins.location();
-    for (uint32_t id : ins.inputs())
-      if (id < static_cast<uint32_t>(p.buffers_size()))
-        e.bytes += static_cast<double>(p.buffers(id).bytes());
-    for (uint32_t id : ins.outputs())
-      if (id < static_cast<uint32_t>(p.buffers_size()))
-        e.bytes += static_cast<double>(p.buffers(id).bytes());
-    if (k == "transfer" && ins.inputs_size() == 1 && ins.outputs_size() == 1 &&
-        ins.inputs(0) < static_cast<uint32_t>(p.buffers_size()) &&
-        ins.outputs(0) < static_cast<uint32_t>(p.buffers_size())) {
-      int from = bufferLocation(p, ins.inputs(0)),
-          to = bufferLocation(p, ins.outputs(0));
-      bool nvme = from == 2 || to == 2;
-      double &clock = nvme ? nvmeClock : copyClock;
-      double bytes = static_cast<double>(p.buffers(ins.inputs(0)).bytes());
-      e.track = nvme ? 4 : 2;
-      e.bytes = bytes;
-      // Issued in program order: a device source is ready when the device
-      // reaches the transfer.
-      e.start = std::max(clock, inputsReady(ins, from == 0 ? compute : 0));
-      e.duration = bytes / (nvme ? m.nvmeBytesPerSecond : m.pcieBytesPerSecond);
-      clock = e.start + e.duration;
-      ready[ins.outputs(0)] = clock;
-      copyTime[ins.outputs(0)] = e.duration;
-      t.transferSeconds += e.duration;
-      t.events.push_back(e);
-      continue;
-    }
-    if (ins.on_host()) {
-      e.flops = kernelFlops(p, ins);
-      e.track = 3;
-      e.start = std::max(host, inputsReady(ins, 0));
-      e.duration = e.bytes / m.hostBytesPerSecond;
-      host = e.start + e.duration;
-      for (uint32_t id : ins.outputs())
-        ready[id] = host;
-      t.hostSeconds += e.duration;
-      t.flops += e.flops;
-      t.events.push_back(e);
-      continue;
-    }
-    // A device kernel waits for the transfers it reads; of the wait, at
-    // most the copy's own time is the copy's (the rest is what it waited
-    // for, such as the host optimizer).
-    if (double r = inputsReady(ins, compute); r > compute) {
-      double own = 0;
-      for (uint32_t id : ins.inputs())
-        if (auto it = ready.find(id); it != ready.end() && it->second > compute)
-          own = std::max(own, std::min(it->second - compute, copyTime[id]));
-      t.exposedTransferSeconds += own;
-      t.offloadWaitSeconds += r - compute;
-      compute = r;
-    }
-    bool collective = isOneOf(k, {"all_reduce", "all_gather", "reduce_scatter",
-                                  "sp_all_gather", "sp_reduce_scatter"});
-    // The ring over the collective's group: 1 the tensor-parallel ranks,
-    // 0 the data-parallel ones, -1 every rank.
-    int64_t group = 0;
-    for (const plan::Attribute &a : ins.attributes())
-      if (a.name() == "group")
-        group = a.i();
-    int tp = std::max<int>(1, static_cast<int>(p.tensor_parallel()));
-    int ranks = group == 1 ? tp : group == -1 ? world : std::max(1, world / tp);
-    double ring = ranks > 1 ? static_cast<double>(ranks - 1) / ranks : 0;
-    if (collective && ranks > 1 && ins.outputs_size() == 1) {
-      const plan::Buffer &out = p.buffers(ins.outputs(0));
-      double moved = k == "all_reduce"       ? 2 * ring * out.bytes()
-                     : (k == "reduce_scatter" || k == "sp_reduce_scatter") &&
-                             ins.inputs_size() == 1
-                         ? ring * p.buffers(ins.inputs(0)).bytes()
-                         : ring * out.bytes();
-      bool async = false;
-      for (const plan::Attribute &a : ins.attributes())
-        async |= a.name() == "async" && a.i() != 0;
-      e.track = 1;
-      e.start = std::max(compute, comm);
-      e.duration = moved / m.linkBytesPerSecond;
-      comm = e.start + e.duration;
-      t.commSeconds += e.duration;
-      if (async) {
-        commEnds[ins.outputs(0)] = comm;
-      } else {
-        t.exposedCommSeconds += comm - compute;
-        compute = comm; // in place: the compute stream waits
-      }
-      t.events.push_back(e);
-      continue;
-    }
-    if (k == "wait" && ins.inputs_size() > 0) {
-      auto it = commEnds.find(ins.inputs(ins.inputs_size() - 1));
-      if (it != commEnds.end() && it->second > compute) {
-        t.exposedCommSeconds += it->second - compute;
-        compute = it->second;
-      }
-      continue;
-    }
-    e.flops = kernelFlops(p, ins);
-    e.track = 0;
-    e.start = compute;
-    e.duration = std::max(e.flops / m.flopsPerSecond, e.bytes / m.bytesPerSecond);
-    compute += e.duration;
-    t.computeSeconds += e.duration;
-    t.flops += e.flops;
-    t.events.push_back(e);
+};
+
+double TimelineBuilder::inputsReady(const plan::Instruction &ins,
+                                    double base) const {
+  for (uint32_t id : ins.inputs())
+    if (auto it = ready.find(id); it != ready.end())
+      base = std::max(base, it->second);
+  return base;
+}
+
+/// A copy on its engine, issued in program order; false if `ins` is not a
+/// well-formed transfer.
+bool TimelineBuilder::addTransfer(const plan::Instruction &ins,
+                                  TimelineEvent &e) {
+  if (!isTransfer(ins.kind()) || ins.inputs_size() != 1 ||
+      ins.outputs_size() != 1 ||
+      ins.inputs(0) >= static_cast<uint32_t>(p.buffers_size()) ||
+      ins.outputs(0) >= static_cast<uint32_t>(p.buffers_size()))
+    return false;
+  int from = bufferLocation(p, ins.inputs(0)),
+      to = bufferLocation(p, ins.outputs(0));
+  bool nvme = from == 2 || to == 2;
+  double &clock = nvme ? nvmeClock : copyClock;
+  double bytes = static_cast<double>(p.buffers(ins.inputs(0)).bytes());
+  e.track = nvme ? 4 : 2;
+  e.bytes = bytes;
+  // Issued in program order: a device source is ready when the device
+  // reaches the transfer.
+  e.start = std::max(clock, inputsReady(ins, from == 0 ? compute : 0));
+  e.duration = bytes / (nvme ? m.nvmeBytesPerSecond : m.pcieBytesPerSecond);
+  clock = e.start + e.duration;
+  ready[ins.outputs(0)] = clock;
+  copyTime[ins.outputs(0)] = e.duration;
+  t.transferSeconds += e.duration;
+  t.events.push_back(e);
+  return true;
+}
+
+void TimelineBuilder::addHostKernel(const plan::Instruction &ins,
+                                    TimelineEvent &e) {
+  e.flops = static_cast<double>(ins.flops());
+  e.track = 3;
+  e.start = std::max(host, inputsReady(ins, 0));
+  e.duration = e.bytes / m.hostBytesPerSecond;
+  host = e.start + e.duration;
+  for (uint32_t id : ins.outputs())
+    ready[id] = host;
+  t.hostSeconds += e.duration;
+  t.flops += e.flops;
+  t.events.push_back(e);
+}
+
+/// A device kernel waits for the transfers it reads; of the wait, at most
+/// the copy's own time is the copy's (the rest is what it waited for, such
+/// as the host optimizer).
+void TimelineBuilder::waitForTransfers(const plan::Instruction &ins) {
+  double r = inputsReady(ins, compute);
+  if (r <= compute)
+    return;
+  double own = 0;
+  for (uint32_t id : ins.inputs())
+    if (auto it = ready.find(id); it != ready.end() && it->second > compute)
+      own = std::max(own, std::min(it->second - compute, copyTime[id]));
+  t.exposedTransferSeconds += own;
+  t.offloadWaitSeconds += r - compute;
+  compute = r;
+}
+
+/// A collective on the communication stream: ring bytes over its group's
+/// link; the compute stream waits unless it is asynchronous.
+void TimelineBuilder::addCollective(const plan::Instruction &ins,
+                                    TimelineEvent &e) {
+  const plan::Collective &c = ins.collectives(0);
+  int ranks = groupRanks(c.group(), dp, tp);
+  double ring = static_cast<double>(ranks - 1) / ranks;
+  double moved = (c.kind() == plan::COLLECTIVE_ALL_REDUCE ? 2 : 1) * ring *
+                 static_cast<double>(c.bytes());
+  e.track = 1;
+  e.start = std::max(compute, comm);
+  e.duration = moved / m.linkBytesPerSecond;
+  comm = e.start + e.duration;
+  t.commSeconds += e.duration;
+  if (ins.async()) {
+    commEnds[ins.outputs(0)] = comm;
+  } else {
+    t.exposedCommSeconds += comm - compute;
+    compute = comm; // in place: the compute stream waits
   }
+  t.events.push_back(e);
+}
+
+/// The wait of an asynchronous collective (its last input is the
+/// collective's output).
+void TimelineBuilder::addWait(const plan::Instruction &ins) {
+  auto it = commEnds.find(ins.inputs(ins.inputs_size() - 1));
+  if (it != commEnds.end() && it->second > compute) {
+    t.exposedCommSeconds += it->second - compute;
+    compute = it->second;
+  }
+}
+
+void TimelineBuilder::add(int i, const plan::Instruction &ins) {
+  TimelineEvent e;
+  e.instruction = i;
+  e.kernel = ins.kernel();
+  e.node = ins.location();
+  e.bytes = static_cast<double>(ins.bytes());
+  if (addTransfer(ins, e))
+    return;
+  if (ins.on_host())
+    return addHostKernel(ins, e);
+  waitForTransfers(ins);
+  bool shared = ins.collectives_size() > 0 &&
+                groupRanks(ins.collectives(0).group(), dp, tp) > 1;
+  if (isCollective(ins.kind()) && shared && ins.outputs_size() == 1)
+    return addCollective(ins, e);
+  if (ins.kind() == plan::KIND_WAIT && ins.inputs_size() > 0)
+    return addWait(ins);
+  e.flops = static_cast<double>(ins.flops());
+  e.track = 0;
+  e.start = compute;
+  e.duration = std::max(e.flops / m.flopsPerSecond, e.bytes / m.bytesPerSecond);
+  compute += e.duration;
+  t.computeSeconds += e.duration;
+  t.flops += e.flops;
+  t.events.push_back(e);
+}
+
+/// The step's end: offload work still running when the device is done
+/// delays it.
+void TimelineBuilder::finish() {
   t.stepSeconds = std::max(compute, comm);
-  // Offload work still running when the device is done delays the step.
   double copiesEnd = std::max(copyClock, nvmeClock);
   double computeEnd = std::max(t.stepSeconds, host);
   if (copiesEnd > computeEnd)
@@ -231,6 +199,85 @@ Timeline timeline(const plan::Plan &p, const CostModel &m) {
     t.offloadWaitSeconds += offloadEnd - t.stepSeconds;
     t.stepSeconds = offloadEnd;
   }
+}
+
+/// Tokens per rank: the elements of the first integer input that is not
+/// the step or the loss scale, else its leading dimension (samples).
+int64_t tokensOf(const plan::Plan &p) {
+  for (const plan::Value &v : p.inputs()) {
+    if (v.name() == kStepInput || v.name() == kLossScaleInput ||
+        v.buffer() >= static_cast<uint32_t>(p.buffers_size()))
+      continue;
+    const plan::Buffer &b = p.buffers(v.buffer());
+    bool integer = b.dtype() == plan::I64 || b.dtype() == plan::I32;
+    return integer ? static_cast<int64_t>(numel(b))
+                   : (b.shape_size() ? b.shape(0) : 1);
+  }
+  return 0;
+}
+} // namespace
+
+uint64_t estimateFlops(const plan::Plan &p, const plan::Instruction &ins) {
+  auto buf = [&](uint32_t id) -> const plan::Buffer * {
+    return id < static_cast<uint32_t>(p.buffers_size()) ? &p.buffers(id)
+                                                        : nullptr;
+  };
+  const KernelFacts *k = kernelFacts(ins.kind());
+  if (!k)
+    return 0;
+  switch (k->flops) {
+  case FlopRule::None:
+    return 0;
+  case FlopRule::MatMul: {
+    if (ins.inputs_size() < 2 || ins.outputs_size() < 1)
+      return 0;
+    const plan::Buffer *a = buf(ins.inputs(0)), *c = buf(ins.outputs(0));
+    if (!a || !c || a->shape_size() == 0)
+      return 0;
+    int r = a->shape_size();
+    double kdim = static_cast<double>(
+        ins.trans_a() && r >= 2 ? a->shape(r - 2) : a->shape(r - 1));
+    return static_cast<uint64_t>(k->flopFactor * numel(*c) * kdim);
+  }
+  case FlopRule::PerInput: {
+    double in = 0;
+    for (uint32_t id : ins.inputs())
+      if (const plan::Buffer *b = buf(id))
+        in = std::max(in, numel(*b));
+    return static_cast<uint64_t>(k->flopFactor * in);
+  }
+  case FlopRule::PerOutput: {
+    double out = 0;
+    for (uint32_t id : ins.outputs())
+      if (const plan::Buffer *b = buf(id))
+        out += numel(*b);
+    return static_cast<uint64_t>(k->flopFactor * out);
+  }
+  }
+  return 0;
+}
+
+uint64_t operandBytes(const plan::Plan &p, const plan::Instruction &ins) {
+  uint64_t bytes = 0;
+  for (uint32_t id : ins.inputs())
+    if (id < static_cast<uint32_t>(p.buffers_size()))
+      bytes += p.buffers(id).bytes();
+  for (uint32_t id : ins.outputs())
+    if (id < static_cast<uint32_t>(p.buffers_size()))
+      bytes += p.buffers(id).bytes();
+  return bytes;
+}
+
+Timeline timeline(const plan::Plan &p, const CostModel &m) {
+  Timeline t;
+  if (p.programs_size() == 0)
+    return t;
+  t.tokens = tokensOf(p);
+  TimelineBuilder builder(p, m, t);
+  const plan::Program &prog = p.programs(0);
+  for (int i = 0; i < prog.instructions_size(); ++i)
+    builder.add(i, prog.instructions(i));
+  builder.finish();
   return t;
 }
 

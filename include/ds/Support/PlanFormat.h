@@ -14,10 +14,16 @@
 namespace ds {
 
 /// The format version this build writes and reads. Bump on any change of
-/// plan.proto's meaning.
-constexpr uint32_t kPlanFormatVersion = 1;
+/// plan.proto's meaning. 2: instructions carry their kind, phase, FLOPs,
+/// bytes, collectives and typed parameters (KernelKinds.def).
+constexpr uint32_t kPlanFormatVersion = 2;
 constexpr char kPlanMagic[8] = {'D', 'S', 'P', 'L', 'A', 'N', '\0', '\0'};
 constexpr size_t kPlanHeaderBytes = 32;
+
+/// Graph inputs the compiler adds: the optimizer's step counter and the
+/// fp16 loss scale (the runtime feeds both).
+constexpr const char *kStepInput = "ds.step";
+constexpr const char *kLossScaleInput = "ds.loss_scale";
 
 /// FNV-1a 64 over `size` bytes, continuing from `hash`.
 inline uint64_t fnv1a64(const void *data, size_t size,

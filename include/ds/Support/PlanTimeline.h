@@ -21,6 +21,9 @@
 #include <vector>
 
 namespace ds {
+namespace plan {
+class Instruction;
+}
 
 struct CostModel {
   double flopsPerSecond = 180e9;   // dense f32 GEMM rate
@@ -55,6 +58,13 @@ struct Timeline {
   int64_t tokens = 0;       // per rank: elements of the first integer input,
                             // else its leading dimension (samples)
 };
+
+/// The cost model's FLOPs of `ins` from its kind's rule and its buffers'
+/// shapes (`ins.trans_a()` for a contraction).
+uint64_t estimateFlops(const plan::Plan &plan, const plan::Instruction &ins);
+
+/// Bytes `ins` reads and writes: its buffers' bytes.
+uint64_t operandBytes(const plan::Plan &plan, const plan::Instruction &ins);
 
 Timeline timeline(const plan::Plan &plan, const CostModel &model);
 

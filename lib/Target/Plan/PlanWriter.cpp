@@ -4,12 +4,12 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "ds/Target/Plan/PlanWriter.h"
+#include "PlanWriterImpl.h"
 #include "ds/Dialect/DsRt/IR/DsRtOps.h"
+#include "ds/Support/KernelKinds.h"
 #include "ds/Support/PlanFootprint.h"
-#include "ds/Support/PlanTimeline.h"
-#include "ds/Support/PipelineSchedule.h"
 #include "ds/Support/PlanFormat.h"
+#include "ds/Support/PlanTimeline.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinAttributes.h"
@@ -209,141 +209,197 @@ LogicalResult writeViews(ModuleOp module, const pb::Plan &p,
 } // namespace
 
 namespace {
-/// One program's plan: @forward of `module`, lowered and memory-planned.
-LogicalResult buildPlan(ModuleOp module, const PlanWriteOptions &options,
-                        int64_t worldSize, pb::Plan &p) {
-  auto func = module.lookupSymbol<func::FuncOp>("forward");
-  if (!func || func.getNumArguments() != 0)
-    return module.emitError("writing a plan needs @forward lowered to dsrt");
-  auto arena = func->getAttrOfType<IntegerAttr>(dsrt::kArenaBytes);
-  if (!arena)
-    return func.emitError("the memory plan is missing (run "
-                          "--dsrt-plan-memory)");
+/// The section of the step from `ins` on: the backward pass from the loss's
+/// gradient (or a stage plan's backward mark), the optimizer's from its
+/// first kernel (or a stage plan's update mark).
+pb::Phase sectionAfter(pb::Phase section, const pb::Instruction &ins) {
+  bool mark = ins.kind() == pb::KIND_PIPE_MARK;
+  if (::ds::startsBackward(ins.kind()) || (mark && !ins.update()))
+    return pb::PHASE_BACKWARD;
+  if (::ds::kernelFamily(ins.kind()) == ::ds::KernelFamily::Optimizer ||
+      (mark && ins.update()))
+    return pb::PHASE_OPTIMIZER;
+  return section;
+}
 
+/// Builds one program's plan from @forward, op by op.
+class PlanBuilder {
+public:
+  PlanBuilder(const PlanWriteOptions &options, pb::Plan &p)
+      : options(options), p(p) {}
+
+  LogicalResult build(func::FuncOp func, IntegerAttr arena, int64_t world);
+
+private:
+  void addHeader(func::FuncOp func, IntegerAttr arena, int64_t world);
+  LogicalResult addOp(Operation &op);
+  LogicalResult addBuffer(Value v, pb::Space space, uint64_t offset,
+                          uint32_t slot);
+  LogicalResult addParameter(dsrt::ParamOp pr);
+  pb::Instruction &addInstruction(StringRef kernel, Location loc);
+  LogicalResult addKernel(dsrt::KernelOp k);
+  LogicalResult addCopy(dsrt::CopyOp copy);
+  LogicalResult addParameters(func::FuncOp func);
+
+  const PlanWriteOptions &options;
+  pb::Plan &p;
+  pb::Program *prog = nullptr;
+  llvm::DenseMap<Value, uint32_t> ids;
+  std::map<int64_t, pb::Parameter> params;
+  /// The section of the step the next instruction is in: forward,
+  /// backward once the loss's gradient is written, optimizer once an
+  /// optimizer kernel is.
+  pb::Phase section = pb::PHASE_FORWARD;
+};
+
+void PlanBuilder::addHeader(func::FuncOp func, IntegerAttr arena,
+                            int64_t world) {
   p.set_format_version(::ds::kPlanFormatVersion);
   p.set_producer("ds-opt");
-  p.set_world_size(static_cast<uint32_t>(worldSize));
+  p.set_world_size(static_cast<uint32_t>(world));
   if (auto tp = func->getAttrOfType<IntegerAttr>("ds.tensor_parallel"))
     p.set_tensor_parallel(static_cast<uint32_t>(tp.getInt()));
   if (auto stage = func->getAttrOfType<IntegerAttr>("ds.zero_stage"))
     p.set_zero_stage(static_cast<uint32_t>(stage.getInt()));
   if (auto loss = func->getAttrOfType<StringAttr>("dsrt.loss"))
     p.set_loss(loss.str());
-  pb::Program *prog = p.add_programs();
+  prog = p.add_programs();
   prog->set_name("forward");
   prog->set_arena_bytes(arena.getInt());
   if (auto host = func->getAttrOfType<IntegerAttr>("dsrt.host_arena_bytes"))
     prog->set_host_arena_bytes(host.getInt());
+}
 
-  llvm::DenseMap<Value, uint32_t> ids;
-  auto addBuffer = [&](Value v, pb::Space space, uint64_t offset,
-                       uint32_t slot) -> LogicalResult {
-    auto type = cast<MemRefType>(v.getType());
-    FailureOr<pb::DType> dt = dtypeOf(type.getElementType());
-    if (failed(dt))
-      return v.getDefiningOp()->emitOpError("unsupported element type");
-    pb::Buffer *b = p.add_buffers();
-    b->set_space(space);
-    b->set_offset(offset);
-    b->set_bytes(dsrt::bufferBytes(type));
-    b->set_dtype(*dt);
-    for (int64_t d : type.getShape())
-      b->add_shape(d);
-    b->set_slot(slot);
-    ids[v] = p.buffers_size() - 1;
-    return success();
-  };
+LogicalResult PlanBuilder::addBuffer(Value v, pb::Space space, uint64_t offset,
+                                     uint32_t slot) {
+  auto type = cast<MemRefType>(v.getType());
+  FailureOr<pb::DType> dt = dtypeOf(type.getElementType());
+  if (failed(dt))
+    return v.getDefiningOp()->emitOpError("unsupported element type");
+  pb::Buffer *b = p.add_buffers();
+  b->set_space(space);
+  b->set_offset(offset);
+  b->set_bytes(dsrt::bufferBytes(type));
+  b->set_dtype(*dt);
+  for (int64_t d : type.getShape())
+    b->add_shape(d);
+  b->set_slot(slot);
+  ids[v] = p.buffers_size() - 1;
+  return success();
+}
 
-  std::map<int64_t, pb::Parameter> params;
-  for (Operation &op : func.getBody().front()) {
-    Location loc = op.getLoc();
-    std::string where;
-    if (auto name = dyn_cast<NameLoc>(loc))
-      where = name.getName().str();
-    if (auto a = dyn_cast<dsrt::AllocOp>(op)) {
-      if (!a.getOffset())
-        return a.emitOpError("has no offset (run --dsrt-plan-memory)");
-      if (failed(addBuffer(a, a->hasAttr("dsrt.host") ? pb::HOST_ARENA
-                                                       : pb::ARENA,
-                           *a.getOffset(), 0)))
-        return failure();
-    } else if (auto pr = dyn_cast<dsrt::ParamOp>(op)) {
-      if (failed(addBuffer(pr, pb::PARAM, 0, pr.getIndex())))
-        return failure();
-      pb::Parameter param;
-      param.set_name(pr.getName().str());
-      auto type = cast<MemRefType>(pr.getType());
-      param.set_dtype(*dtypeOf(type.getElementType()));
-      for (int64_t d : type.getShape())
-        param.add_shape(d);
-      param.set_trainable(pr.getTrainable());
-      param.set_state(pr.getState());
-      if (auto full = pr.getFullShapeAttr()) {
-        param.set_sharded(true);
-        for (int64_t d : full.asArrayRef())
-          param.add_full_shape(d);
-      }
-      if (auto master = pr.getMasterOfAttr())
-        param.set_master_of(master.getValue().str());
-      if (auto space = pr->getAttrOfType<StringAttr>("dsrt.space"))
-        param.set_location(space.getValue() == "nvme" ? pb::NVME : pb::HOST);
-      if (auto tp = pr->getAttrOfType<DenseI64ArrayAttr>("dsrt.tp_split");
-          tp && tp.size() >= 2 && tp.size() <= 4) {
-        // [axis, parts, blocks, whole size when the slices are padded]
-        param.set_tp_axis(static_cast<int32_t>(tp[0]));
-        param.set_tp_parts(static_cast<uint32_t>(tp[1]));
-        if (tp.size() >= 3 && tp[2] > 1)
-          param.set_tp_blocks(static_cast<uint32_t>(tp[2]));
-        if (tp.size() == 4)
-          param.set_tp_whole(tp[3]);
-      }
-      params[pr.getIndex()] = param;
-    } else if (auto in = dyn_cast<dsrt::InputOp>(op)) {
-      if (failed(addBuffer(in, pb::INPUT, 0, in.getIndex())))
-        return failure();
-      pb::Value *v = p.add_inputs();
-      v->set_name(in.getName().str());
-      v->set_buffer(ids[in]);
-    } else if (auto c = dyn_cast<dsrt::ConstOp>(op)) {
-      p.add_constants(constantBytes(c.getValue()));
-      if (failed(addBuffer(c, pb::CONST, 0, p.constants_size() - 1)))
-        return failure();
-    } else if (auto view = dyn_cast<dsrt::ViewOp>(op)) {
-      const pb::Buffer &src = p.buffers(ids.lookup(view.getSource()));
-      if (failed(addBuffer(view, src.space(), src.offset(), src.slot())))
-        return failure();
-    } else if (auto k = dyn_cast<dsrt::KernelOp>(op)) {
-      pb::Instruction *ins = prog->add_instructions();
-      ins->set_kernel(k.getKernel().str());
-      ins->set_location(where);
-      ins->set_on_host(k->hasAttr("dsrt.host"));
-      for (Value v : k.getIns())
-        ins->add_inputs(ids.lookup(v));
-      for (Value v : k.getOuts()) {
-        ins->add_outputs(ids.lookup(v));
-        if (isa_and_nonnull<dsrt::ParamOp>(dsrt::rootOf(v)))
-          p.set_updates_parameters(true);
-      }
-      for (NamedAttribute attr : k.getParams())
-        if (failed(addAttribute(*ins, attr, k)))
-          return failure();
-    } else if (auto copy = dyn_cast<dsrt::CopyOp>(op)) {
-      pb::Instruction *ins = prog->add_instructions();
-      ins->set_kernel("copy");
-      ins->set_location(where);
-      ins->add_inputs(ids.lookup(copy.getSource()));
-      ins->add_outputs(ids.lookup(copy.getTarget()));
-    } else if (auto out = dyn_cast<dsrt::OutputOp>(op)) {
-      pb::Value *v = p.add_outputs();
-      v->set_name(out.getName().str());
-      v->set_buffer(ids.lookup(out.getBuffer()));
-    } else if (isa<func::ReturnOp>(op)) {
-      continue;
-    } else {
-      return op.emitOpError("cannot be written to plan format version ")
-             << ::ds::kPlanFormatVersion;
-    }
+LogicalResult PlanBuilder::addParameter(dsrt::ParamOp pr) {
+  if (failed(addBuffer(pr, pb::PARAM, 0, pr.getIndex())))
+    return failure();
+  pb::Parameter param;
+  param.set_name(pr.getName().str());
+  auto type = cast<MemRefType>(pr.getType());
+  param.set_dtype(*dtypeOf(type.getElementType()));
+  for (int64_t d : type.getShape())
+    param.add_shape(d);
+  param.set_trainable(pr.getTrainable());
+  param.set_state(pr.getState());
+  if (auto full = pr.getFullShapeAttr()) {
+    param.set_sharded(true);
+    for (int64_t d : full.asArrayRef())
+      param.add_full_shape(d);
   }
+  if (auto master = pr.getMasterOfAttr())
+    param.set_master_of(master.getValue().str());
+  if (auto space = pr->getAttrOfType<StringAttr>("dsrt.space"))
+    param.set_location(space.getValue() == "nvme" ? pb::NVME : pb::HOST);
+  if (auto tp = pr->getAttrOfType<DenseI64ArrayAttr>("dsrt.tp_split");
+      tp && tp.size() >= 2 && tp.size() <= 4) {
+    // [axis, parts, blocks, whole size when the slices are padded]
+    param.set_tp_axis(static_cast<int32_t>(tp[0]));
+    param.set_tp_parts(static_cast<uint32_t>(tp[1]));
+    if (tp.size() >= 3 && tp[2] > 1)
+      param.set_tp_blocks(static_cast<uint32_t>(tp[2]));
+    if (tp.size() == 4)
+      param.set_tp_whole(tp[3]);
+  }
+  params[pr.getIndex()] = param;
+  return success();
+}
+
+pb::Instruction &PlanBuilder::addInstruction(StringRef kernel, Location loc) {
+  pb::Instruction *ins = prog->add_instructions();
+  ins->set_kernel(kernel.str());
+  if (auto name = dyn_cast<NameLoc>(loc))
+    ins->set_location(name.getName().str());
+  return *ins;
+}
+
+LogicalResult PlanBuilder::addKernel(dsrt::KernelOp k) {
+  pb::Instruction &ins = addInstruction(k.getKernel(), k.getLoc());
+  ins.set_on_host(k->hasAttr("dsrt.host"));
+  for (Value v : k.getIns())
+    ins.add_inputs(ids.lookup(v));
+  for (Value v : k.getOuts()) {
+    ins.add_outputs(ids.lookup(v));
+    if (isa_and_nonnull<dsrt::ParamOp>(dsrt::rootOf(v)))
+      p.set_updates_parameters(true);
+  }
+  for (NamedAttribute attr : k.getParams())
+    if (failed(addAttribute(ins, attr, k)))
+      return failure();
+  plan_writer::addTypedFields(p, k.getParams(), ins);
+  section = sectionAfter(section, ins);
+  return plan_writer::addCosts(k, p, ins, section);
+}
+
+LogicalResult PlanBuilder::addCopy(dsrt::CopyOp copy) {
+  pb::Instruction &ins = addInstruction("copy", copy.getLoc());
+  ins.add_inputs(ids.lookup(copy.getSource()));
+  ins.add_outputs(ids.lookup(copy.getTarget()));
+  plan_writer::addTypedFields(p, DictionaryAttr(), ins);
+  return plan_writer::addCosts(copy, p, ins, section);
+}
+
+LogicalResult PlanBuilder::addOp(Operation &op) {
+  if (auto a = dyn_cast<dsrt::AllocOp>(op)) {
+    if (!a.getOffset())
+      return a.emitOpError("has no offset (run --dsrt-plan-memory)");
+    return addBuffer(a, a->hasAttr("dsrt.host") ? pb::HOST_ARENA : pb::ARENA,
+                     *a.getOffset(), 0);
+  }
+  if (auto pr = dyn_cast<dsrt::ParamOp>(op))
+    return addParameter(pr);
+  if (auto in = dyn_cast<dsrt::InputOp>(op)) {
+    if (failed(addBuffer(in, pb::INPUT, 0, in.getIndex())))
+      return failure();
+    pb::Value *v = p.add_inputs();
+    v->set_name(in.getName().str());
+    v->set_buffer(ids[in]);
+    return success();
+  }
+  if (auto c = dyn_cast<dsrt::ConstOp>(op)) {
+    p.add_constants(constantBytes(c.getValue()));
+    return addBuffer(c, pb::CONST, 0, p.constants_size() - 1);
+  }
+  if (auto view = dyn_cast<dsrt::ViewOp>(op)) {
+    const pb::Buffer &src = p.buffers(ids.lookup(view.getSource()));
+    return addBuffer(view, src.space(), src.offset(), src.slot());
+  }
+  if (auto k = dyn_cast<dsrt::KernelOp>(op))
+    return addKernel(k);
+  if (auto copy = dyn_cast<dsrt::CopyOp>(op))
+    return addCopy(copy);
+  if (auto out = dyn_cast<dsrt::OutputOp>(op)) {
+    pb::Value *v = p.add_outputs();
+    v->set_name(out.getName().str());
+    v->set_buffer(ids.lookup(out.getBuffer()));
+    return success();
+  }
+  if (isa<func::ReturnOp>(op))
+    return success();
+  return op.emitOpError("cannot be written to plan format version ")
+         << ::ds::kPlanFormatVersion;
+}
+
+/// The parameters in index order, and the NVMe options when some are
+/// stored there.
+LogicalResult PlanBuilder::addParameters(func::FuncOp func) {
   bool nvme = false;
   for (auto &[index, param] : params) {
     if (index != p.parameters_size())
@@ -351,24 +407,46 @@ LogicalResult buildPlan(ModuleOp module, const PlanWriteOptions &options,
     nvme |= param.location() == pb::NVME;
     *p.add_parameters() = param;
   }
-  if (nvme) {
-    if (options.nvmePath.empty())
-      return func.emitError("storage is on NVMe but no folder was given "
-                            "(--offload-optimizer=nvme:PATH)");
-    p.mutable_nvme()->set_path(options.nvmePath);
-    p.mutable_nvme()->set_block_size(options.aioBlockSize);
-    p.mutable_nvme()->set_queue_depth(options.aioQueueDepth);
-    p.mutable_nvme()->set_threads(options.aioThreads);
-    p.mutable_nvme()->set_bandwidth(options.views.nvmeBytesPerSecond);
-  }
-
+  if (!nvme)
+    return success();
+  if (options.nvmePath.empty())
+    return func.emitError("storage is on NVMe but no folder was given "
+                          "(--offload-optimizer=nvme:PATH)");
+  p.mutable_nvme()->set_path(options.nvmePath);
+  p.mutable_nvme()->set_block_size(options.aioBlockSize);
+  p.mutable_nvme()->set_queue_depth(options.aioQueueDepth);
+  p.mutable_nvme()->set_threads(options.aioThreads);
+  p.mutable_nvme()->set_bandwidth(options.views.nvmeBytesPerSecond);
   return success();
 }
 
-/// The weights source (the ONNX file relative to the plan, and its hash)
-/// and the compile options.
-LogicalResult addSource(ModuleOp module, StringRef planPath,
-                        const PlanWriteOptions &options, pb::Plan &p) {
+LogicalResult PlanBuilder::build(func::FuncOp func, IntegerAttr arena,
+                                 int64_t world) {
+  addHeader(func, arena, world);
+  for (Operation &op : func.getBody().front())
+    if (failed(addOp(op)))
+      return failure();
+  return addParameters(func);
+}
+} // namespace
+
+LogicalResult mlir::ds::plan_writer::buildPlan(ModuleOp module,
+                                               const PlanWriteOptions &options,
+                                               int64_t worldSize, pb::Plan &p) {
+  auto func = module.lookupSymbol<func::FuncOp>("forward");
+  if (!func || func.getNumArguments() != 0)
+    return module.emitError("writing a plan needs @forward lowered to dsrt");
+  auto arena = func->getAttrOfType<IntegerAttr>(dsrt::kArenaBytes);
+  if (!arena)
+    return func.emitError("the memory plan is missing (run "
+                          "--dsrt-plan-memory)");
+  return PlanBuilder(options, p).build(func, arena, worldSize);
+}
+
+LogicalResult mlir::ds::plan_writer::addSource(ModuleOp module,
+                                               StringRef planPath,
+                                               const PlanWriteOptions &options,
+                                               pb::Plan &p) {
   if (!options.weightsPath.empty()) {
     auto file = llvm::MemoryBuffer::getFile(options.weightsPath, false, false);
     if (!file)
@@ -389,227 +467,6 @@ LogicalResult addSource(ModuleOp module, StringRef planPath,
   return success();
 }
 
-/// Bytes of a parameter as the plan stores it.
-uint64_t parameterBytes(const pb::Parameter &par) {
-  uint64_t n = 4;
-  switch (par.dtype()) {
-  case pb::F16: case pb::BF16: n = 2; break;
-  case pb::I64: n = 8; break;
-  case pb::BOOL: n = 1; break;
-  default: break;
-  }
-  for (int64_t d : par.shape())
-    n *= static_cast<uint64_t>(d);
-  return n;
-}
-
-/// The container of a pipeline's stage plans, and its report.
-LogicalResult writePipelinePlan(ModuleOp module, ArrayRef<ModuleOp> stages,
-                                StringRef planPath,
-                                const PlanWriteOptions &options, pb::Plan &p) {
-  const PlanWriteOptions::Pipeline &pipe = options.pipeline;
-  // Chunks: one per stage, or V per pipeline rank (interleaved; chunk c on
-  // rank c mod P).
-  int chunks = static_cast<int>(stages.size());
-  int virt = static_cast<int>(std::max<int64_t>(1, pipe.virtualStages));
-  int stageCount = chunks / virt;
-  int64_t stageWorld = options.worldSize / stageCount;
-  p.set_format_version(::ds::kPlanFormatVersion);
-  p.set_producer("ds-opt");
-  p.set_world_size(static_cast<uint32_t>(options.worldSize));
-  if (failed(addSource(module, planPath, options, p)))
-    return failure();
-  pb::Pipeline *pl = p.mutable_pipeline();
-  pl->set_stages(stageCount);
-  pl->set_micro_batches(static_cast<uint32_t>(pipe.microBatches));
-  pl->set_schedule(pipe.schedule);
-  pl->set_virtual_stages(virt);
-  for (const std::string &t : pipe.tied)
-    pl->add_tied(t);
-  std::vector<std::vector<::ds::PipeStep>> sched = ::ds::pipelineSchedule(
-      pipe.schedule, stageCount, static_cast<int>(pipe.microBatches), virt);
-  if (sched.empty())
-    return module.emitError("unknown pipeline schedule '")
-           << pipe.schedule << "'";
-  ::ds::CostModel model;
-  model.flopsPerSecond = options.views.flopsPerSecond;
-  model.bytesPerSecond = options.views.bytesPerSecond;
-  model.linkBytesPerSecond = options.views.linkBytesPerSecond;
-  std::vector<double> fwd, bwd;
-  std::vector<uint64_t> stash, peak;
-  std::vector<int> slots;
-  uint64_t maxSend = 0;
-  for (int s = 0; s < chunks; ++s) {
-    pb::Plan *sp = pl->add_stage_plans();
-    if (failed(buildPlan(stages[s], options, stageWorld, *sp)) ||
-        failed(addSource(module, planPath, options, *sp)))
-      return failure();
-    // The marks: the backward section's start, and the update's.
-    int split = -1, update = 0;
-    const pb::Program &prog = sp->programs(0);
-    for (int i = 0; i < prog.instructions_size(); ++i) {
-      const pb::Instruction &ins = prog.instructions(i);
-      if (ins.kernel() != "pipe_mark")
-        continue;
-      bool isUpdate = false;
-      for (const pb::Attribute &a : ins.attributes())
-        isUpdate |= a.name() == "update";
-      (isUpdate ? update : split) = i;
-    }
-    if (split < 0)
-      return module.emitError("stage ")
-             << s << " has no backward section (run --ds-autodiff)";
-    pb::Pipeline *own = sp->mutable_pipeline();
-    own->set_stages(stageCount);
-    own->set_virtual_stages(virt);
-    own->set_micro_batches(static_cast<uint32_t>(pipe.microBatches));
-    own->set_schedule(pipe.schedule);
-    own->set_stage(s);
-    own->set_backward_start(split);
-    own->set_update_start(update);
-    uint64_t bytes = 0;
-    for (const ::ds::ByteRange &r : ::ds::stashRanges(*sp, split))
-      bytes += r.end - r.begin;
-    own->set_stash_bytes(bytes);
-    stash.push_back(bytes);
-    slots.push_back(::ds::stashCopies(sched[s % stageCount], s));
-    ::ds::Timeline tl = ::ds::timeline(*sp, model);
-    double fwdEnd = 0;
-    for (const ::ds::TimelineEvent &e : tl.events)
-      if (e.instruction < split)
-        fwdEnd = std::max(fwdEnd, e.start + e.duration);
-    fwd.push_back(fwdEnd);
-    bwd.push_back(std::max(0.0, tl.stepSeconds - fwdEnd));
-    uint64_t params = 0;
-    for (const pb::Parameter &par : sp->parameters())
-      params += parameterBytes(par);
-    peak.push_back(prog.arena_bytes() + params + bytes * slots.back());
-    if (s < static_cast<int>(pipe.stages.size()))
-      maxSend = std::max<uint64_t>(maxSend, pipe.stages[s].sendBytes);
-  }
-  // Per pipeline rank: the sum of its chunks, with the activation stash
-  // (what --device-memory is held to).
-  std::vector<uint64_t> rankPeak(stageCount, 0);
-  for (int c = 0; c < chunks; ++c)
-    rankPeak[c % stageCount] += peak[c];
-  for (int r = 0; r < stageCount; ++r)
-    if (options.views.budget && rankPeak[r] > options.views.budget)
-      return module.emitError("pipeline rank ")
-             << r << " needs " << rankPeak[r]
-             << " bytes (its stages' arenas, parameters and state, and "
-                "activation stash), more than --device-memory ("
-             << options.views.budget << " bytes)";
-  if (!options.report)
-    return success();
-  int m = static_cast<int>(pipe.microBatches);
-  double formula =
-      double(stageCount - 1) / double(virt * m + stageCount - 1);
-  ::ds::PipeSimulation equal = ::ds::simulatePipeline(
-      sched, std::vector<double>(chunks, 1.0), std::vector<double>(chunks, 2.0));
-  ::ds::PipeSimulation costed = ::ds::simulatePipeline(
-      sched, fwd, bwd,
-      model.linkBytesPerSecond > 0 ? maxSend / model.linkBytesPerSecond : 0);
-  int tp = pl->stage_plans(0).tensor_parallel() ? pl->stage_plans(0).tensor_parallel() : 1;
-  int64_t dp = stageWorld / tp;
-  uint64_t maxPeak = *std::max_element(rankPeak.begin(), rankPeak.end());
-  std::string &out = *options.report;
-  llvm::raw_string_ostream os(out);
-  if (options.reportJson) {
-    os << "{\"pipeline\": {\"stages\": " << stageCount
-       << ", \"data_parallel\": " << dp << ", \"tensor_parallel\": " << tp
-       << ", \"micro_batches\": " << m << ", \"schedule\": \""
-       << pipe.schedule << "\", \"virtual_stages\": " << virt
-       << ", \"bubble\": " << equal.bubble
-       << ", \"bubble_formula\": " << formula
-       << ", \"bubble_cost_model\": " << costed.bubble
-       << ", \"step_seconds\": " << costed.stepSeconds
-       << ", \"per_rank_peak\": " << maxPeak << ", \"per_stage\": [";
-    for (int s = 0; s < chunks; ++s)
-      os << (s ? ", " : "") << "{\"stage\": " << s
-         << ", \"rank\": " << s % stageCount
-         << ", \"forward_seconds\": " << fwd[s]
-         << ", \"backward_seconds\": " << bwd[s]
-         << ", \"stash_bytes\": " << stash[s] << ", \"stash_copies\": "
-         << slots[s] << ", \"peak\": " << peak[s] << ", \"footprint\": "
-         << ::ds::formatFootprintJson(::ds::footprint(pl->stage_plans(s)))
-         << "}";
-    os << "]}}\n";
-    return success();
-  }
-  os << "pipeline parallelism: " << stageCount << " stages x " << dp
-     << " data-parallel x " << tp << " tensor-parallel = "
-     << options.worldSize << " ranks (rank = stage*" << stageWorld
-     << " + dp*" << tp << " + tp); " << m << " micro-batches per step, "
-     << "schedule " << pipe.schedule;
-  if (virt > 1)
-    os << " with " << virt << " model chunks per rank (chunk c on rank c mod "
-       << stageCount << ")";
-  os << "\n";
-  os << llvm::format("  %-5s %-11s %10s %10s %10s %10s %5s %11s %9s %9s\n",
-                     "stage", "fwd ops", "fwd GFLOP", "params MiB",
-                     "send KiB", "stash KiB", "copies", "peak MiB", "F ms",
-                     "B ms");
-  for (int s = 0; s < chunks; ++s) {
-    const pb::Plan &sp = pl->stage_plans(s);
-    uint64_t params = 0;
-    for (const pb::Parameter &par : sp.parameters())
-      params += parameterBytes(par);
-    PlanWriteOptions::Pipeline::Stage info;
-    if (s < static_cast<int>(pipe.stages.size()))
-      info = pipe.stages[s];
-    std::string range = std::to_string(info.firstOp) + "-" +
-                        std::to_string(info.lastOp);
-    os << llvm::format("  %-5d %-11s %10.3f %10.2f %10.1f %10.1f %5d %11.2f "
-                       "%9.3f %9.3f\n",
-                       s, range.c_str(), info.flops / 1e9, params / 1048576.0,
-                       info.sendBytes / 1024.0, stash[s] / 1024.0, slots[s],
-                       peak[s] / 1048576.0, fwd[s] * 1e3, bwd[s] * 1e3);
-  }
-  // The schedule itself: each rank's order of forward (F) and backward (B)
-  // sections by micro-batch (and chunk), as ds-run walks it.
-  for (int r = 0; r < stageCount; ++r) {
-    os << "  rank " << r << ":";
-    size_t shown = 0;
-    for (const ::ds::PipeStep &x : sched[r]) {
-      if (++shown > 32) {
-        os << " ... (" << sched[r].size() << " in all)";
-        break;
-      }
-      os << " " << (x.forward ? "F" : "B") << x.micro;
-      if (virt > 1)
-        os << "." << x.chunk;
-    }
-    os << "\n";
-  }
-  if (virt > 1)
-    os << llvm::format("  bubble %.4f (the schedule with equal stages), "
-                       "formula (p-1)/(v*m+p-1) = %.4f\n",
-                       equal.bubble, formula);
-  else
-    os << llvm::format("  bubble %.4f (the schedule with equal stages), "
-                       "formula (p-1)/(m+p-1) = %.4f\n",
-                       equal.bubble, formula);
-  os << llvm::format("  cost model: step %.3f ms, bubble %.4f (the stages' "
-                     "forward and backward times above, %.3g B/s link)\n",
-                     costed.stepSeconds * 1e3, costed.bubble,
-                     model.linkBytesPerSecond);
-  os << "  per-rank peak " << llvm::format("%.2f", maxPeak / 1048576.0)
-     << " MiB (largest " << (virt > 1 ? "rank's chunks" : "stage")
-     << ": arena + parameters + stash x copies)\n";
-  if (!pipe.tied.empty()) {
-    os << "  tied parameters (held by several stages, gradients summed "
-          "before the update):";
-    for (const std::string &t : pipe.tied)
-      os << " " << t;
-    os << "\n";
-  }
-  for (int s = 0; s < chunks; ++s)
-    os << "stage " << s << ":\n"
-       << ::ds::formatFootprint(::ds::footprint(pl->stage_plans(s)));
-  return success();
-}
-} // namespace
-
 LogicalResult mlir::ds::writePlan(ModuleOp module, StringRef planPath,
                                   const PlanWriteOptions &options) {
   pb::Plan p;
@@ -618,11 +475,12 @@ LogicalResult mlir::ds::writePlan(ModuleOp module, StringRef planPath,
     if (auto m = dyn_cast<ModuleOp>(op); m && m->hasAttr("ds.stage"))
       stages.push_back(m);
   if (!stages.empty()) {
-    if (failed(writePipelinePlan(module, stages, planPath, options, p)))
+    if (failed(plan_writer::writePipelinePlan(module, stages, planPath, options,
+                                         p)))
       return failure();
   } else {
-    if (failed(buildPlan(module, options, options.worldSize, p)) ||
-        failed(addSource(module, planPath, options, p)))
+    if (failed(plan_writer::buildPlan(module, options, options.worldSize, p)) ||
+        failed(plan_writer::addSource(module, planPath, options, p)))
       return failure();
     if (failed(writeViews(module, p, options)))
       return failure();

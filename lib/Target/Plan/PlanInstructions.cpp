@@ -1,0 +1,183 @@
+//===- PlanInstructions.cpp - a dsrt kernel's typed plan fields -----------===//
+//
+// Part of the ds project.
+//
+// An instruction of plan.bin carries, besides its kernel's parameters,
+// typed fields its readers use (the footprint, the timeline, the runtime's
+// checks): its kind, phase, FLOPs and bytes, the collectives it runs and
+// the parameters they need. The compiler's own figures (ds.flops,
+// ds.bytes, ds.phase on the dsrt.kernel op) are taken when present;
+// otherwise the writer estimates them from the kind table.
+//
+//===----------------------------------------------------------------------===//
+
+#include "PlanWriterImpl.h"
+
+#include "ds/Dialect/DsRt/IR/DsRtOps.h"
+#include "ds/Support/KernelKinds.h"
+#include "ds/Support/PlanTimeline.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+
+#include "llvm/ADT/StringSwitch.h"
+
+using namespace mlir;
+using namespace mlir::ds;
+namespace pb = ::ds::plan;
+
+namespace {
+
+/// An integer or boolean parameter of a kernel, if it has it.
+std::optional<int64_t> intParam(DictionaryAttr params, StringRef name) {
+  Attribute v = params ? params.get(name) : Attribute();
+  if (auto b = dyn_cast_or_null<BoolAttr>(v))
+    return b.getValue();
+  if (auto i = dyn_cast_or_null<IntegerAttr>(v))
+    return i.getValue().getSExtValue();
+  return std::nullopt;
+}
+
+std::optional<double> floatParam(DictionaryAttr params, StringRef name) {
+  if (auto f = dyn_cast_or_null<FloatAttr>(params ? params.get(name)
+                                                  : Attribute()))
+    return f.getValueAsDouble();
+  return std::nullopt;
+}
+
+/// The optimizer's settings of an adam or sgd kernel.
+void addOptimizer(DictionaryAttr params, pb::Optimizer &o) {
+  if (auto lr = floatParam(params, "lr"))
+    o.set_lr(*lr);
+  o.set_decoupled(intParam(params, "decoupled").value_or(0) != 0);
+  o.set_lamb(intParam(params, "lamb").value_or(0) != 0);
+  if (auto s = dyn_cast_or_null<StringAttr>(params ? params.get("schedule")
+                                                   : Attribute()))
+    o.set_schedule(s.str());
+  if (auto n = intParam(params, "warmup_steps"))
+    o.set_warmup_steps(*n);
+  if (auto n = intParam(params, "total_steps"))
+    o.set_total_steps(*n);
+  if (auto lr = floatParam(params, "min_lr"))
+    o.set_min_lr(*lr);
+  if (auto n = intParam(params, "accum_steps"))
+    o.set_accum_steps(*n);
+}
+
+uint64_t bufferBytes(const pb::Plan &p, uint32_t id) {
+  return id < static_cast<uint32_t>(p.buffers_size()) ? p.buffers(id).bytes()
+                                                       : 0;
+}
+
+/// The collectives `ins` runs over `group` (its `group` parameter).
+void addCollectives(const pb::Plan &p, pb::Instruction &ins, int64_t group) {
+  auto add = [&](pb::CollectiveKind kind, pb::Group g, uint64_t bytes) {
+    pb::Collective *c = ins.add_collectives();
+    c->set_kind(kind);
+    c->set_group(g);
+    c->set_bytes(bytes);
+  };
+  pb::Group g = ::ds::groupOf(group);
+  auto out0 = [&] {
+    return ins.outputs_size() ? bufferBytes(p, ins.outputs(0)) : 0;
+  };
+  auto in0 = [&] {
+    return ins.inputs_size() ? bufferBytes(p, ins.inputs(0)) : 0;
+  };
+  switch (ins.kind()) {
+  case pb::KIND_CHECK_OVERFLOW: // the overflow flag (one float)
+    add(pb::COLLECTIVE_ALL_REDUCE, g, 4);
+    return;
+  case pb::KIND_VOCAB_CROSS_ENTROPY: {
+    if (ins.inputs_size() != 2 || ins.outputs_size() != 2)
+      return;
+    // Each row's maximum gathered (N floats per rank), then the sums of
+    // exponentials and the target scores reduced (2N floats).
+    uint64_t rows = bufferBytes(p, ins.outputs(1)); // lse: N floats
+    int tp = std::max(1, static_cast<int>(p.tensor_parallel()));
+    int dp = std::max(1, std::max(1, static_cast<int>(p.world_size())) / tp);
+    add(pb::COLLECTIVE_ALL_GATHER, g,
+        rows * ::ds::groupRanks(g, dp, tp));
+    add(pb::COLLECTIVE_ALL_REDUCE, g, 2 * rows);
+    return;
+  }
+  default:
+    break;
+  }
+  const ::ds::KernelFacts *facts = ::ds::kernelFacts(ins.kind());
+  if (!facts || facts->comm == pb::COLLECTIVE_NONE)
+    return;
+  switch (facts->comm) {
+  case pb::COLLECTIVE_ALL_REDUCE:
+    add(facts->comm, g, out0());
+    return;
+  case pb::COLLECTIVE_ALL_GATHER:
+  case pb::COLLECTIVE_REDUCE_SCATTER: {
+    // Over the tensor-parallel ranks these move sequence-parallel row
+    // blocks.
+    bool sequence = ins.kind() == pb::KIND_SP_ALL_GATHER ||
+                    ins.kind() == pb::KIND_SP_REDUCE_SCATTER ||
+                    g == pb::GROUP_TENSOR;
+    bool scatter = facts->comm == pb::COLLECTIVE_REDUCE_SCATTER &&
+                   ins.inputs_size() == 1;
+    add(facts->comm, sequence ? pb::GROUP_SEQUENCE : g,
+        scatter ? in0() : out0());
+    return;
+  }
+  case pb::COLLECTIVE_SEND:
+    add(facts->comm, pb::GROUP_PIPELINE, in0());
+    return;
+  case pb::COLLECTIVE_RECV:
+    add(facts->comm, pb::GROUP_PIPELINE, out0());
+    return;
+  default:
+    return;
+  }
+}
+
+} // namespace
+
+void mlir::ds::plan_writer::addTypedFields(const pb::Plan &p,
+                                           DictionaryAttr params,
+                                           pb::Instruction &ins) {
+  ins.set_kind(::ds::kindOf(ins.kernel()));
+  ins.set_async(intParam(params, "async").value_or(0) != 0);
+  ins.set_trans_a(intParam(params, "trans_a").value_or(0) != 0);
+  ins.set_trans_b(intParam(params, "trans_b").value_or(0) != 0);
+  ins.set_update(params && params.get("update"));
+  if (ins.kind() == pb::KIND_GATHER)
+    ins.set_axis(intParam(params, "axis").value_or(0));
+  ins.set_vocab(intParam(params, "vocab").value_or(0));
+  if (::ds::isOptimizer(ins.kind()))
+    addOptimizer(params, *ins.mutable_optimizer());
+  addCollectives(p, ins, intParam(params, "group").value_or(0));
+}
+
+LogicalResult mlir::ds::plan_writer::addCosts(Operation *op,
+                                              const pb::Plan &p,
+                                              pb::Instruction &ins,
+                                              pb::Phase section) {
+  if (auto flops = op->getAttrOfType<IntegerAttr>("ds.flops"))
+    ins.set_flops(flops.getInt());
+  else
+    ins.set_flops(::ds::estimateFlops(p, ins));
+  if (auto bytes = op->getAttrOfType<IntegerAttr>("ds.bytes"))
+    ins.set_bytes(bytes.getInt());
+  else
+    ins.set_bytes(::ds::operandBytes(p, ins));
+  auto phase = op->getAttrOfType<StringAttr>("ds.phase");
+  if (!phase) {
+    ins.set_phase(::ds::defaultPhase(ins.kind(), section));
+    return success();
+  }
+  pb::Phase named = llvm::StringSwitch<pb::Phase>(phase.getValue())
+                        .Case("forward", pb::PHASE_FORWARD)
+                        .Case("backward", pb::PHASE_BACKWARD)
+                        .Case("optimizer", pb::PHASE_OPTIMIZER)
+                        .Case("communication", pb::PHASE_COMMUNICATION)
+                        .Case("transfer", pb::PHASE_TRANSFER)
+                        .Default(pb::PHASE_UNSPECIFIED);
+  if (named == pb::PHASE_UNSPECIFIED)
+    return op->emitOpError("has an unknown phase ") << phase;
+  ins.set_phase(named);
+  return success();
+}
