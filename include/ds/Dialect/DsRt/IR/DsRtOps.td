@@ -104,6 +104,9 @@ def DsRt_KernelOp : DsRt_Op<"kernel", [AttrSizedOperandSegments]> {
     `params`. `inplace` lists the inputs whose storage an output may share
     (elementwise kernels read each element before writing it).
 
+    Syntax: `dsrt.kernel "id"(ins) -> (outs) {params = {...}, inplace = ...}
+    : (types) -> (types)`, then `attributes {...}` with the annotations.
+
     `--ds-lower-to-dsrt` annotates each call with discardable attributes
     for the plan writer and the reports, printed after the signature:
     - `ds.flops` (i64): the FLOPs of the ds op the kernel runs
