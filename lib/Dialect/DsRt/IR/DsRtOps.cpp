@@ -68,6 +68,74 @@ LogicalResult KernelOp::verify() {
   return success();
 }
 
+static constexpr StringLiteral kPhaseNames[] = {
+    "forward", "backward", "optimizer", "communication", "transfer"};
+
+StringRef dsrt::stringifyKernelPhase(KernelPhase phase) {
+  return kPhaseNames[static_cast<unsigned>(phase)];
+}
+
+std::optional<KernelPhase> dsrt::symbolizeKernelPhase(StringRef name) {
+  const auto *it = llvm::find(kPhaseNames, name);
+  if (it == std::end(kPhaseNames))
+    return std::nullopt;
+  return static_cast<KernelPhase>(it - std::begin(kPhaseNames));
+}
+
+// `"kernel"(ins) -> (outs) {params...} : (types) -> (types)`, then the
+// annotations (`attributes {ds.bytes, ds.flops, ds.phase}`), so that the
+// call reads first.
+static constexpr StringLiteral kAnnotations[] = {attrs::kBytes, attrs::kFlops,
+                                                 attrs::kPhase};
+
+void KernelOp::print(OpAsmPrinter &p) {
+  p << ' ';
+  p.printAttributeWithoutType(getKernelAttr());
+  p << '(' << getIns() << ") -> (" << getOuts() << ')';
+  SmallVector<StringRef> elided = {getKernelAttrName(), "operandSegmentSizes"};
+  SmallVector<NamedAttribute> annotations;
+  for (StringRef name : kAnnotations) {
+    elided.push_back(name);
+    if (Attribute a = (*this)->getDiscardableAttr(name))
+      annotations.emplace_back(StringAttr::get(getContext(), name), a);
+  }
+  p.printOptionalAttrDict((*this)->getAttrs(), elided);
+  p << " : (" << getIns().getTypes() << ") -> (" << getOuts().getTypes() << ')';
+  if (!annotations.empty()) {
+    p << " attributes";
+    p.printOptionalAttrDict(annotations);
+  }
+}
+
+ParseResult KernelOp::parse(OpAsmParser &parser, OperationState &result) {
+  StringAttr kernel;
+  SmallVector<OpAsmParser::UnresolvedOperand> ins, outs;
+  SmallVector<Type> insTypes, outsTypes;
+  auto parseTypes = [&](SmallVectorImpl<Type> &types) {
+    return parser.parseCommaSeparatedList(OpAsmParser::Delimiter::Paren, [&] {
+      return parser.parseType(types.emplace_back());
+    });
+  };
+  SMLoc loc = parser.getCurrentLocation();
+  if (parser.parseAttribute(kernel, parser.getBuilder().getNoneType(), "kernel",
+                            result.attributes) ||
+      parser.parseOperandList(ins, OpAsmParser::Delimiter::Paren) ||
+      parser.parseArrow() ||
+      parser.parseOperandList(outs, OpAsmParser::Delimiter::Paren) ||
+      parser.parseOptionalAttrDict(result.attributes) || parser.parseColon() ||
+      parseTypes(insTypes) || parser.parseArrow() || parseTypes(outsTypes))
+    return failure();
+  if (succeeded(parser.parseOptionalKeyword("attributes")) &&
+      parser.parseOptionalAttrDict(result.attributes))
+    return failure();
+  result.addAttribute("operandSegmentSizes",
+                      parser.getBuilder().getDenseI32ArrayAttr(
+                          {static_cast<int32_t>(ins.size()),
+                           static_cast<int32_t>(outs.size())}));
+  return failure(parser.resolveOperands(ins, insTypes, loc, result.operands) ||
+                 parser.resolveOperands(outs, outsTypes, loc, result.operands));
+}
+
 LogicalResult CopyOp::verify() {
   if (getSource().getType() != getTarget().getType())
     return emitOpError("source and target types differ");

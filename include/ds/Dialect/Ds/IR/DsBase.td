@@ -50,4 +50,25 @@ def Ds_F32Island : NativeOpTrait<"DsF32Island"> {
   let cppNamespace = "::mlir::ds";
 }
 
+// Ops whose result element i is computed from element i of each operand
+// (after broadcasting) and of nothing else: the elementwise arithmetic,
+// comparisons, casts and selects, and the sums over ranks that combine the
+// same element of every rank's tensor (`ds.all_reduce`). Their kernels may
+// write the result over an operand of the same shape and size (the
+// `inplace` inputs `--ds-lower-to-dsrt` lists).
+def Ds_Elementwise : NativeOpTrait<"DsElementwise"> {
+  let cppNamespace = "::mlir::ds";
+}
+
+// Reductions of a tensor over some of its axes (`ds.reduce_*`).
+def Ds_Reduction : NativeOpTrait<"DsReduction"> {
+  let cppNamespace = "::mlir::ds";
+}
+
+// One optimizer step of a parameter and its state (`ds.adam`, `ds.sgd`,
+// `ds.onnx_update`): the optimizer phase of the step starts at the first.
+def Ds_OptimizerStep : NativeOpTrait<"DsOptimizerStep"> {
+  let cppNamespace = "::mlir::ds";
+}
+
 #endif // DS_DIALECT_DS_IR_DSBASE_TD

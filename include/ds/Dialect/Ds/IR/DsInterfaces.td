@@ -31,6 +31,33 @@ def Ds_CostOpInterface : OpInterface<"CostOpInterface"> {
   ];
 }
 
+def Ds_CollectiveOpInterface : OpInterface<"CollectiveOpInterface"> {
+  let cppNamespace = "::mlir::ds";
+  let description = [{
+    An op that communicates between ranks: what it does (`CollectiveKind`:
+    all_reduce, reduce_scatter, all_gather, send, recv), among which ranks
+    (`CommGroup`: world, data, tensor, pipeline; by default the op's
+    integer `group` attribute, -1 world, 1 tensor, else data) and how many
+    bytes one rank puts on the wire per execution. Bytes count the payload
+    once, whatever the algorithm (a ring all-reduce moves about twice as
+    much, a factor that depends on the group's size): the tensor a rank
+    reduces, its shard of a gather, the tensor it sends or receives. Its
+    kernels are "communication" in the plan (`ds.phase`).
+  }];
+  let methods = [
+    InterfaceMethod<"What the collective does",
+      "::mlir::ds::CollectiveKind", "getCollectiveKind", (ins)>,
+    InterfaceMethod<"The ranks it spans", "::mlir::ds::CommGroup",
+      "getCommGroup", (ins), [{}], [{
+        auto group = $_op->template getAttrOfType<::mlir::IntegerAttr>("group");
+        return ::mlir::ds::commGroupFromAttr(group ? group.getInt() : 0);
+      }]>,
+    InterfaceMethod<"Bytes one rank sends (or receives) per execution",
+      "int64_t", "getBytesPerRank", (ins), [{}],
+      [{ return ::mlir::ds::detail::sumTensorBytes($_op->getOperandTypes()); }]>,
+  ];
+}
+
 def Ds_VJPOpInterface : OpInterface<"VJPOpInterface"> {
   let cppNamespace = "::mlir::ds";
   let description = [{

@@ -17,6 +17,30 @@ namespace mlir::ds {
 /// Marks ops computed in f32 under mixed precision (Ds_F32Island).
 template <typename ConcreteType>
 class DsF32Island : public OpTrait::TraitBase<ConcreteType, DsF32Island> {};
+/// Marks elementwise ops: result element i reads element i of each operand
+/// only (Ds_Elementwise).
+template <typename ConcreteType>
+class DsElementwise : public OpTrait::TraitBase<ConcreteType, DsElementwise> {};
+/// Marks reductions over axes (Ds_Reduction).
+template <typename ConcreteType>
+class DsReduction : public OpTrait::TraitBase<ConcreteType, DsReduction> {};
+/// Marks optimizer steps (Ds_OptimizerStep).
+template <typename ConcreteType>
+class DsOptimizerStep
+    : public OpTrait::TraitBase<ConcreteType, DsOptimizerStep> {};
+
+/// What a collective does (CollectiveOpInterface).
+enum class CollectiveKind { AllReduce, ReduceScatter, AllGather, Send, Recv };
+/// The ranks a collective spans: every rank, or the ranks along one axis of
+/// the DP x TP x PP grid (sequence parallelism communicates over the
+/// tensor-parallel ranks).
+enum class CommGroup { World, Data, Tensor, Pipeline };
+/// Lower-case names ("all_reduce", "tensor", ...).
+StringRef stringifyCollectiveKind(CollectiveKind kind);
+StringRef stringifyCommGroup(CommGroup group);
+/// The group a collective's integer `group` attribute names: -1 every
+/// rank, 1 the tensor-parallel ranks, else (0) the data-parallel ranks.
+CommGroup commGroupFromAttr(int64_t group);
 
 /// The elementwise binary ops; shared verifier and folder dispatch on it.
 enum class BinaryKind {

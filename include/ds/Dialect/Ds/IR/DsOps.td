@@ -94,7 +94,7 @@ def Ds_ConstantOfShapeOp : Ds_Op<"constant_of_shape", [Pure]> {
 // `kind` names the BinaryKind enumerator the shared C++ helpers dispatch on.
 class Ds_BinaryOp<string mnemonic, string kind, string flopsPerElement,
                   string desc, list<Trait> traits = []>
-    : Ds_Op<mnemonic, !listconcat([Pure], traits)> {
+    : Ds_Op<mnemonic, !listconcat([Pure, Ds_Elementwise], traits)> {
   let summary = desc;
   let description = desc # [{ with ONNX multidirectional broadcasting.
     The verifier checks that the result shape is the broadcast of the operand
@@ -162,7 +162,7 @@ def Ds_XorOp : Ds_BinaryOp<"xor", "Xor", "1", "elementwise logical xor of i1",
 // Unary elementwise ops: the result has the operand's type.
 class Ds_UnaryOp<string mnemonic, string kind, string flopsPerElement,
                  Type operandType, string desc>
-    : Ds_Op<mnemonic, [Pure, SameOperandsAndResultType]> {
+    : Ds_Op<mnemonic, [Pure, SameOperandsAndResultType, Ds_Elementwise]> {
   let summary = desc;
   let description = desc # [{; the result has the operand's type.
     A constant operand folds.
@@ -209,7 +209,7 @@ def Ds_SigmoidOp : Ds_UnaryOp<"sigmoid", "Sigmoid", "3", Ds_FloatTensor,
 def Ds_NotOp : Ds_UnaryOp<"not", "Not", "1", Ds_BoolTensor,
                           "logical negation of i1">;
 
-def Ds_CastOp : Ds_Op<"cast", [Pure]> {
+def Ds_CastOp : Ds_Op<"cast", [Pure, Ds_Elementwise]> {
   let summary = "element type conversion";
   let description = [{
     ONNX `Cast`: converts each element to the result's element type (float
@@ -222,7 +222,7 @@ def Ds_CastOp : Ds_Op<"cast", [Pure]> {
   let hasFolder = 1;
 }
 
-def Ds_WhereOp : Ds_Op<"where", [Pure]> {
+def Ds_WhereOp : Ds_Op<"where", [Pure, Ds_Elementwise]> {
   let summary = "elementwise select with broadcasting";
   let description = [{
     ONNX `Where`: `condition ? x : y`, all three broadcast together. Causal
@@ -427,7 +427,7 @@ def Ds_TriluOp : Ds_Op<"trilu", [Pure, SameOperandsAndResultType]> {
 //===----------------------------------------------------------------------===//
 
 class Ds_ReduceOp<string mnemonic, string desc>
-    : Ds_Op<mnemonic, [Pure, Ds_F32Island]> {
+    : Ds_Op<mnemonic, [Pure, Ds_F32Island, Ds_Reduction]> {
   let summary = desc;
   let description = desc # [{ over `axes` (sorted, non-negative, unique;
     never empty: "all axes" is spelled out). With `keepdims` the reduced
@@ -602,7 +602,7 @@ def Ds_SliceGradOp : Ds_Op<"slice_grad", [Pure]> {
 // Optimizers (built by --ds-optimizer)
 //===----------------------------------------------------------------------===//
 
-def Ds_AdamOp : Ds_Op<"adam", [Pure]> {
+def Ds_AdamOp : Ds_Op<"adam", [Pure, Ds_OptimizerStep]> {
   let summary = "one Adam or AdamW step, PyTorch semantics";
   let description = [{
     With `t` = `step` (1 for the first step):
@@ -639,7 +639,7 @@ def Ds_AdamOp : Ds_Op<"adam", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Ds_SgdOp : Ds_Op<"sgd", [Pure]> {
+def Ds_SgdOp : Ds_Op<"sgd", [Pure, Ds_OptimizerStep]> {
   let summary = "one SGD step with momentum and Nesterov, PyTorch semantics";
   let description = [{
     `d = g + wd p`; with momentum: `buf = d` at step 1, else
@@ -667,7 +667,7 @@ def Ds_SgdOp : Ds_Op<"sgd", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Ds_OnnxUpdateOp : Ds_Op<"onnx_update", [Pure]> {
+def Ds_OnnxUpdateOp : Ds_Op<"onnx_update", [Pure, Ds_OptimizerStep]> {
   let summary = "one parameter's update by an ONNX training op (ONNX semantics)";
   let description = [{
     The update rule of ONNX's `ai.onnx.preview.training` Adam, Adagrad or
@@ -694,8 +694,14 @@ def Ds_OnnxUpdateOp : Ds_Op<"onnx_update", [Pure]> {
 // the same order, so CSE may not merge two of them (ZeRO-3 gathers a
 // parameter again for the backward pass on purpose) and DCE may not drop one.
 def Ds_Collective : MemoryEffects<[MemRead, MemWrite]>;
+// The ops that communicate: kind and bytes (and the group where it is not
+// the `group` attribute) per op, in DsCollectives.cpp.
+class Ds_CollectiveOp<list<string> overrides = []>
+    : DeclareOpInterfaceMethods<Ds_CollectiveOpInterface,
+                                !listconcat(["getCollectiveKind"], overrides)>;
 
-def Ds_AllReduceOp : Ds_Op<"all_reduce", [SameOperandsAndResultType, Ds_Collective]> {
+def Ds_AllReduceOp : Ds_Op<"all_reduce", [SameOperandsAndResultType,
+    Ds_Elementwise, Ds_Collective, Ds_CollectiveOp<>]> {
   let summary = "reduce a tensor over the ranks of a group";
   let description = [{
     Every rank of communicator group `group` contributes its tensor; every
@@ -709,7 +715,7 @@ def Ds_AllReduceOp : Ds_Op<"all_reduce", [SameOperandsAndResultType, Ds_Collecti
   let hasVerifier = 1;
 }
 
-def Ds_AllGatherOp : Ds_Op<"all_gather", [Ds_Collective]> {
+def Ds_AllGatherOp : Ds_Op<"all_gather", [Ds_Collective, Ds_CollectiveOp<>]> {
   let summary = "concatenate every rank's 1-D shard in rank order";
   let description = [{
     Every rank of group `group` contributes its 1-D shard of S elements;
@@ -727,7 +733,8 @@ def Ds_AllGatherOp : Ds_Op<"all_gather", [Ds_Collective]> {
   let hasVerifier = 1;
 }
 
-def Ds_ReduceScatterOp : Ds_Op<"reduce_scatter", [Ds_Collective]> {
+def Ds_ReduceScatterOp : Ds_Op<"reduce_scatter",
+    [Ds_Collective, Ds_CollectiveOp<>]> {
   let summary = "reduce a 1-D tensor over the ranks, each keeping its shard";
   let description = [{
     The N*S elements of every rank of group `group` are reduced (`sum` or
@@ -754,7 +761,8 @@ def Ds_ShardOp : Ds_Op<"shard", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Ds_CheckOverflowOp : Ds_Op<"check_overflow", [Ds_Collective]> {
+def Ds_CheckOverflowOp : Ds_Op<"check_overflow",
+    [Ds_Collective, Ds_CollectiveOp<["getBytesPerRank"]>]> {
   let summary = "1 if any element of any operand is inf or NaN on any rank";
   let description = [{
     The loss scaler's overflow check: the result is 1.0 when a gradient
@@ -770,7 +778,8 @@ def Ds_CheckOverflowOp : Ds_Op<"check_overflow", [Ds_Collective]> {
   let hasVerifier = 1;
 }
 
-def Ds_TpIdentityOp : Ds_Op<"tp_identity", [SameOperandsAndResultType]> {
+def Ds_TpIdentityOp : Ds_Op<"tp_identity", [SameOperandsAndResultType,
+                                           Ds_Elementwise]> {
   let summary = "tensor parallelism: the input of a column-split matmul";
   let description = [{
     Megatron's `f`: the identity in the forward pass; its gradient is the
@@ -783,7 +792,8 @@ def Ds_TpIdentityOp : Ds_Op<"tp_identity", [SameOperandsAndResultType]> {
   let assemblyFormat = "$input attr-dict `:` type($input)";
 }
 
-def Ds_TpAllReduceOp : Ds_Op<"tp_all_reduce", [SameOperandsAndResultType, Ds_Collective]> {
+def Ds_TpAllReduceOp : Ds_Op<"tp_all_reduce", [SameOperandsAndResultType,
+    Ds_Elementwise, Ds_Collective, Ds_CollectiveOp<>]> {
   let summary = "tensor parallelism: the output of a row-split matmul";
   let description = [{
     Megatron's `g`: the sum of the ranks' partial results over
@@ -796,7 +806,8 @@ def Ds_TpAllReduceOp : Ds_Op<"tp_all_reduce", [SameOperandsAndResultType, Ds_Col
   let assemblyFormat = "$input attr-dict `:` type($input)";
 }
 
-def Ds_SpAllGatherOp : Ds_Op<"sp_all_gather", [Ds_Collective]> {
+def Ds_SpAllGatherOp : Ds_Op<"sp_all_gather",
+    [Ds_Collective, Ds_CollectiveOp<>]> {
   let summary = "sequence parallelism: the whole activation from its row blocks";
   let description = [{
     Every rank of tensor-parallel group `group` holds rows
@@ -814,7 +825,8 @@ def Ds_SpAllGatherOp : Ds_Op<"sp_all_gather", [Ds_Collective]> {
   let hasVerifier = 1;
 }
 
-def Ds_SpReduceScatterOp : Ds_Op<"sp_reduce_scatter", [Ds_Collective]> {
+def Ds_SpReduceScatterOp : Ds_Op<"sp_reduce_scatter",
+    [Ds_Collective, Ds_CollectiveOp<>]> {
   let summary = "sequence parallelism: a block's partial sums, each rank its rows";
   let description = [{
     The sum over tensor-parallel group `group` of every rank's partial
@@ -885,7 +897,7 @@ def Ds_VocabGatherGradOp : Ds_Op<"vocab_gather_grad", [Pure]> {
 }
 
 def Ds_VocabCrossEntropyOp : Ds_Op<"vocab_cross_entropy",
-                                   [Ds_Collective, Ds_F32Island]> {
+    [Ds_Collective, Ds_F32Island, Ds_CollectiveOp<["getBytesPerRank"]>]> {
   let summary = "tensor parallelism: cross entropy over a split vocabulary";
   let description = [{
     `ds.softmax_cross_entropy_loss` of `N x C` scores whose classes are
@@ -955,7 +967,8 @@ def Ds_TransferOp : Ds_Op<"transfer", [AllTypesMatch<["input", "result"]>]> {
 // Pipeline parallelism
 //===----------------------------------------------------------------------===//
 
-def Ds_PipeSendOp : Ds_Op<"pipe_send", [Ds_Collective]> {
+def Ds_PipeSendOp : Ds_Op<"pipe_send",
+    [Ds_Collective, Ds_CollectiveOp<["getCommGroup"]>]> {
   let summary = "pipeline parallelism: send a tensor to another stage";
   let description = [{
     Sends `input` to the rank of stage `this + peer` with the same
@@ -972,7 +985,8 @@ def Ds_PipeSendOp : Ds_Op<"pipe_send", [Ds_Collective]> {
   let assemblyFormat = "$input attr-dict `:` type($input)";
 }
 
-def Ds_PipeRecvOp : Ds_Op<"pipe_recv", [Ds_Collective]> {
+def Ds_PipeRecvOp : Ds_Op<"pipe_recv",
+    [Ds_Collective, Ds_CollectiveOp<["getCommGroup", "getBytesPerRank"]>]> {
   let summary = "pipeline parallelism: receive a tensor from another stage";
   let description = [{
     The tensor the rank of stage `this + peer` sent with the same `tag`
@@ -999,7 +1013,8 @@ def Ds_PipeMarkOp : Ds_Op<"pipe_mark", [Ds_Collective]> {
   let assemblyFormat = "attr-dict";
 }
 
-def Ds_TiedGradSumOp : Ds_Op<"tied_grad_sum", [Ds_Collective]> {
+def Ds_TiedGradSumOp : Ds_Op<"tied_grad_sum", [Ds_Collective,
+    Ds_CollectiveOp<["getCommGroup", "getBytesPerRank"]>]> {
   let summary = "pipeline parallelism: the gradient of a parameter several stages use";
   let description = [{
     A parameter used by more than one stage (GPT-2's tied embedding and

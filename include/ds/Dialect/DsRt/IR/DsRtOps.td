@@ -104,17 +104,28 @@ def DsRt_KernelOp : DsRt_Op<"kernel", [AttrSizedOperandSegments]> {
     `params`. `inplace` lists the inputs whose storage an output may share
     (elementwise kernels read each element before writing it).
 
+    Syntax: `dsrt.kernel "id"(ins) -> (outs) {params = {...}, inplace = ...}
+    : (types) -> (types)`, then `attributes {...}` with the annotations.
+
+    `--ds-lower-to-dsrt` annotates each call with discardable attributes
+    for the plan writer and the reports, printed after the signature:
+    - `ds.flops` (i64): the FLOPs of the ds op the kernel runs
+      (CostOpInterface: a multiply-add counts two);
+    - `ds.bytes` (i64): the bytes that op reads plus those it writes;
+    - `ds.phase` (string): the part of the training step, "forward",
+      "backward", "optimizer" (the optimizer steps and what follows the
+      first), "communication" (collectives, pipeline sends and receives)
+      or "transfer" (offload copies between memory spaces).
+
     ```mlir
     dsrt.kernel "add"(%a, %b) -> (%c) {params = {}} : (memref<4xf32>, memref<4xf32>) -> (memref<4xf32>)
+        attributes {ds.bytes = 48 : i64, ds.flops = 4 : i64, ds.phase = "forward"}
     ```
   }];
   let arguments = (ins StrAttr:$kernel, Variadic<DsRt_Buffer>:$ins,
                        Variadic<DsRt_Buffer>:$outs, DictionaryAttr:$params,
                        OptionalAttr<DenseI64ArrayAttr>:$inplace);
-  let assemblyFormat = [{
-    $kernel `(` $ins `)` `->` `(` $outs `)` attr-dict `:`
-      `(` type($ins) `)` `->` `(` type($outs) `)`
-  }];
+  let hasCustomAssemblyFormat = 1;
   let hasVerifier = 1;
 }
 
