@@ -74,6 +74,19 @@ int64_t closureFlops(ArrayRef<Operation *> ops, ArrayRef<Value> wanted) {
   return flops;
 }
 
+/// The first reader of any of `values` in the backward pass (not in the
+/// forward pass, not the return `ret`), or null.
+Operation *firstBackwardUser(ValueRange values, Operation *ret,
+                             llvm::function_ref<bool(Operation *)> inForward) {
+  Operation *first = nullptr;
+  for (Value v : values)
+    for (Operation *user : v.getUsers())
+      if (!inForward(user) && user != ret &&
+          (!first || user->isBeforeInBlock(first)))
+        first = user;
+  return first;
+}
+
 /// The last op of the forward pass: the loss, or in a pipeline stage
 /// without it the last op before its backward section starts; null when
 /// there is none.
@@ -107,11 +120,9 @@ void regatherForBackward(Block &body, Operation *lossDef) {
     if (auto g = dyn_cast<SpAllGatherOp>(op))
       gathers.push_back(g);
   for (SpAllGatherOp g : gathers) {
-    Operation *firstBwd = nullptr;
-    for (Operation *user : g->getUsers())
-      if (!forward.contains(user) && user != ret &&
-          (!firstBwd || user->isBeforeInBlock(firstBwd)))
-        firstBwd = user;
+    Operation *firstBwd =
+        firstBackwardUser(g.getResult(), ret,
+                          [&](Operation *op) { return forward.contains(op); });
     if (!firstBwd)
       continue;
     OpBuilder b(firstBwd);
@@ -263,13 +274,8 @@ void recomputeUnit(ArrayRef<Segment> segs, size_t a, size_t b, Operation *ret,
     ops.append(segs[j].ops);
   }
   llvm::DenseSet<Operation *> need = closure(ops, wanted);
-  // The first backward reader of any wanted value.
-  Operation *at = nullptr;
-  for (Value v : wanted)
-    for (Operation *user : v.getUsers())
-      if (!fp.contains(user) && user != ret &&
-          (!at || user->isBeforeInBlock(at)))
-        at = user;
+  Operation *at = firstBackwardUser(
+      wanted, ret, [&](Operation *op) { return fp.contains(op); });
   if (!at)
     return;
   OpBuilder builder(at);

@@ -26,6 +26,24 @@ namespace mlir::ds {
 
 namespace {
 
+/// The nearest op before `at` that is one of `OpTys`, or null.
+template <typename... OpTys> Operation *lastOpBefore(Operation *at) {
+  for (Operation *op = at->getPrevNode(); op; op = op->getPrevNode())
+    if (isa<OpTys...>(op))
+      return op;
+  return nullptr;
+}
+
+/// Moves the ops strictly between `after` and `end` (a later op of the
+/// same block) before `dest`, in order.
+void moveOpsBetween(Operation *after, Operation *end, Operation *dest) {
+  SmallVector<Operation *> ops;
+  for (Operation *op = after->getNextNode(); op != end; op = op->getNextNode())
+    ops.push_back(op);
+  for (Operation *op : ops)
+    op->moveBefore(dest);
+}
+
 /// A ZeRO-3 parameter: its argument (now the shard), its whole type, and
 /// its first use in each pass.
 struct ShardedParam {
@@ -42,8 +60,10 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
     func::FuncOp func = getOperation();
     if (func.getName() != "forward")
       return;
-    if (failed(checkOptions(func)))
+    FailureOr<Type> comm = checkOptions(func);
+    if (failed(comm))
       return signalPassFailure();
+    commType = *comm;
     OpBuilder b(func.getContext());
     func->setAttr(kWorldSizeAttr, b.getI64IntegerAttr(worldSize));
     func->setAttr(kZeroStageAttr, b.getI64IntegerAttr(stage));
@@ -77,8 +97,8 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
                                    ret->getOperandTypes()));
   }
 
-  /// The options, checked; sets the communication type.
-  LogicalResult checkOptions(func::FuncOp func) {
+  /// The options, checked; returns the communication type.
+  FailureOr<Type> checkOptions(func::FuncOp func) {
     if (worldSize < 1)
       return func.emitError("world size must be at least 1, got ")
              << static_cast<int64_t>(worldSize);
@@ -91,10 +111,9 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
       return func.emitError("unknown communication type '")
              << commDtype << "' (choose fp32, bf16 or fp16)";
     OpBuilder b(func.getContext());
-    commType = commDtype == "bf16"   ? Type(b.getBF16Type())
-               : commDtype == "fp16" ? Type(b.getF16Type())
-                                     : Type(b.getF32Type());
-    return success();
+    return commDtype == "bf16"   ? Type(b.getBF16Type())
+           : commDtype == "fp16" ? Type(b.getF16Type())
+                                 : Type(b.getF32Type());
   }
 
   /// The loss: its mean over ranks, once the step is done.
@@ -198,19 +217,10 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
   /// the collective can overlap the rest of the backward pass
   /// (dsrt-overlap-comm waits just before the first use).
   static void deferUnpack(Operation *next, Operation *ret) {
-    Operation *collective = nullptr;
-    for (Operation *op = next->getPrevNode(); op && !collective;
-         op = op->getPrevNode())
-      if (isa<ReduceScatterOp, AllReduceOp>(op))
-        collective = op;
+    Operation *collective = lastOpBefore<ReduceScatterOp, AllReduceOp>(next);
     if (!collective || next == ret)
       return;
-    SmallVector<Operation *> unpack;
-    for (Operation *op = collective->getNextNode(); op != next;
-         op = op->getNextNode())
-      unpack.push_back(op);
-    for (Operation *op : unpack)
-      op->moveBefore(ret);
+    moveOpsBetween(collective, next, ret);
   }
 
   /// Stage 3: trainable parameters at or above the persistence threshold
@@ -319,17 +329,7 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
       users.insert(p->arg.user_begin(), p->arg.user_end());
     SmallVector<Value> wholes =
         gatherBucket(b, bucket.front()->arg.getLoc(), shards, types, worldSize);
-    Operation *gather = nullptr;
-    for (Operation *op = start->getPrevNode(); op && !gather;
-         op = op->getPrevNode())
-      if (isa<AllGatherOp>(op))
-        gather = op;
-    SmallVector<Operation *> unpack;
-    for (Operation *op = gather->getNextNode(); op != start;
-         op = op->getNextNode())
-      unpack.push_back(op);
-    for (Operation *op : unpack)
-      op->moveBefore(use);
+    moveOpsBetween(lastOpBefore<AllGatherOp>(start), start, use);
     for (auto [p, whole] : llvm::zip(bucket, wholes)) {
       // The uses in this pass, not the bucket's own concat or gather.
       p->arg.replaceUsesWithIf(whole, [&](OpOperand &operand) {
