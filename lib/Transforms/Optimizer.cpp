@@ -85,6 +85,12 @@ private:
   void gatherUpdatedShards();
   void finish();
 
+  /// The hyper-parameters of the update of parameter `name` (one set for
+  /// every parameter today).
+  const Hyperparameters &hyperparametersOf(StringAttr name) const {
+    return options.hyper;
+  }
+
   func::FuncOp func;
   const UpdateOptions &options;
   Block &body;
@@ -425,7 +431,7 @@ LogicalResult UpdateSection::updateParameter(unsigned result, StringAttr name) {
   };
   optimizer::UpdateOutput out = options.rule->build(
       b, {name.getValue(), loc, target->value, grad, step, accum},
-      options.hyper, addState);
+      hyperparametersOf(name), addState);
   results[result] = newParameter(result, *target, out.newParam);
   resultAttrs[result] = updateAttr(name);
   for (auto &[suffix, value] : out.newState)
