@@ -26,6 +26,32 @@ namespace mlir::ds {
 
 namespace {
 
+/// The nearest op before `at` that is one of `OpTys`, or null.
+template <typename... OpTys> Operation *lastOpBefore(Operation *at) {
+  for (Operation *op = at->getPrevNode(); op; op = op->getPrevNode())
+    if (isa<OpTys...>(op))
+      return op;
+  return nullptr;
+}
+
+/// Moves the ops strictly between `after` and `end` (a later op of the
+/// same block) before `dest`, in order.
+void moveOpsBetween(Operation *after, Operation *end, Operation *dest) {
+  SmallVector<Operation *> ops;
+  for (Operation *op = after->getNextNode(); op != end; op = op->getNextNode())
+    ops.push_back(op);
+  for (Operation *op : ops)
+    op->moveBefore(dest);
+}
+
+/// A ZeRO-3 parameter: its argument (now the shard), its whole type, and
+/// its first use in each pass.
+struct ShardedParam {
+  BlockArgument arg;
+  RankedTensorType type; // whole
+  Operation *firstFwd, *firstBwd;
+};
+
 struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
   using ZeroPassBase::ZeroPassBase;
   Type commType; // the element type gradients are reduced in
@@ -34,29 +60,11 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
     func::FuncOp func = getOperation();
     if (func.getName() != "forward")
       return;
-    if (worldSize < 1) {
-      func.emitError("world size must be at least 1, got ")
-          << static_cast<int64_t>(worldSize);
+    FailureOr<Type> comm = checkOptions(func);
+    if (failed(comm))
       return signalPassFailure();
-    }
-    if (stage < 0 || stage > 3) {
-      func.emitError("ZeRO stage must be 0, 1, 2 or 3, got ")
-          << static_cast<int64_t>(stage);
-      return signalPassFailure();
-    }
-    if (persistenceThreshold < 0) {
-      func.emitError("param-persistence-threshold must not be negative");
-      return signalPassFailure();
-    }
+    commType = *comm;
     OpBuilder b(func.getContext());
-    if (commDtype != "fp32" && commDtype != "bf16" && commDtype != "fp16") {
-      func.emitError("unknown communication type '")
-          << commDtype << "' (choose fp32, bf16 or fp16)";
-      return signalPassFailure();
-    }
-    commType = commDtype == "bf16"   ? Type(b.getBF16Type())
-               : commDtype == "fp16" ? Type(b.getF16Type())
-                                     : Type(b.getF32Type());
     func->setAttr(kWorldSizeAttr, b.getI64IntegerAttr(worldSize));
     func->setAttr(kZeroStageAttr, b.getI64IntegerAttr(stage));
     if (worldSize == 1 && stage == 0)
@@ -83,24 +91,56 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
 
     if (stage == 3 && failed(partitionParameters(func, inForward)))
       return signalPassFailure();
+    averageLoss(func);
+    reduceGradients(func);
+    func.setType(FunctionType::get(func.getContext(), body.getArgumentTypes(),
+                                   ret->getOperandTypes()));
+  }
 
-    // The loss: its mean over ranks, once the step is done.
-    SmallVector<unsigned> grads;
+  /// The options, checked; returns the communication type.
+  FailureOr<Type> checkOptions(func::FuncOp func) {
+    if (worldSize < 1)
+      return func.emitError("world size must be at least 1, got ")
+             << static_cast<int64_t>(worldSize);
+    if (stage < 0 || stage > 3)
+      return func.emitError("ZeRO stage must be 0, 1, 2 or 3, got ")
+             << static_cast<int64_t>(stage);
+    if (persistenceThreshold < 0)
+      return func.emitError("param-persistence-threshold must not be negative");
+    if (commDtype != "fp32" && commDtype != "bf16" && commDtype != "fp16")
+      return func.emitError("unknown communication type '")
+             << commDtype << "' (choose fp32, bf16 or fp16)";
+    OpBuilder b(func.getContext());
+    return commDtype == "bf16"   ? Type(b.getBF16Type())
+           : commDtype == "fp16" ? Type(b.getF16Type())
+                                 : Type(b.getF32Type());
+  }
+
+  /// The loss: its mean over ranks, once the step is done.
+  void averageLoss(func::FuncOp func) {
+    Operation *ret = func.getBody().front().getTerminator();
+    OpBuilder b(ret);
     for (unsigned i = 0; i < ret->getNumOperands(); ++i) {
-      if (func.getResultAttr(i, "ds.grad")) {
-        grads.push_back(i);
-      } else if (func.getResultAttr(i, attrs::kLoss)) {
-        b.setInsertionPoint(ret);
-        Value v = ret->getOperand(i);
-        ret->setOperand(i, AllReduceOp::create(b, v.getLoc(), v,
-                                               b.getStringAttr("mean"),
-                                               b.getI64IntegerAttr(0)));
-      }
+      if (func.getResultAttr(i, "ds.grad") ||
+          !func.getResultAttr(i, attrs::kLoss))
+        continue;
+      Value v = ret->getOperand(i);
+      ret->setOperand(i, AllReduceOp::create(b, v.getLoc(), v,
+                                             b.getStringAttr("mean"),
+                                             b.getI64IntegerAttr(0)));
     }
-    // Gradients in the order the backward pass produces them, reduced in
-    // buckets of at least reduce-bucket-size elements: stage 1 after the
-    // backward pass (whole gradients stay until then), the others as soon
-    // as a bucket is complete.
+  }
+
+  /// Gradients in the order the backward pass produces them, reduced in
+  /// buckets of at least reduce-bucket-size elements: stage 1 after the
+  /// backward pass (whole gradients stay until then), the others as soon
+  /// as a bucket is complete.
+  void reduceGradients(func::FuncOp func) {
+    Operation *ret = func.getBody().front().getTerminator();
+    SmallVector<unsigned> grads;
+    for (unsigned i = 0; i < ret->getNumOperands(); ++i)
+      if (func.getResultAttr(i, "ds.grad"))
+        grads.push_back(i);
     auto producedBefore = [&](unsigned x, unsigned y) {
       Operation *a = ret->getOperand(x).getDefiningOp();
       Operation *c = ret->getOperand(y).getDefiningOp();
@@ -113,80 +153,74 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
     llvm::sort(grads, producedBefore);
     SmallVector<unsigned> bucket;
     int64_t elements = 0;
-    auto flush = [&]() {
-      if (bucket.empty())
-        return;
-      Value last = ret->getOperand(bucket.back());
-      if (stage == 1)
-        b.setInsertionPoint(ret);
-      else
-        b.setInsertionPointAfterValue(last);
-      Operation *next = &*b.getInsertionPoint();
-      SmallVector<Value> values;
-      for (unsigned i : bucket) {
-        Value g = ret->getOperand(i);
-        // In the communication type: a gradient cast up from it (mixed
-        // precision) is reduced before its cast, others are cast down.
-        if (getElementTypeOrSelf(g.getType()) != commType) {
-          auto c = g.getDefiningOp<CastOp>();
-          if (c && getElementTypeOrSelf(c.getInput().getType()) == commType)
-            g = c.getInput();
-          else
-            g = CastOp::create(b, g.getLoc(),
-                               cast<RankedTensorType>(g.getType()).clone(commType),
-                               g);
-        }
-        values.push_back(g);
-      }
-      SmallVector<Value> reduced =
-          stage == 0 ? allReduceBucket(b, last.getLoc(), values)
-                     : reduceScatterBucket(b, last.getLoc(), values, worldSize);
-      // What unpacks the reduced bucket moves to the end of the step, where
-      // the optimizer reads it: the collective can overlap the rest of the
-      // backward pass (dsrt-overlap-comm waits just before the first use).
-      Operation *collective = nullptr;
-      for (Operation *op = next->getPrevNode(); op && !collective;
-           op = op->getPrevNode())
-        if (isa<ReduceScatterOp, AllReduceOp>(op))
-          collective = op;
-      if (collective && next != ret) {
-        SmallVector<Operation *> unpack;
-        for (Operation *op = collective->getNextNode(); op != next;
-             op = op->getNextNode())
-          unpack.push_back(op);
-        for (Operation *op : unpack)
-          op->moveBefore(ret);
-      }
-      for (auto [i, v] : llvm::zip(bucket, reduced)) {
-        // Back to the gradient's type when the collective's is narrower
-        // (a 16-bit gradient reduced in f32 stays f32: the optimizer
-        // computes in f32 anyway).
-        Type want = getElementTypeOrSelf(ret->getOperand(i).getType());
-        Type have = getElementTypeOrSelf(v.getType());
-        if (have != want && have.getIntOrFloatBitWidth() <
-                                want.getIntOrFloatBitWidth()) {
-          OpBuilder cb(ret);
-          v = CastOp::create(cb, v.getLoc(),
-                             cast<RankedTensorType>(v.getType()).clone(want), v);
-        }
-        ret->setOperand(i, v);
-      }
-      bucket.clear();
-      elements = 0;
-    };
     for (unsigned i : grads) {
       auto type = cast<RankedTensorType>(ret->getOperand(i).getType());
       bucket.push_back(i);
-      elements += stage == 0 ? type.getNumElements()
-                             : shardSize(type.getNumElements(), worldSize) *
-                                   worldSize;
-      if (elements >= reduceBucketSize)
-        flush();
+      elements += stage == 0
+                      ? type.getNumElements()
+                      : shardSize(type.getNumElements(), worldSize) * worldSize;
+      if (elements >= reduceBucketSize) {
+        reduceBucket(ret, bucket);
+        bucket.clear();
+        elements = 0;
+      }
     }
-    flush();
-    func.setType(FunctionType::get(func.getContext(),
-                                   body.getArgumentTypes(),
-                                   ret->getOperandTypes()));
+    if (!bucket.empty())
+      reduceBucket(ret, bucket);
+  }
+
+  /// `g` in the communication type: a gradient cast up from it (mixed
+  /// precision) is reduced before its cast, others are cast down.
+  Value inCommType(OpBuilder &b, Value g) {
+    if (getElementTypeOrSelf(g.getType()) == commType)
+      return g;
+    auto c = g.getDefiningOp<CastOp>();
+    if (c && getElementTypeOrSelf(c.getInput().getType()) == commType)
+      return c.getInput();
+    return CastOp::create(
+        b, g.getLoc(), cast<RankedTensorType>(g.getType()).clone(commType), g);
+  }
+
+  /// One collective for the gradients (result numbers) of `bucket`: an
+  /// all-reduce at stage 0, else a reduce-scatter to this rank's shards.
+  void reduceBucket(Operation *ret, ArrayRef<unsigned> bucket) {
+    Value last = ret->getOperand(bucket.back());
+    OpBuilder b(ret);
+    if (stage != 1)
+      b.setInsertionPointAfterValue(last);
+    Operation *next = &*b.getInsertionPoint();
+    SmallVector<Value> values;
+    for (unsigned i : bucket)
+      values.push_back(inCommType(b, ret->getOperand(i)));
+    SmallVector<Value> reduced =
+        stage == 0 ? allReduceBucket(b, last.getLoc(), values)
+                   : reduceScatterBucket(b, last.getLoc(), values, worldSize);
+    deferUnpack(next, ret);
+    for (auto [i, v] : llvm::zip(bucket, reduced)) {
+      // Back to the gradient's type when the collective's is narrower (a
+      // 16-bit gradient reduced in f32 stays f32: the optimizer computes in
+      // f32 anyway).
+      Type want = getElementTypeOrSelf(ret->getOperand(i).getType());
+      Type have = getElementTypeOrSelf(v.getType());
+      if (have != want &&
+          have.getIntOrFloatBitWidth() < want.getIntOrFloatBitWidth()) {
+        OpBuilder cb(ret);
+        v = CastOp::create(cb, v.getLoc(),
+                           cast<RankedTensorType>(v.getType()).clone(want), v);
+      }
+      ret->setOperand(i, v);
+    }
+  }
+
+  /// What unpacks a reduced bucket (the ops between its collective and
+  /// `next`) moves to the end of the step, where the optimizer reads it:
+  /// the collective can overlap the rest of the backward pass
+  /// (dsrt-overlap-comm waits just before the first use).
+  static void deferUnpack(Operation *next, Operation *ret) {
+    Operation *collective = lastOpBefore<ReduceScatterOp, AllReduceOp>(next);
+    if (!collective || next == ret)
+      return;
+    moveOpsBetween(collective, next, ret);
   }
 
   /// Stage 3: trainable parameters at or above the persistence threshold
@@ -194,15 +228,24 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
   LogicalResult
   partitionParameters(func::FuncOp func,
                       llvm::function_ref<bool(Operation *)> inForward) {
+    SmallVector<ShardedParam> params;
+    if (failed(shardParameters(func, inForward, params)))
+      return failure();
+    for (bool fwd : {true, false})
+      gatherForPass(params, fwd, inForward);
+    func.setType(FunctionType::get(func.getContext(),
+                                   func.getBody().front().getArgumentTypes(),
+                                   func.getResultTypes()));
+    return success();
+  }
+
+  /// Turns each partitioned parameter argument into its shard (recording
+  /// its whole shape and its first use in each pass).
+  LogicalResult shardParameters(func::FuncOp func,
+                                llvm::function_ref<bool(Operation *)> inForward,
+                                SmallVectorImpl<ShardedParam> &params) {
     Block &body = func.getBody().front();
     OpBuilder b(func.getContext());
-    SmallVector<Type> argTypes(body.getArgumentTypes());
-    struct Entry {
-      BlockArgument arg;
-      RankedTensorType type; // whole
-      Operation *firstFwd, *firstBwd;
-    };
-    SmallVector<Entry> entries;
     for (BlockArgument arg : body.getArguments()) {
       unsigned i = arg.getArgNumber();
       if (!func.getArgAttr(i, attrs::kParam) ||
@@ -215,90 +258,86 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
         return func.emitError("trainable parameter '")
                << func.getArgAttr(i, attrs::kParam) << "' is not a float";
       recomputeInBackward(arg, inForward);
-      Entry entry{arg, type, nullptr, nullptr};
+      ShardedParam param{arg, type, nullptr, nullptr};
       for (Operation *user : arg.getUsers()) {
-        Operation *&first = inForward(user) ? entry.firstFwd : entry.firstBwd;
+        Operation *&first = inForward(user) ? param.firstFwd : param.firstBwd;
         if (!first || user->isBeforeInBlock(first))
           first = user;
       }
-      auto shard = shardType(type, worldSize);
-      arg.setType(shard);
-      argTypes[i] = shard;
+      arg.setType(shardType(type, worldSize));
       func.setArgAttr(i, kFullShapeAttr,
                       b.getDenseI64ArrayAttr(type.getShape()));
-      entries.push_back(entry);
+      params.push_back(param);
     }
-    // Per pass, parameters in the order of their first use there, gathered
-    // in buckets of at least prefetch-bucket-size elements before the first
-    // use of the bucket's first parameter.
-    for (bool fwd : {true, false}) {
-      SmallVector<Entry *> order;
-      for (Entry &e : entries)
-        if (fwd ? e.firstFwd : e.firstBwd)
-          order.push_back(&e);
-      auto first = [&](Entry *e) { return fwd ? e->firstFwd : e->firstBwd; };
-      llvm::sort(order, [&](Entry *x, Entry *y) {
-        if (first(x) == first(y))
-          return x->arg.getArgNumber() < y->arg.getArgNumber();
-        return first(x)->isBeforeInBlock(first(y));
-      });
-      SmallVector<Entry *> bucket;
-      int64_t elements = 0;
-      Operation *prevStart = nullptr; // the previous bucket's first use
-      auto flush = [&]() {
-        if (bucket.empty())
-          return;
-        // The gather starts where the previous bucket's did (one bucket of
-        // prefetch: it overlaps the previous bucket's layers); what unpacks
-        // it goes just before the bucket's first use.
-        Operation *use = first(bucket.front());
-        Operation *start = prevStart ? prevStart : use;
-        b.setInsertionPoint(start);
-        SmallVector<Value> shards;
-        SmallVector<RankedTensorType> types;
-        for (Entry *e : bucket) {
-          shards.push_back(e->arg);
-          types.push_back(e->type);
-        }
-        llvm::SmallPtrSet<Operation *, 16> users;
-        for (Entry *e : bucket)
-          users.insert(e->arg.user_begin(), e->arg.user_end());
-        SmallVector<Value> wholes =
-            gatherBucket(b, bucket.front()->arg.getLoc(), shards, types,
-                         worldSize);
-        Operation *gather = nullptr;
-        for (Operation *op = start->getPrevNode(); op && !gather;
-             op = op->getPrevNode())
-          if (isa<AllGatherOp>(op))
-            gather = op;
-        SmallVector<Operation *> unpack;
-        for (Operation *op = gather->getNextNode(); op != start;
-             op = op->getNextNode())
-          unpack.push_back(op);
-        for (Operation *op : unpack)
-          op->moveBefore(use);
-        prevStart = use;
-        for (auto [e, whole] : llvm::zip(bucket, wholes)) {
-          // The uses in this pass, not the bucket's own concat or gather.
-          e->arg.replaceUsesWithIf(whole, [&](OpOperand &use) {
-            Operation *owner = use.getOwner();
-            return users.contains(owner) && inForward(owner) == fwd;
-          });
-        }
+    return success();
+  }
+
+  /// In one pass (forward or backward), parameters in the order of their
+  /// first use there, gathered in buckets of at least prefetch-bucket-size
+  /// elements before the first use of the bucket's first parameter.
+  void gatherForPass(MutableArrayRef<ShardedParam> params, bool fwd,
+                     llvm::function_ref<bool(Operation *)> inForward) {
+    auto first = [&](ShardedParam *p) {
+      return fwd ? p->firstFwd : p->firstBwd;
+    };
+    SmallVector<ShardedParam *> order;
+    for (ShardedParam &p : params)
+      if (first(&p))
+        order.push_back(&p);
+    llvm::sort(order, [&](ShardedParam *x, ShardedParam *y) {
+      if (first(x) == first(y))
+        return x->arg.getArgNumber() < y->arg.getArgNumber();
+      return first(x)->isBeforeInBlock(first(y));
+    });
+    SmallVector<ShardedParam *> bucket;
+    int64_t elements = 0;
+    Operation *prevStart = nullptr; // the previous bucket's first use
+    for (ShardedParam *p : order) {
+      bucket.push_back(p);
+      elements += p->type.getNumElements();
+      if (elements >= prefetchBucketSize) {
+        prevStart = gatherBucketBefore(bucket, first(bucket.front()), prevStart,
+                                       fwd, inForward);
         bucket.clear();
         elements = 0;
-      };
-      for (Entry *e : order) {
-        bucket.push_back(e);
-        elements += e->type.getNumElements();
-        if (elements >= prefetchBucketSize)
-          flush();
       }
-      flush();
     }
-    func.setType(FunctionType::get(func.getContext(), argTypes,
-                                   func.getResultTypes()));
-    return success();
+    if (!bucket.empty())
+      gatherBucketBefore(bucket, first(bucket.front()), prevStart, fwd,
+                         inForward);
+  }
+
+  /// Gathers `bucket` for its uses in one pass, the first of which is
+  /// `use`: the gather starts where the previous bucket's did (`prevStart`:
+  /// one bucket of prefetch, it overlaps the previous bucket's layers) and
+  /// what unpacks it goes just before `use`. Returns `use`, where the next
+  /// bucket's gather starts.
+  Operation *
+  gatherBucketBefore(ArrayRef<ShardedParam *> bucket, Operation *use,
+                     Operation *prevStart, bool fwd,
+                     llvm::function_ref<bool(Operation *)> inForward) {
+    Operation *start = prevStart ? prevStart : use;
+    OpBuilder b(start);
+    SmallVector<Value> shards;
+    SmallVector<RankedTensorType> types;
+    for (ShardedParam *p : bucket) {
+      shards.push_back(p->arg);
+      types.push_back(p->type);
+    }
+    llvm::SmallPtrSet<Operation *, 16> users;
+    for (ShardedParam *p : bucket)
+      users.insert(p->arg.user_begin(), p->arg.user_end());
+    SmallVector<Value> wholes =
+        gatherBucket(b, bucket.front()->arg.getLoc(), shards, types, worldSize);
+    moveOpsBetween(lastOpBefore<AllGatherOp>(start), start, use);
+    for (auto [p, whole] : llvm::zip(bucket, wholes)) {
+      // The uses in this pass, not the bucket's own concat or gather.
+      p->arg.replaceUsesWithIf(whole, [&](OpOperand &operand) {
+        Operation *owner = operand.getOwner();
+        return users.contains(owner) && inForward(owner) == fwd;
+      });
+    }
+    return use;
   }
 
   /// Ops of the forward pass that depend on `param` alone (and constants)

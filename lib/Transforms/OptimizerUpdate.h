@@ -1,0 +1,88 @@
+//===- OptimizerUpdate.h - per-optimizer update rules -----------*- C++ -*-===//
+//
+// Part of the ds project.
+//
+// The optimizer pass prepares each parameter's gradient (f32, unscaled,
+// clipped, summed over tied copies) and the value to update (the parameter,
+// its f32 master or its ZeRO shard); an update rule turns them into the op
+// that makes the new parameter and declares the state that op keeps. Adding
+// an optimizer is one rule function and one row in `updateRules()`.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DS_TRANSFORMS_OPTIMIZERUPDATE_H
+#define DS_TRANSFORMS_OPTIMIZERUPDATE_H
+
+#include "ds/Dialect/Ds/IR/DsOps.h"
+
+#include <string>
+
+namespace mlir::ds::optimizer {
+
+/// The learning-rate schedule, evaluated by the update kernels from the
+/// step counter (data, not recompilation).
+struct LrSchedule {
+  std::string kind; // constant, warmup, warmup-cosine or warmup-linear
+  int64_t warmupSteps = 0, totalSteps = 0;
+  double minLr = 0.0;
+};
+
+/// The hyper-parameters of one parameter's update.
+struct Hyperparameters {
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8; // Adam and Lamb moments
+  double weightDecay = 0.0;
+  double momentum = 0.0, dampening = 0.0; // SGD
+  bool nesterov = false;
+  LrSchedule schedule;
+  int64_t gradAccum = 1; // micro-batches per update
+};
+
+/// What a rule updates, for one parameter.
+struct UpdateInput {
+  StringRef name; // the parameter's name; its state is `<name>.<suffix>`
+  Location loc;
+  Value param;     // the parameter, its f32 master, or this rank's shard
+  Value grad;      // of `param`'s type
+  Value step;      // the step counter
+  Value gradAccum; // the accumulated gradient, or null without accumulation
+};
+
+/// What a rule made: the new parameter, the new value of each state it
+/// declared (in the order it declared them), and the new accumulated
+/// gradient (when there is one).
+struct UpdateOutput {
+  Value newParam;
+  SmallVector<std::pair<std::string, Value>> newState; // (suffix, value)
+  Value newGradAccum;
+};
+
+/// Declares a state tensor `<name>.<suffix>` of the gradient's type (an
+/// argument of the step, zero at the start of training) and returns it.
+using AddStateFn = llvm::function_ref<Value(StringRef suffix)>;
+
+using BuildUpdateFn = UpdateOutput (*)(OpBuilder &b, const UpdateInput &in,
+                                       const Hyperparameters &hp,
+                                       AddStateFn addState);
+
+/// One optimizer: its `--optimizer` name and how it updates a parameter.
+struct UpdateRule {
+  StringRef name;
+  BuildUpdateFn build;
+  /// The rule needs norms of whole tensors (Lamb's trust ratio), so it
+  /// cannot update ZeRO shards or tensor-parallel slices.
+  bool needsWholeTensors;
+};
+
+/// The optimizers, in the order the diagnostics list them.
+ArrayRef<UpdateRule> updateRules();
+
+/// The rule named `name`, or null.
+const UpdateRule *lookupUpdateRule(StringRef name);
+
+/// "a, b, c or d": the rule names, for diagnostics.
+std::string updateRuleNames();
+
+} // namespace mlir::ds::optimizer
+
+#endif // DS_TRANSFORMS_OPTIMIZERUPDATE_H
