@@ -123,6 +123,16 @@ OwningOpRef<ModuleOp> Importer::createModule() {
                                   ? model.producer_name()
                                   : model.producer_name() + " " +
                                         model.producer_version()));
+  // What ds.export records that ONNX loses (the trainable set, buffers,
+  // padding rows), for the ds-trainable-set pass.
+  SmallVector<NamedAttribute> record;
+  for (const auto &prop : model.metadata_props())
+    if (llvm::StringRef(prop.key()).starts_with("ds."))
+      record.push_back(builder.getNamedAttr(
+          prop.key(), builder.getStringAttr(prop.value())));
+  if (!record.empty())
+    (*module)->setAttr(attrs::kExportRecord,
+                       builder.getDictionaryAttr(record));
   return module;
 }
 

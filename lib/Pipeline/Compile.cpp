@@ -204,11 +204,18 @@ llvm::Expected<CompileResult> mlir::ds::compile(ModuleOp model,
   if (llvm::Error e = validateTrainingOptions(options))
     return std::move(e);
   int errors = 0;
+  CompileResult result;
+  // Warnings become the result's notices, each once (the memory searches
+  // compile the model many times); errors go on to the caller's handler.
   ScopedDiagnosticHandler counter(model.getContext(), [&](Diagnostic &d) {
     errors += d.getSeverity() == DiagnosticSeverity::Error;
-    return failure(); // on to the caller's handler
+    if (d.getSeverity() != DiagnosticSeverity::Warning)
+      return failure();
+    std::string text = d.str();
+    if (!llvm::is_contained(result.notices, text))
+      result.notices.push_back(std::move(text));
+    return success();
   });
-  CompileResult result;
   llvm::Expected<MemoryChoices> choices = resolveMemoryChoices(options);
   if (!choices)
     return choices.takeError();

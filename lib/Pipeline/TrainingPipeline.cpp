@@ -70,13 +70,27 @@ offloadSpace(llvm::StringRef spec, std::string &nvmePath, std::string &error) {
 } // namespace
 
 void mlir::ds::addPartitionPasses(OpPassManager &pm, const TrainingOptions &o) {
+  if (o.training() || o.emitGrads) {
+    TrainableSetPassOptions ts;
+    ts.freeze = o.freeze;
+    ts.trainable = o.trainable;
+    pm.addPass(createTrainableSetPass(ts));
+  }
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
   if (o.tensorParallel > 1) {
     TensorParallelPassOptions tp;
     tp.size = o.tensorParallel;
-    tp.sequence = o.sequenceParallel;
+    tp.vocab = false; // --ds-vocab-parallel follows
     pm.addNestedPass<func::FuncOp>(createTensorParallelPass(tp));
+    VocabParallelPassOptions vp;
+    vp.size = o.tensorParallel;
+    pm.addNestedPass<func::FuncOp>(createVocabParallelPass(vp));
+    if (o.sequenceParallel) {
+      SequenceParallelPassOptions sp;
+      sp.size = o.tensorParallel;
+      pm.addNestedPass<func::FuncOp>(createSequenceParallelPass(sp));
+    }
   }
 }
 

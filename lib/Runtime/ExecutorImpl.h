@@ -18,6 +18,7 @@
 #include "Nvme/NvmeStore.h"
 #include "PlanImpl.h"
 #include "ds/Runtime/Comm.h"
+#include "ds/Support/KernelKinds.h"
 #include "ds/Support/PipelineSchedule.h"
 
 #include <array>
@@ -28,14 +29,14 @@
 
 namespace ds::rt {
 
-/// The kernels the executor treats apart, by the plan's kernel id: a
+/// The kernels the executor treats apart, by the plan's typed kind: a
 /// transfer between memory spaces (an asynchronous copy or NVMe I/O), and
 /// the GEMMs whose FLOPs the profile counts.
 inline bool isTransfer(const plan::Instruction &ins) {
-  return ins.kernel() == "transfer";
+  return ds::isTransfer(ins.kind());
 }
 inline bool isGemm(const plan::Instruction &ins) {
-  return ins.kernel() == "matmul" || ins.kernel() == "gemm";
+  return ds::isMatMul(ins.kind());
 }
 
 struct AlignedFree {

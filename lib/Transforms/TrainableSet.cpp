@@ -8,9 +8,9 @@
 // drops requires_grad and padding_idx; ds.export (python/ds) records them in
 // the model's metadata_props, which the importer keeps as the module
 // attribute `ds.export_record`. This pass decides the trainable set from
-// that record and the --freeze/--trainable overrides, marks every parameter
-// argument with its kind, and says so in one notice when an export carries
-// no record.
+// that record and the --freeze/--trainable overrides (trainable parameters
+// keep `ds.trainable`, frozen ones get `ds.frozen`, the rest are buffers),
+// and says so in one notice when an export carries no record.
 //
 //===----------------------------------------------------------------------===//
 
@@ -26,8 +26,7 @@ namespace mlir::ds {
 
 namespace {
 
-constexpr llvm::StringLiteral kExportRecord = "ds.export_record";
-constexpr llvm::StringLiteral kParamKind = "ds.param_kind";
+constexpr llvm::StringLiteral kFrozen = "ds.frozen";
 constexpr llvm::StringLiteral kPaddingIdx = "ds.padding_idx";
 
 /// What ds.export recorded about the initializers.
@@ -62,7 +61,7 @@ LogicalResult readNames(ModuleOp module, DictionaryAttr record,
 }
 
 FailureOr<std::optional<ExportRecord>> readRecord(ModuleOp module) {
-  auto record = module->getAttrOfType<DictionaryAttr>(kExportRecord);
+  auto record = module->getAttrOfType<DictionaryAttr>(attrs::kExportRecord);
   if (!record || !record.get("ds.trainable"))
     return std::optional<ExportRecord>();
   ExportRecord r;
@@ -172,9 +171,12 @@ struct TrainableSetPass : impl::TrainableSetPassBase<TrainableSetPass> {
             << name << "', which does not reach the loss: it is not trained";
       kind = record ? "frozen" : "buffer";
     }
-    func.setArgAttr(arg, kParamKind, StringAttr::get(ctx, kind));
+    // Trainable parameters keep ds.trainable, frozen ones are marked
+    // ds.frozen, and a parameter with neither is a buffer.
     if (kind != "trainable")
       func.removeArgAttr(arg, attrs::kTrainable);
+    if (kind == "frozen")
+      func.setArgAttr(arg, kFrozen, UnitAttr::get(ctx));
     return kind == "trainable";
   }
 };

@@ -11,18 +11,18 @@
 // A record from ds.export: w trainable, f frozen, pos a buffer, emb with a
 // padding row. The importer had marked all but pos reaching the loss.
 // CHECK-LABEL: func.func @forward
-// CHECK-SAME: %{{.*}}: tensor<4xf32> {ds.param = "w", ds.param_kind = "trainable", ds.trainable}
-// CHECK-SAME: %{{.*}}: tensor<4xf32> {ds.param = "f", ds.param_kind = "frozen"}
-// CHECK-SAME: %{{.*}}: tensor<4xf32> {ds.param = "pos", ds.param_kind = "buffer"}
-// CHECK-SAME: %{{.*}}: tensor<3x4xf32> {ds.padding_idx = 0 : i64, ds.param = "emb", ds.param_kind = "trainable", ds.trainable}
+// CHECK-SAME: %{{.*}}: tensor<4xf32> {ds.param = "w", ds.trainable}
+// CHECK-SAME: %{{.*}}: tensor<4xf32> {ds.frozen, ds.param = "f"}
+// CHECK-SAME: %{{.*}}: tensor<4xf32> {ds.param = "pos"}
+// CHECK-SAME: %{{.*}}: tensor<3x4xf32> {ds.padding_idx = 0 : i64, ds.param = "emb", ds.trainable}
 // FREEZE-LABEL: func.func @forward
-// FREEZE-SAME: {ds.param = "w", ds.param_kind = "frozen"}
-// FREEZE-SAME: {ds.param = "f", ds.param_kind = "frozen"}
+// FREEZE-SAME: {ds.frozen, ds.param = "w"}
+// FREEZE-SAME: {ds.frozen, ds.param = "f"}
 // ONLY-LABEL: func.func @forward
-// ONLY-SAME: {ds.param = "w", ds.param_kind = "frozen"}
-// ONLY-SAME: {ds.param = "f", ds.param_kind = "trainable", ds.trainable}
-// ONLY-SAME: {ds.param = "pos", ds.param_kind = "buffer"}
-// ONLY-SAME: {ds.padding_idx = 0 : i64, ds.param = "emb", ds.param_kind = "frozen"}
+// ONLY-SAME: {ds.frozen, ds.param = "w"}
+// ONLY-SAME: {ds.param = "f", ds.trainable}
+// ONLY-SAME: {ds.param = "pos"}
+// ONLY-SAME: {ds.frozen, ds.padding_idx = 0 : i64, ds.param = "emb"}
 module attributes {ds.export_record = {"ds.mode" = "training", "ds.trainable" = "[\"w\", \"emb\"]", "ds.frozen" = "[\"f\"]", "ds.buffers" = "[\"pos\"]", "ds.padding_idx" = "{\"emb\": 0}"}} {
   func.func @forward(%w: tensor<4xf32> {ds.param = "w", ds.trainable}, %f: tensor<4xf32> {ds.param = "f", ds.trainable}, %pos: tensor<4xf32> {ds.param = "pos"}, %emb: tensor<3x4xf32> {ds.param = "emb", ds.trainable}) -> tensor<4xf32> {
     return %w : tensor<4xf32>
@@ -34,12 +34,12 @@ module attributes {ds.export_record = {"ds.mode" = "training", "ds.trainable" = 
 // A plain export: everything that reaches the loss is trained, with one
 // notice (none when --freeze or --trainable says otherwise).
 // CHECK-LABEL: func.func @forward
-// CHECK-SAME: {ds.param = "a", ds.param_kind = "trainable", ds.trainable}
-// CHECK-SAME: {ds.param = "b", ds.param_kind = "buffer"}
+// CHECK-SAME: {ds.param = "a", ds.trainable}
+// CHECK-SAME: {ds.param = "b"}
 // FREEZE-LABEL: func.func @forward
 // ONLY-LABEL: func.func @forward
-// ONLY-SAME: {ds.param = "a", ds.param_kind = "frozen"}
-// ONLY-SAME: {ds.param = "b", ds.param_kind = "buffer"}
+// ONLY-SAME: {ds.frozen, ds.param = "a"}
+// ONLY-SAME: {ds.param = "b"}
 // expected-warning @+1 {{no trainable record in this export (it was not written by ds.export): training all 1 float initializers that reach the loss; choose with --freeze=REGEX or --trainable=REGEX, or export with ds.export}}
 module {
   func.func @forward(%a: tensor<4xf32> {ds.param = "a", ds.trainable}, %b: tensor<4xf32> {ds.param = "b"}) -> tensor<4xf32> {

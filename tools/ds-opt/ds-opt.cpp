@@ -151,6 +151,8 @@ int runOnnx(const ds::TrainingOptions &options, ds::CompileRequest &request,
       ds::compile(**model, options, request);
   if (!result)
     return fail(result.takeError());
+  for (const std::string &notice : result->notices)
+    llvm::errs() << "warning: " << notice << "\n";
   if (options.printTiming)
     llvm::errs() << "import total: " << llvm::format("%.1f", importMs)
                  << " ms\npipeline: "

@@ -22,6 +22,7 @@
 
 #include <functional>
 #include <optional>
+#include <vector>
 
 namespace mlir::ds {
 
@@ -62,6 +63,9 @@ struct CompileResult {
   /// emit=plan: the footprint report and the cost estimate (JSON objects
   /// with --report=json), when a report was asked for.
   std::string footprint, cost;
+  /// What the compile warns about (an export without a trainable record,
+  /// ...), each once, for the caller to print when the compile succeeds.
+  std::vector<std::string> notices;
 };
 
 /// Imports `modelPath` with the options' loss, input shapes and

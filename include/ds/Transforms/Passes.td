@@ -465,11 +465,11 @@ def TrainableSetPass : Pass<"ds-trainable-set", "ModuleOp"> {
     initializers; `ds.export` (python/ds) records the trainable, frozen and
     buffer initializers and each embedding's `padding_idx` in the model's
     `metadata_props`, which the importer keeps as the module attribute
-    `ds.export_record`. This pass gives every parameter argument of
-    `@forward` a `ds.param_kind` ("trainable", "frozen" or "buffer") and
-    keeps `ds.trainable` (set by the importer on float parameters that reach
-    the loss) only on trainable ones; a recorded `padding_idx` becomes the
-    argument attribute `ds.padding_idx`.
+    `ds.export_record`. This pass keeps `ds.trainable` (set by the importer
+    on float parameters that reach the loss) only on the parameter arguments
+    of `@forward` that are trained, marks frozen ones `ds.frozen` and leaves
+    buffers unmarked; a recorded `padding_idx` becomes the argument
+    attribute `ds.padding_idx`.
 
     Without a record every parameter that reaches the loss stays trainable
     and the pass warns once, naming how many, unless `trainable` or `freeze`
@@ -483,8 +483,8 @@ def TrainableSetPass : Pass<"ds-trainable-set", "ModuleOp"> {
       func.func @forward(%w: ... {ds.param = "w", ds.trainable},
                          %f: ... {ds.param = "f", ds.trainable})
     // becomes
-      func.func @forward(%w: ... {ds.param = "w", ds.param_kind = "trainable", ds.trainable},
-                         %f: ... {ds.param = "f", ds.param_kind = "frozen"})
+      func.func @forward(%w: ... {ds.param = "w", ds.trainable},
+                         %f: ... {ds.frozen, ds.param = "f"})
     ```
   }];
   let options = [

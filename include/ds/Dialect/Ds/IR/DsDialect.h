@@ -21,6 +21,8 @@ inline constexpr llvm::StringLiteral kSource = "ds.source";
 inline constexpr llvm::StringLiteral kOpset = "ds.opset";
 inline constexpr llvm::StringLiteral kProducer = "ds.producer";
 inline constexpr llvm::StringLiteral kTrainingInfo = "ds.training_info";
+/// The `ds.*` metadata_props of the export (python/ds's ds.export record).
+inline constexpr llvm::StringLiteral kExportRecord = "ds.export_record";
 // Argument and result attributes of @forward.
 inline constexpr llvm::StringLiteral kInput = "ds.input";
 inline constexpr llvm::StringLiteral kParam = "ds.param";
