@@ -1,10 +1,12 @@
 #!/usr/bin/python3
 """Builds a small GPT-style model in PyTorch and exports it for ds.
 
-The export follows what ds expects of a training graph (see
-../shared/REFERENCES.md): TrainingMode.TRAINING, do_constant_folding=False,
-opset 17, so that every parameter is one initializer named as in torch and
-the loss (SoftmaxCrossEntropyLoss) is a graph output.
+The export follows what ds expects of a training graph (docs/python.md):
+TrainingMode.TRAINING, do_constant_folding=False, opset 17, so that every
+parameter is one initializer named as in torch and the loss
+(SoftmaxCrossEntropyLoss) is a graph output; ds.export's record of the
+trainable parameters and the buffers (the causal masks) is added to the
+model's metadata.
 
     /usr/bin/python3 examples/gpt/export_gpt.py --inputs examples/gpt/inputs.npz \
         --train-data examples/gpt/train.npz     # gpt.onnx, inputs.npz, train.npz (tiny, committed)
@@ -143,6 +145,22 @@ def export(model, idx, targets, path, dynamic=False):
         output_names=["logits", "loss"],
         **kwargs,
     )
+    record(model, path)
+
+
+def record(model, path):
+    """Adds ds.export's record (trainable parameters, buffers) to the
+    exported file: the graph has two outputs (logits and the loss), which
+    ds.export itself does not take."""
+    import onnx
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                    "..", "..", "python"))
+    import ds
+    proto = onnx.load(path)
+    for key, value in ds.metadata(model, proto).items():
+        entry = proto.metadata_props.add()
+        entry.key, entry.value = key, value
+    onnx.save(proto, path)
 
 
 def main():
