@@ -34,11 +34,13 @@ Importer::Importer(MLIRContext *ctx, const onnx::ModelProto &model,
 // Nodes
 //===----------------------------------------------------------------------===//
 
+std::string onnx_import::nodeName(const onnx::NodeProto &node, size_t index) {
+  return node.name().empty() ? node.op_type() + "#" + std::to_string(index)
+                             : node.name();
+}
+
 Location Importer::nodeLoc(const onnx::NodeProto &node, size_t index) {
-  std::string name = node.name().empty()
-                         ? node.op_type() + "#" + std::to_string(index)
-                         : node.name();
-  return NameLoc::get(StringAttr::get(ctx, name), fileLoc);
+  return NameLoc::get(StringAttr::get(ctx, nodeName(node, index)), fileLoc);
 }
 
 LogicalResult Importer::importNode(const onnx::NodeProto &node, size_t index) {
@@ -361,7 +363,7 @@ void Importer::finishFunction(func::FuncOp func, const Signature &sig,
 
 FailureOr<OwningOpRef<ModuleOp>> Importer::run() {
   const onnx::GraphProto &g = model.graph();
-  if (failed(readOpset()))
+  if (failed(readOpset()) || failed(checkExport()))
     return failure();
   for (const auto &vi : g.value_info())
     inferredTypes[vi.name()] = &vi.type();

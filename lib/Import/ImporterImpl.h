@@ -102,6 +102,10 @@ public:
   FailureOr<std::string> readExternal(const onnx::TensorProto &tensor,
                                       StringRef what, bool load);
 
+  /// The export as a whole, before anything is built (ExportChecks.cpp):
+  /// eval mode, unsupported op types (errors), constant folding (a warning).
+  LogicalResult checkExport();
+
   /// Builds one node through its handler (GraphImporter.cpp).
   LogicalResult importNode(const onnx::NodeProto &node, size_t index);
   /// Validates training_info and records it on the module (TrainingInfo.cpp).
@@ -138,7 +142,14 @@ private:
                       const GraphOutputs &outputs,
                       ArrayRef<std::pair<std::string, Value>> updates);
   Location nodeLoc(const onnx::NodeProto &node, size_t index);
+  // The parts of checkExport() (ExportChecks.cpp).
+  LogicalResult checkTrainingMode();
+  LogicalResult checkSupportedOps();
+  void warnConstantFolded();
 };
+
+/// How messages name a node: its name, or `OpType#index` when it has none.
+std::string nodeName(const onnx::NodeProto &node, size_t index);
 
 //===----------------------------------------------------------------------===//
 // NodeContext: what a handler sees of one node

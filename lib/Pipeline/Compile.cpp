@@ -159,6 +159,7 @@ mlir::ds::importModel(MLIRContext &context, const TrainingOptions &options,
   ImportOptions importOptions;
   importOptions.lossName = options.lossName;
   importOptions.runTrainingInfo = options.trainingInfo;
+  importOptions.allowEvalExport = options.allowEvalExport;
   for (const std::string &spec : options.inputShapes) {
     std::string err = parseInputShape(spec, importOptions);
     if (!err.empty())

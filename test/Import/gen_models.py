@@ -4,9 +4,12 @@
     gen_models.py NAME OUT.onnx      write model NAME
     gen_models.py --list             list the names
 
-Each model is built with onnx.helper so that the tests do not depend on a
+Most models are built with onnx.helper so that the tests do not depend on a
 PyTorch version; the ones that PyTorch itself produces are covered by the
-bundled GPT example.
+bundled GPT example. The torch-* models are what torch.onnx.export writes
+for the exports the importer must recognize (a training export with ops ds
+lacks, an eval-mode export, a constant-folded one); torch is imported only
+for them.
 """
 import os
 import sys
@@ -268,6 +271,151 @@ def external_missing():
 def unsupported_op():
     nodes = [helper.make_node("Cos", ["x"], ["y"], name="my_cos")]
     return make(nodes, [vi("x", F, [2])], [vi("y", F, [2])])
+
+
+@model
+def unsupported_ops():
+    """Several unsupported op types, one of them on two nodes."""
+    nodes = [helper.make_node("Cos", ["x"], ["c1"], name="cos1"),
+             helper.make_node("Sin", ["c1"], ["s"], name="sin"),
+             helper.make_node("Cos", ["s"], ["c2"]),
+             helper.make_node("Relu", ["c2"], ["y"], name="relu")]
+    return make(nodes, [vi("x", F, [2])], [vi("y", F, [2])])
+
+
+@model
+def unsupported_op_twice():
+    nodes = [helper.make_node("Cos", ["x"], ["c"], name="cos1"),
+             helper.make_node("Cos", ["c"], ["y"], name="cos2")]
+    return make(nodes, [vi("x", F, [2])], [vi("y", F, [2])])
+
+
+def _with_record(m, mode):
+    """Adds the ds.export record's mode (python/ds/export.py writes it)."""
+    for key, value in (("ds.mode", mode), ("ds.trainable", "[]")):
+        entry = m.metadata_props.add()
+        entry.key, entry.value = key, value
+    return m
+
+
+@model
+def record_eval():
+    """The mlp with a ds.export record of an eval-mode export."""
+    return _with_record(mlp(), "eval")
+
+
+@model
+def record_training():
+    """The mlp with onnx::* initializer names, but a ds.export record."""
+    m = _with_record(mlp(), "training")
+    for t in m.graph.initializer:
+        for n in m.graph.node:
+            n.input[:] = ["onnx::" + t.name if i == t.name else i
+                          for i in n.input]
+        t.name = "onnx::" + t.name
+    return m
+
+
+@model
+def bn_no_training_mode():
+    """BatchNormalization of opset 15 without a training_mode attribute."""
+    nodes = [helper.make_node("BatchNormalization",
+                              ["x", "g", "b", "mean", "var"], ["y"],
+                              name="bn")]
+    c = np.ones(3, np.float32)
+    return make(nodes, [vi("x", F, [2, 3])], [vi("y", F, [2, 3])],
+                [init("g", c), init("b", c), init("mean", c),
+                 init("var", c)], opset=15)
+
+
+def _torch_export(module, args, **kwargs):
+    """torch.onnx.export to a ModelProto, inputs x and y, output loss."""
+    import io
+    import warnings
+    import torch
+    warnings.filterwarnings("ignore")
+    buf = io.BytesIO()
+    torch.onnx.export(module, args, buf, opset_version=17,
+                      input_names=["x", "y"], output_names=["loss"], **kwargs)
+    return onnx.load_from_string(buf.getvalue())
+
+
+def _torch_training(**kwargs):
+    import torch
+    return dict(training=torch.onnx.TrainingMode.TRAINING,
+                do_constant_folding=False, **kwargs)
+
+
+@model
+def torch_conv_bn():
+    """A training export of two Conv+BatchNorm+Relu blocks, MaxPool and a
+    Linear head: three op types ds lacks."""
+    import torch
+    nn = torch.nn
+    torch.manual_seed(0)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.bn1 = nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4)
+            self.conv2, self.bn2 = nn.Conv2d(4, 4, 3), nn.BatchNorm2d(4)
+            self.pool, self.fc = nn.MaxPool2d(2), nn.Linear(16, 3)
+
+        def forward(self, x, y):
+            h = torch.relu(self.bn1(self.conv1(x)))
+            h = self.pool(torch.relu(self.bn2(self.conv2(h))))
+            return nn.functional.cross_entropy(self.fc(h.flatten(1)), y)
+
+    return _torch_export(Net().train(), (torch.randn(2, 1, 8, 8),
+                                         torch.tensor([0, 2])),
+                         **_torch_training())
+
+
+def _bn_mlp():
+    import torch
+    nn = torch.nn
+    torch.manual_seed(0)
+
+    class BnMlp(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.bn = nn.Linear(8, 16), nn.BatchNorm1d(16)
+            self.fc2 = nn.Linear(16, 3)
+
+        def forward(self, x, y):
+            h = torch.relu(self.bn(self.fc1(x)))
+            return nn.functional.cross_entropy(self.fc2(h), y)
+
+    return BnMlp(), (torch.randn(4, 8), torch.tensor([0, 2, 1, 0]))
+
+
+@model
+def torch_bn_eval():
+    """Linear+BatchNorm1d exported in eval mode: training_mode=0."""
+    module, args = _bn_mlp()
+    return _torch_export(module.eval(), args, do_constant_folding=False)
+
+
+@model
+def torch_mlp_folded():
+    """An MLP without biases exported with torch's defaults (eval mode,
+    constant folding): Transpose(weight) folds into onnx::MatMul_* tensors."""
+    import torch
+    nn = torch.nn
+    torch.manual_seed(0)
+
+    class Mlp(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = nn.Linear(8, 16, bias=False)
+            self.fc2 = nn.Linear(16, 3, bias=False)
+
+        def forward(self, x, y):
+            h = torch.relu(self.fc1(x))
+            return nn.functional.cross_entropy(self.fc2(h), y)
+
+    return _torch_export(Mlp().eval(), (torch.randn(4, 8),
+                                        torch.tensor([0, 2, 1, 0])))
 
 
 @model

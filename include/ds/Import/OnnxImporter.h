@@ -29,6 +29,10 @@ struct ImportOptions {
   /// nodes after the graph's (Gradient through the same reverse mode), its
   /// update_binding as in-place updates of the initializers.
   bool runTrainingInfo = false;
+  /// Import an eval-mode export (a ds.export record whose ds.mode is not
+  /// "training", or BatchNormalization without training_mode=1) instead of
+  /// refusing it (--allow-eval-export).
+  bool allowEvalExport = false;
 };
 
 /// Parses `spec` of the form `NAME:4x64` (a scalar is `NAME:scalar`) into
@@ -41,9 +45,11 @@ std::string parseInputShape(llvm::StringRef spec, ImportOptions &options);
 std::vector<std::string> supportedOnnxOps();
 
 /// Imports the ONNX model at `path` into a module holding `func.func
-/// @forward`. Runs the ONNX checker and shape inference first. Errors are
-/// reported through the context's diagnostic engine, located at the ONNX node
-/// they concern; on failure nothing is returned.
+/// @forward`. Runs the ONNX checker and shape inference first, then checks
+/// the export as a whole (eval mode, unsupported op types, constant
+/// folding) before building anything. Errors and warnings are reported
+/// through the context's diagnostic engine, located at the ONNX node they
+/// concern; on failure nothing is returned.
 FailureOr<OwningOpRef<ModuleOp>> importOnnxFile(MLIRContext *context,
                                                 llvm::StringRef path,
                                                 const ImportOptions &options);
