@@ -30,8 +30,9 @@ constexpr llvm::StringLiteral kFrozen = "ds.frozen";
 constexpr llvm::StringLiteral kPaddingIdx = "ds.padding_idx";
 
 /// What ds.export recorded about the initializers.
+/// (Its mode is checked by the importer, which --allow-eval-export
+/// overrides.)
 struct ExportRecord {
-  std::string mode;
   llvm::StringSet<> trainable, frozen, buffers;
   llvm::StringMap<int64_t> paddingIdx;
 };
@@ -65,8 +66,6 @@ FailureOr<std::optional<ExportRecord>> readRecord(ModuleOp module) {
   if (!record || !record.get("ds.trainable"))
     return std::optional<ExportRecord>();
   ExportRecord r;
-  if (auto mode = record.getAs<StringAttr>("ds.mode"))
-    r.mode = mode.str();
   if (failed(readNames(module, record, "ds.trainable", r.trainable)) ||
       failed(readNames(module, record, "ds.frozen", r.frozen)) ||
       failed(readNames(module, record, "ds.buffers", r.buffers)))
@@ -116,13 +115,6 @@ struct TrainableSetPass : impl::TrainableSetPassBase<TrainableSetPass> {
     auto trainRe = compile(module, "trainable", trainable);
     if (!func || failed(record) || failed(freezeRe) || failed(trainRe))
       return signalPassFailure();
-    if (*record && (*record)->mode != "training") {
-      module.emitError("the model was exported in ")
-          << ((*record)->mode.empty() ? "an unknown" : (*record)->mode)
-          << " mode: export it for training (ds.export, or "
-             "torch.onnx.export with training=TrainingMode.TRAINING)";
-      return signalPassFailure();
-    }
     int64_t trained = 0;
     for (unsigned i = 0; i < func.getNumArguments(); ++i)
       if (auto name = func.getArgAttrOfType<StringAttr>(i, attrs::kParam))

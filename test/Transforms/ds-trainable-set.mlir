@@ -49,15 +49,6 @@ module {
 
 // -----
 
-// expected-error @+1 {{the model was exported in eval mode: export it for training (ds.export, or torch.onnx.export with training=TrainingMode.TRAINING)}}
-module attributes {ds.export_record = {"ds.mode" = "eval", "ds.trainable" = "[]"}} {
-  func.func @forward(%a: tensor<4xf32> {ds.param = "a", ds.trainable}) -> tensor<4xf32> {
-    return %a : tensor<4xf32>
-  }
-}
-
-// -----
-
 // expected-error @+1 {{the export's metadata 'ds.frozen' is not a JSON list of names}}
 module attributes {ds.export_record = {"ds.mode" = "training", "ds.trainable" = "[]", "ds.frozen" = "{"}} {
   func.func @forward(%a: tensor<4xf32> {ds.param = "a", ds.trainable}) -> tensor<4xf32> {

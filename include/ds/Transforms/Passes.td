@@ -475,7 +475,8 @@ def TrainableSetPass : Pass<"ds-trainable-set", "ModuleOp"> {
     and the pass warns once, naming how many, unless `trainable` or `freeze`
     is given. `trainable` (a regular expression, matched anywhere in the
     name) names the whole trainable set; `freeze` takes its matches out of
-    it. A record of an export that was not in training mode is an error.
+    it. (The importer refuses a record of an export that was not in
+    training mode.)
 
     ```mlir
     module attributes {ds.export_record = {"ds.mode" = "training",
