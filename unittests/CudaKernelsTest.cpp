@@ -218,6 +218,25 @@ TEST(Cuda, Unary) {
   EXPECT_EQ(compare("not", {random(DType::Bool, {33}, 10)}, {empty(DType::Bool, {33})}), 0);
 }
 
+TEST(Cuda, Activations) {
+  for (const char *kind : {"clip", "leaky_relu", "elu", "selu", "celu",
+                           "softplus", "softsign", "hard_sigmoid",
+                           "hard_swish", "sin", "cos"})
+    for (DType t : {DType::F32, DType::BF16}) {
+      std::vector<Attr> attrs = {S("kind", kind), F("alpha", 0.5),
+                                 F("beta", 0.75)};
+      EXPECT_LE(compare("activation", {random(t, {257}, 16)}, {empty(t, {257})},
+                        attrs),
+                tol(t, false))
+          << kind << " " << dtypeName(t);
+      EXPECT_LE(compare("activation_grad",
+                        {random(t, {257}, 17), random(t, {257}, 18)},
+                        {empty(t, {257})}, attrs),
+                tol(t, false))
+          << kind << " gradient " << dtypeName(t);
+    }
+}
+
 TEST(Cuda, CastWhereCopy) {
   for (DType from : {DType::F32, DType::F16, DType::BF16, DType::I64})
     for (DType to : {DType::F32, DType::F16, DType::BF16, DType::I64})
@@ -397,7 +416,8 @@ TEST(Cuda, EveryKernelTested) {
       "shard", "layer_norm", "layer_norm_grad", "softmax_grad",
       "softmax_cross_entropy_loss", "nll_loss", "loss_grad", "dropout",
       "adam", "sgd", "onnx_update", "all_reduce", "all_gather",
-      "reduce_scatter", "check_overflow", "wait"};
+      "reduce_scatter", "check_overflow", "wait", "activation",
+      "activation_grad"};
   // Pipeline and tensor parallelism run on the CPU backend only so far
   // (the CUDA backend refuses stage and tensor-parallel plans): their
   // kernels have no CUDA twin yet.

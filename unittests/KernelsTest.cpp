@@ -3,7 +3,8 @@
 // Part of the ds project. Each test builds random inputs, runs a kernel
 // through its registry entry, and compares with a straightforward loop.
 // Tolerances: f32 kernels 1e-5 relative (summation order differs), the
-// fast exp 3 ulp and erf 1.5e-7 absolute (their documented accuracy).
+// fast exp 3 ulp and erf 1.5e-7 absolute (their documented accuracy), the
+// activations 1e-6 relative (double math rounded to f32 on both sides).
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -238,6 +240,93 @@ TEST(Kernels, UnaryInPlaceMatchesLibm) {
   ASSERT_TRUE(runKernel("erf", {x.view({1000})}, {x.view({1000})}, none));
   for (int i = 0; i < 1000; ++i)
     ASSERT_NEAR(x.v[i], std::erf(double(before[i])), 1.5e-7);
+}
+
+/// One activation: its attributes and a naive reference of f and f'.
+struct ActivationCase {
+  const char *kind;
+  double alpha, beta;
+  double (*f)(double x, double a, double b);
+  double (*df)(double x, double a, double b);
+};
+
+const ActivationCase kActivationCases[] = {
+    {"clip", -1.5, 2.0,
+     [](double x, double a, double b) { return std::min(std::max(x, a), b); },
+     [](double x, double a, double b) { return x >= a && x <= b ? 1.0 : 0.0; }},
+    {"leaky_relu", 0.01, 0,
+     [](double x, double a, double) { return x >= 0 ? x : a * x; },
+     [](double x, double a, double) { return x > 0 ? 1 : a; }},
+    {"elu", 0.7, 0,
+     [](double x, double a, double) { return x >= 0 ? x : a * (std::exp(x) - 1); },
+     [](double x, double a, double) { return x > 0 ? 1 : a * std::exp(x); }},
+    {"selu", 1.6732632, 1.050701,
+     [](double x, double a, double g) { return g * (x > 0 ? x : a * (std::exp(x) - 1)); },
+     [](double x, double a, double g) { return g * (x > 0 ? 1 : a * std::exp(x)); }},
+    {"celu", 2.0, 0,
+     [](double x, double a, double) {
+       return std::max(0.0, x) + std::min(0.0, a * (std::exp(x / a) - 1));
+     },
+     [](double x, double a, double) { return x > 0 ? 1 : std::exp(x / a); }},
+    {"softplus", 0, 0,
+     [](double x, double, double) { return std::log(1 + std::exp(x)); },
+     [](double x, double, double) { return std::exp(x) / (1 + std::exp(x)); }},
+    {"softsign", 0, 0,
+     [](double x, double, double) { return x / (1 + std::fabs(x)); },
+     [](double x, double, double) {
+       return 1 / ((1 + std::fabs(x)) * (1 + std::fabs(x)));
+     }},
+    {"hard_sigmoid", 0.2, 0.5,
+     [](double x, double a, double b) { return std::clamp(a * x + b, 0.0, 1.0); },
+     [](double x, double a, double b) { return std::fabs(a * x + b - 0.5) < 0.5 ? a : 0; }},
+    {"hard_swish", 0, 0,
+     [](double x, double, double) { return x * std::clamp(x / 6 + 0.5, 0.0, 1.0); },
+     [](double x, double, double) { return x < -3 ? 0 : (x > 3 ? 1 : x / 3 + 0.5); }},
+    {"sin", 0, 0, [](double x, double, double) { return std::sin(x); },
+     [](double x, double, double) { return std::cos(x); }},
+    {"cos", 0, 0, [](double x, double, double) { return std::cos(x); },
+     [](double x, double, double) { return -std::sin(x); }},
+};
+
+TEST(Kernels, ActivationsAndGradientsMatchNaive) {
+  // x in about [-12, 12]: both sides of every kink and of hardswish's +-3.
+  std::vector<float> x = randomVec(1000, 14), dy = randomVec(1000, 15);
+  for (float &v : x)
+    v *= 4;
+  for (const ActivationCase &c : kActivationCases) {
+    ds::plan::Instruction attrs;
+    auto *k = attrs.add_attributes();
+    k->set_name("kind");
+    k->set_s(c.kind);
+    for (auto [name, v] : {std::pair<const char *, double>{"alpha", c.alpha},
+                           {"beta", c.beta}}) {
+      auto *a = attrs.add_attributes();
+      a->set_name(name);
+      a->set_f(v);
+    }
+    Buf in{x}, g{dy}, y{std::vector<float>(1000)}, dx{std::vector<float>(1000)};
+    ASSERT_TRUE(runKernel("activation", {in.view({10, 100})}, {y.view({10, 100})}, attrs))
+        << c.kind;
+    ASSERT_TRUE(runKernel("activation_grad", {in.view({10, 100}), g.view({10, 100})},
+                          {dx.view({10, 100})}, attrs))
+        << c.kind;
+    std::vector<float> refY(1000), refDx(1000);
+    for (int i = 0; i < 1000; ++i) {
+      refY[i] = static_cast<float>(c.f(x[i], c.alpha, c.beta));
+      refDx[i] = static_cast<float>(dy[i] * c.df(x[i], c.alpha, c.beta));
+    }
+    // f32 results of double math: 1e-6 relative to the largest value.
+    EXPECT_LE(maxRelError(y.v, refY), 1e-6) << c.kind;
+    EXPECT_LE(maxRelError(dx.v, refDx), 1e-6) << c.kind << " gradient";
+  }
+  ds::plan::Instruction bad;
+  auto *k = bad.add_attributes();
+  k->set_name("kind");
+  k->set_s("swish");
+  Buf in{x}, y{std::vector<float>(1000)};
+  std::string error;
+  EXPECT_FALSE(runKernel("activation", {in.view({1000})}, {y.view({1000})}, bad, &error));
+  EXPECT_EQ(error, "unknown activation kind 'swish'");
 }
 
 TEST(Kernels, TransposeAndSlice) {

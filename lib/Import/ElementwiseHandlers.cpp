@@ -3,12 +3,16 @@
 // Part of the ds project.
 //
 // Unary and binary arithmetic, comparisons and logic (with ONNX's
-// multidirectional broadcasting), the variadic Max/Min/Sum, Cast, Where and
-// Identity.
+// multidirectional broadcasting), the variadic Max/Min/Sum, Cast, Where,
+// Identity, and the parametrized activations (ds.activation; PRelu as a
+// select, so that its slope's gradient is the existing ops').
 //
 //===----------------------------------------------------------------------===//
 
 #include "ImporterImpl.h"
+
+#include <cmath>
+#include <utility>
 
 namespace mlir::ds::onnx_import {
 namespace sh = shapes;
@@ -106,6 +110,76 @@ LogicalResult where(NodeContext &n) {
                          n.input(1), n.input(2));
 }
 
+//===----------------------------------------------------------------------===//
+// Activations
+//===----------------------------------------------------------------------===//
+
+/// `ds.activation` of input 0, its two parameters given.
+LogicalResult activation(NodeContext &n, StringRef kind, double alpha = 0,
+                         double beta = 0) {
+  if (failed(n.requireFloat(0)))
+    return failure();
+  OpBuilder &b = n.builder();
+  return n.emit<ActivationOp>(n.input(0).getType(), n.input(0),
+                              b.getStringAttr(kind), b.getF32FloatAttr(alpha),
+                              b.getF32FloatAttr(beta));
+}
+
+/// A one-input activation.
+LogicalResult unaryActivation(NodeContext &n, StringRef kind, double alpha = 0,
+                              double beta = 0) {
+  if (failed(n.expectInputs(1, 1)))
+    return failure();
+  return activation(n, kind, alpha, beta);
+}
+
+/// Clip: bounds as attributes before opset 11, optional constant inputs
+/// from then on (unbounded when absent).
+LogicalResult clip(NodeContext &n) {
+  if (failed(n.expectInputs(1, 3)))
+    return failure();
+  double lo = -INFINITY, hi = INFINITY;
+  if (n.opset() < 11) {
+    lo = n.floatAttr("min", -INFINITY);
+    hi = n.floatAttr("max", INFINITY);
+  }
+  for (auto [i, bound] : {std::pair<size_t, double *>{1, &lo}, {2, &hi}}) {
+    if (!n.input(i))
+      continue;
+    FailureOr<double> v =
+        n.constFloat(i, i == 1 ? "Clip's min" : "Clip's max");
+    if (failed(v))
+      return failure();
+    *bound = *v;
+  }
+  return activation(n, "clip", lo, hi);
+}
+
+/// PRelu: `where(x < 0, x * slope, x)`, the slope broadcast to x.
+LogicalResult prelu(NodeContext &n) {
+  if (failed(n.expectInputs(2, 2)) || failed(n.requireFloat(0)))
+    return failure();
+  Type elt = n.elementTypeOf(0);
+  if (n.elementTypeOf(1) != elt)
+    return n.error() << "operand element types differ: " << elt << " and "
+                     << n.elementTypeOf(1);
+  FailureOr<sh::Shape> shape =
+      sh::broadcast(n.shape(0), n.shape(1), n.emitFn());
+  if (failed(shape))
+    return failure();
+  if (ArrayRef<int64_t>(*shape) != n.shape(0))
+    return n.error() << "slope does not broadcast to the input's shape";
+  OpBuilder &b = n.builder();
+  auto scalar = RankedTensorType::get({}, elt);
+  Value zero = n.constant(
+      scalar, DenseElementsAttr::get(scalar, b.getFloatAttr(elt, 0.0)));
+  Value x = n.input(0);
+  Value negative =
+      LessOp::create(b, n.loc, n.tensor(*shape, b.getI1Type()), x, zero);
+  Value scaled = MulOp::create(b, n.loc, x.getType(), x, n.input(1));
+  return n.emit<WhereOp>(x.getType(), negative, scaled, x);
+}
+
 } // namespace
 
 void registerElementwiseHandlers(HandlerTable &t) {
@@ -137,6 +211,32 @@ void registerElementwiseHandlers(HandlerTable &t) {
   t.add("Relu", unary<ReluOp>);
   t.add("Sigmoid", unary<SigmoidOp>);
   t.add("Not", unary<NotOp>);
+  t.add("Clip", clip);
+  t.add("PRelu", prelu);
+  t.add("LeakyRelu", [](NodeContext &n) {
+    return unaryActivation(n, "leaky_relu", n.floatAttr("alpha", 0.01f));
+  });
+  t.add("Elu", [](NodeContext &n) {
+    return unaryActivation(n, "elu", n.floatAttr("alpha", 1.0f));
+  });
+  t.add("Selu", [](NodeContext &n) {
+    return unaryActivation(n, "selu",
+                           n.floatAttr("alpha", 1.67326319217681884765625f),
+                           n.floatAttr("gamma", 1.05070102214813232421875f));
+  });
+  t.add("Celu", [](NodeContext &n) {
+    return unaryActivation(n, "celu", n.floatAttr("alpha", 1.0f));
+  });
+  t.add("HardSigmoid", [](NodeContext &n) {
+    return unaryActivation(n, "hard_sigmoid", n.floatAttr("alpha", 0.2f),
+                           n.floatAttr("beta", 0.5f));
+  });
+  for (auto [onnx, kind] : {std::pair<StringRef, StringRef>{"Softplus", "softplus"},
+                            {"Softsign", "softsign"},
+                            {"HardSwish", "hard_swish"},
+                            {"Sin", "sin"},
+                            {"Cos", "cos"}})
+    t.add(onnx, [kind = kind](NodeContext &n) { return unaryActivation(n, kind); });
   t.add("Cast", castNode);
   t.add("Where", where);
 }

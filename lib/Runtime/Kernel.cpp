@@ -50,6 +50,7 @@ static const KernelSignature kSignatures[] = {
     {"cast", 1, 1, 1, 1},
     {"where", 3, 3, 1, 1},
     {"dropout", 1, 1, 1, 2},
+    {"activation", 1, 1, 1, 1},
     // Linear algebra, normalization, losses (GEMMs: an optional workspace)
     {"matmul", 2, 2, 1, 2},
     {"gemm", 2, 3, 1, 2},
@@ -78,6 +79,7 @@ static const KernelSignature kSignatures[] = {
     {"gather_grad", 2, 2, 1, 1},
     {"layer_norm_grad", 3, 3, 3, 3},
     {"softmax_grad", 2, 2, 1, 1},
+    {"activation_grad", 2, 2, 1, 1},
     {"loss_grad", 3, 4, 1, 1},
     {"slice_grad", 1, 1, 1, 1},
     // Tensor and sequence parallelism

@@ -11,9 +11,9 @@ types and element types with the onnx package and:
 
 ds plans static shapes, so an input that only gives a shape (Reshape's
 `shape`, Slice's `starts`...) must be a compile-time constant. The node
-tests feed those as graph inputs; the driver turns such inputs into
-initializers holding the test's own data (test_data_set_0), as a user would
-with a real model. It prints the counts and exits 1 if any import failed.
+tests feed those (or the values they are computed from) as graph inputs;
+the driver turns such inputs into initializers holding the test's own data
+(test_data_set_0), as a user would with a real model. It prints the counts and exits 1 if any import failed.
 """
 import argparse
 import collections
@@ -36,7 +36,7 @@ SHAPE_OPERANDS = {
     "Reshape": [1], "Expand": [1], "Slice": [1, 2, 3, 4], "Squeeze": [1],
     "Unsqueeze": [1], "Split": [1], "ReduceSum": [1], "ReduceMean": [1],
     "ReduceMax": [1], "Trilu": [1], "ConstantOfShape": [0],
-    "Range": [0, 1, 2], "Dropout": [1, 2],
+    "Range": [0, 1, 2], "Dropout": [1, 2], "Clip": [1, 2],
 }
 
 
@@ -86,17 +86,27 @@ def classify(model, supported):
 
 
 def bind_shape_inputs(model, test_dir):
-    """Makes graph inputs that feed shape operands initializers with the
-    test's data. Returns the names bound."""
+    """Makes the graph inputs that shape operands are computed from (a
+    window function's size through Cast and Sub to Range's limit, or the
+    operand itself) initializers with the test's data. Returns the names
+    bound."""
     g = model.graph
     input_index = {vi.name: i for i, vi in enumerate(g.input)}
     init_names = {t.name for t in g.initializer}
-    wanted = set()
-    for node in g.node:
-        for pos in SHAPE_OPERANDS.get(node.op_type, []):
-            if pos < len(node.input) and node.input[pos] in input_index \
-                    and node.input[pos] not in init_names:
-                wanted.add(node.input[pos])
+    producer = {out: n for n in g.node for out in n.output}
+    wanted, seen = set(), set()
+    pending = [node.input[pos] for node in g.node
+               for pos in SHAPE_OPERANDS.get(node.op_type, [])
+               if pos < len(node.input) and node.input[pos]]
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in input_index and name not in init_names:
+            wanted.add(name)
+        elif name in producer:
+            pending += [i for i in producer[name].input if i]
     bound = []
     for name in sorted(wanted, key=lambda n: input_index[n]):
         pb = os.path.join(test_dir, "test_data_set_0",

@@ -87,6 +87,19 @@ KNOWN_BAD = {
 }
 
 
+# Upstream data further from the exact values than f32's tolerance, with
+# the tolerance they meet and the reason: the window functions' expected
+# outputs are up to 7.4e-5 from the windows computed in double (the periodic
+# Hann window of size 10 is 0.0954915 at k = 1 and k = 9; upstream gives
+# 0.0954861 and 0.0955404), while ds's f32 chain is within 3e-7.
+LOOSE_UPSTREAM = {
+    name: (1e-4, 1e-4)
+    for window in ("blackman", "hamming", "hann")
+    for name in (f"test_{window}window_expanded",
+                 f"test_{window}window_symmetric_expanded")
+}
+
+
 def run_one(ds_opt, ds_run, name, path, tmp):
     if os.path.basename(name) in KNOWN_BAD:
         return "skip", "wrong upstream: " + KNOWN_BAD[os.path.basename(name)]
@@ -132,7 +145,7 @@ def run_one(ds_opt, ds_run, name, path, tmp):
         ref = numpy_helper.to_array(onnx.load_tensor(
             os.path.join(test_dir, "test_data_set_0", f"output_{k}.pb")))
         got = out[vi.name]
-        tol = None
+        tol = LOOSE_UPSTREAM.get(os.path.basename(name))
         if vi.type.tensor_type.elem_type == TensorProto.BFLOAT16:
             # bfloat16 bits (numpy has no bfloat16): compare as f32 values
             # with bf16's tolerance.

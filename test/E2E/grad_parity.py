@@ -4,7 +4,9 @@ autograd, per parameter, on the same weights and batch.
 
 Models: the GPT example (tied embedding: one initializer used twice); an
 MLP with two branches, a shared weight and LayerNorm; a classifier whose
-loss is LogSoftmax + NLLLoss. Exported as REFERENCES.md says (TRAINING,
+loss is LogSoftmax + NLLLoss; `act-NAME`, Linear -> one activation ->
+Linear -> cross entropy for each activation of ACTIVATIONS (its
+pre-activations spread over about [-7, 7] to cross every kink). Exported as REFERENCES.md says (TRAINING,
 no constant folding, opset 17). Tolerance: per parameter,
 max |ds - torch| / max |torch| <= 1e-5 (f32 both sides; sums in another
 order), and the loss within 1e-5 relative.
@@ -57,6 +59,45 @@ class Classifier(nn.Module):
         return F.nll_loss(logp, y)
 
 
+class Lambda(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+# The activations and what torch 1.13 exports them as (opset 17).
+ACTIVATIONS = {
+    "relu6": lambda: nn.ReLU6(),                                  # Clip
+    "hardtanh": lambda: nn.Hardtanh(-1.0, 2.0),                   # Clip
+    "leaky_relu": lambda: nn.LeakyReLU(0.1),
+    "elu": lambda: nn.ELU(0.7),
+    "selu": lambda: nn.SELU(),
+    "celu": lambda: nn.CELU(1.5),
+    "prelu": lambda: nn.PReLU(16, 0.2),  # its slope is a parameter
+    "softplus": lambda: nn.Softplus(),
+    "softsign": lambda: nn.Softsign(),
+    "hardsigmoid": lambda: nn.Hardsigmoid(),
+    "hardswish": lambda: nn.Hardswish(),
+    "mish": lambda: nn.Mish(),  # Softplus, Tanh, Mul
+    "sin": lambda: Lambda(torch.sin),
+    "cos": lambda: Lambda(torch.cos),
+}
+
+
+class Activation(nn.Module):
+    def __init__(self, name):
+        super().__init__()
+        self.inp = nn.Linear(12, 16)
+        self.act = ACTIVATIONS[name]()
+        self.head = nn.Linear(16, 5)
+
+    def forward(self, x, y):
+        return F.cross_entropy(self.head(self.act(4 * self.inp(x))), y)
+
+
 def export(model, args, path, names):
     torch.onnx.export(model, args, path, training=torch.onnx.TrainingMode.TRAINING,
                       do_constant_folding=False, opset_version=17,
@@ -79,11 +120,15 @@ def setup(which, work):
         feeds = {"idx": x, "targets": y}
         forward = lambda: model(torch.from_numpy(x), torch.from_numpy(y))[1]
     else:
-        model = Branches() if which == "branches" else Classifier()
-        n_in = 12 if which == "branches" else 20
-        classes = 5 if which == "branches" else 7
-        x = rng.randn(6, n_in).astype(np.float32)
-        y = rng.randint(0, classes, size=6).astype(np.int64)
+        if which.startswith("act-"):
+            model = Activation(which[4:])
+        else:
+            model = Branches() if which == "branches" else Classifier()
+        n_in = 20 if which == "classifier" else 12
+        classes = 7 if which == "classifier" else 5
+        batch = 32 if which.startswith("act-") else 6
+        x = rng.randn(batch, n_in).astype(np.float32)
+        y = rng.randint(0, classes, size=batch).astype(np.int64)
         path = os.path.join(work, which + ".onnx")
         export(model, (torch.from_numpy(x), torch.from_numpy(y)), path, ["x", "y"])
         feeds = {"x": x, "y": y}
@@ -96,7 +141,9 @@ def main():
     ap.add_argument("--ds-opt", required=True)
     ap.add_argument("--ds-run", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--model", choices=["gpt", "branches", "classifier"], required=True)
+    ap.add_argument("--model", required=True,
+                    choices=["gpt", "branches", "classifier"] +
+                    ["act-" + a for a in ACTIVATIONS])
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     model, path, feeds, forward = setup(args.model, args.work)

@@ -204,6 +204,36 @@ def elementwise():
 
 
 @model
+def activations():
+    """Each activation once: Clip with constant bounds (one absent), the
+    attribute ones with and without their attributes, PRelu per channel."""
+    nodes = [
+        const("lo", np.array(-1.5, np.float32)),
+        helper.make_node("Clip", ["x", "lo", ""], ["c"], name="clip"),
+        helper.make_node("LeakyRelu", ["c"], ["l"], name="leaky"),
+        helper.make_node("Elu", ["l"], ["e"], name="elu", alpha=0.5),
+        helper.make_node("Selu", ["e"], ["s"], name="selu"),
+        helper.make_node("Celu", ["s"], ["ce"], name="celu", alpha=2.0),
+        helper.make_node("Softplus", ["ce"], ["sp"], name="softplus"),
+        helper.make_node("Softsign", ["sp"], ["ss"], name="softsign"),
+        helper.make_node("HardSigmoid", ["ss"], ["hs"], name="hardsigmoid"),
+        helper.make_node("HardSwish", ["hs"], ["hw"], name="hardswish"),
+        helper.make_node("Sin", ["hw"], ["si"], name="sin"),
+        helper.make_node("Cos", ["si"], ["co"], name="cos"),
+        helper.make_node("PRelu", ["co", "slope"], ["y"], name="prelu"),
+    ]
+    return make(nodes, [vi("x", F, [2, 3, 4])], [vi("y", F, [2, 3, 4])],
+                inits=[init("slope", rand(3, 1))])
+
+
+@model
+def clip_nonconst():
+    """Clip whose max is a graph input: refused."""
+    nodes = [helper.make_node("Clip", ["x", "", "hi"], ["y"], name="clip")]
+    return make(nodes, [vi("x", F, [4]), vi("hi", F, [])], [vi("y", F, [4])])
+
+
+@model
 def layernorm_softmax():
     """LayerNormalization, Softmax, and opset-11 Softmax on a middle axis."""
     nodes = [
@@ -269,24 +299,24 @@ def external_missing():
 
 @model
 def unsupported_op():
-    nodes = [helper.make_node("Cos", ["x"], ["y"], name="my_cos")]
+    nodes = [helper.make_node("Tan", ["x"], ["y"], name="my_tan")]
     return make(nodes, [vi("x", F, [2])], [vi("y", F, [2])])
 
 
 @model
 def unsupported_ops():
     """Several unsupported op types, one of them on two nodes."""
-    nodes = [helper.make_node("Cos", ["x"], ["c1"], name="cos1"),
-             helper.make_node("Sin", ["c1"], ["s"], name="sin"),
-             helper.make_node("Cos", ["s"], ["c2"]),
+    nodes = [helper.make_node("Tan", ["x"], ["c1"], name="tan1"),
+             helper.make_node("Asin", ["c1"], ["s"], name="asin"),
+             helper.make_node("Tan", ["s"], ["c2"]),
              helper.make_node("Relu", ["c2"], ["y"], name="relu")]
     return make(nodes, [vi("x", F, [2])], [vi("y", F, [2])])
 
 
 @model
 def unsupported_op_twice():
-    nodes = [helper.make_node("Cos", ["x"], ["c"], name="cos1"),
-             helper.make_node("Cos", ["c"], ["y"], name="cos2")]
+    nodes = [helper.make_node("Tan", ["x"], ["c"], name="tan1"),
+             helper.make_node("Tan", ["c"], ["y"], name="tan2")]
     return make(nodes, [vi("x", F, [2])], [vi("y", F, [2])])
 
 

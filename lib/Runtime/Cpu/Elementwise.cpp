@@ -5,12 +5,14 @@
 // Binary ops broadcast (numpy rules): the output is walked row by row (all
 // dimensions but the last), each operand with its own strides (0 where it
 // broadcasts). f32 has a direct path; other types go through double (floats)
-// or int64 (integers and bool).
+// or int64 (integers and bool). The activations (Support/Activation.h)
+// compute in double and round to the result's type.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Kernels.h"
 #include "ds/Runtime/Comm.h"
+#include "ds/Support/Activation.h"
 #include "Vec.h"
 
 #include <algorithm>
@@ -446,6 +448,52 @@ bool kDropout(KernelContext &ctx) {
   return true;
 }
 
+//===----------------------------------------------------------------------===//
+// Activations
+//===----------------------------------------------------------------------===//
+
+/// The activation an instruction names, with its parameters.
+struct ActivationParams {
+  Activation kind = Activation::Clip;
+  double alpha = 0, beta = 0;
+};
+
+static bool activationOf(KernelContext &ctx, ActivationParams &p) {
+  std::string name = ctx.attrs.getString("kind");
+  if (!activationFromName(name.c_str(), p.kind))
+    return ctx.fail("unknown activation kind '" + name + "'");
+  p.alpha = ctx.attrs.getFloat("alpha", 0);
+  p.beta = ctx.attrs.getFloat("beta", 0);
+  return true;
+}
+
+/// y = f(x), or with `grad` dx = dy * f'(x); x, dy and the result have one
+/// size (the result may be either operand).
+static bool activationKernel(KernelContext &ctx, bool grad) {
+  ActivationParams p;
+  if (!activationOf(ctx, p))
+    return false;
+  const TensorView &x = ctx.in[0];
+  TensorView &y = ctx.out[0];
+  int64_t n = y.numel();
+  if (x.numel() != n || (grad && ctx.in[1].numel() != n))
+    return ctx.fail("operand and result sizes differ");
+  const TensorView *dy = grad ? &ctx.in[1] : nullptr;
+  parallelFor(n, 8192, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      double v = loadD(x.data, x.dtype, i);
+      double r = grad ? loadD(dy->data, dy->dtype, i) *
+                            activateGrad(p.kind, v, p.alpha, p.beta)
+                      : activate(p.kind, v, p.alpha, p.beta);
+      storeD(y.data, y.dtype, i, r);
+    }
+  });
+  return true;
+}
+
+bool kActivation(KernelContext &ctx) { return activationKernel(ctx, false); }
+bool kActivationGrad(KernelContext &ctx) { return activationKernel(ctx, true); }
+
 void registerElementwiseKernels(KernelRegistry &r) {
   r.add("add", kAdd);
   r.add("sub", kSub);
@@ -476,6 +524,8 @@ void registerElementwiseKernels(KernelRegistry &r) {
   r.add("cast", kCast);
   r.add("where", kWhere);
   r.add("dropout", kDropout);
+  r.add("activation", kActivation);
+  r.add("activation_grad", kActivationGrad);
 }
 
 } // namespace ds::rt

@@ -4,14 +4,16 @@
 //
 // Binary and unary ops broadcast (numpy rules) through a Layout of the
 // operands' strides, one thread per output element; f32 operands compute
-// in float as the CPU kernels, other types in double. Also where, cast and
-// dropout (the CPU's Elementwise.cpp family).
+// in float as the CPU kernels, other types in double. Also where, cast,
+// dropout and the activations (the CPU's Elementwise.cpp family; the
+// activations' math is Support/Activation.h's, shared with the CPU).
 //
 //===----------------------------------------------------------------------===//
 
 #include "CudaCommon.cuh"
 
 #include "ds/Runtime/Comm.h"
+#include "ds/Support/Activation.h"
 
 namespace ds::rt::cuda {
 
@@ -216,6 +218,37 @@ bool kDropout(KernelContext &ctx) {
   return launched(ctx);
 }
 
+/// y = f(x), or with `dy` dx = dy * f'(x), as the CPU's activationKernel.
+__global__ void activationKernel(Activation kind, double alpha, double beta,
+                                 const void *x, int xt, const void *dy, int dt,
+                                 void *y, int yt, int64_t n) {
+  DS_GRID_LOOP(i, n) {
+    double v = load(x, xt, i);
+    double r = dy ? load(dy, dt, i) * activateGrad(kind, v, alpha, beta)
+                  : activate(kind, v, alpha, beta);
+    store(y, yt, i, r);
+  }
+}
+
+template <bool Grad> bool kActivation(KernelContext &ctx) {
+  std::string name = ctx.attrs.getString("kind");
+  Activation kind;
+  if (!activationFromName(name.c_str(), kind))
+    return ctx.fail("unknown activation kind '" + name + "'");
+  const TensorView &x = ctx.in[0];
+  TensorView &y = ctx.out[0];
+  int64_t n = y.numel();
+  if (x.numel() != n || (Grad && ctx.in[1].numel() != n))
+    return ctx.fail("operand and result sizes differ");
+  if (n == 0)
+    return true;
+  activationKernel<<<blocksFor(n), 256, 0, gStream>>>(
+      kind, ctx.attrs.getFloat("alpha", 0), ctx.attrs.getFloat("beta", 0),
+      x.data, int(x.dtype), Grad ? ctx.in[1].data : nullptr,
+      Grad ? int(ctx.in[1].dtype) : 0, y.data, int(y.dtype), n);
+  return launched(ctx);
+}
+
 } // namespace
 
 bool copyBroadcast(KernelContext &ctx, const TensorView &src,
@@ -253,6 +286,8 @@ void registerElementwiseKernels(KernelRegistry &r) {
   r.add("cast", kUnary<Copy>);
   r.add("where", kWhere);
   r.add("dropout", kDropout);
+  r.add("activation", kActivation<false>);
+  r.add("activation_grad", kActivation<true>);
 }
 
 } // namespace ds::rt::cuda

@@ -202,7 +202,8 @@ void detail::attachSplitAxisModels(MLIRContext &ctx) {
                     LessOp, LessOrEqualOp, GreaterOp, GreaterOrEqualOp, AndOp,
                     OrOp, XorOp, NegOp, AbsOp, ExpOp, LogOp, SqrtOp,
                     ReciprocalOp, ErfOp, TanhOp, ReluOp, SigmoidOp, NotOp,
-                    CastOp, WhereOp, ExpandOp>(ctx);
+                    CastOp, WhereOp, ExpandOp, ActivationOp,
+                    ActivationGradOp>(ctx);
   SoftmaxOp::attachInterface<Softmax<SoftmaxOp>>(ctx);
   LogSoftmaxOp::attachInterface<Softmax<LogSoftmaxOp>>(ctx);
   LayerNormOp::attachInterface<LayerNorm>(ctx);

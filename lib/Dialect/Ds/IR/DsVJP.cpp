@@ -286,6 +286,17 @@ LogicalResult vjp(WhereOp op, OpBuilder &b, ValueRange gs, Grads &out) {
   return success();
 }
 
+//===----------------------------------------------------------------------===//
+// Activations: the gradient is one ds.activation_grad of the input
+//===----------------------------------------------------------------------===//
+
+LogicalResult vjp(ActivationOp op, OpBuilder &b, ValueRange gs, Grads &out) {
+  out.assign({ActivationGradOp::create(
+      b, op.getLoc(), op.getType(), op.getInput(), gs[0], op.getKindAttr(),
+      op.getAlphaAttr(), op.getBetaAttr())});
+  return success();
+}
+
 LogicalResult vjp(MatMulOp op, OpBuilder &b, ValueRange gs, Grads &out) {
   Location l = op.getLoc();
   auto ta = tensorType(op.getLhs()), tb = tensorType(op.getRhs());
@@ -613,4 +624,5 @@ void ds::detail::attachVJPModels(MLIRContext &ctx) {
          SoftmaxCrossEntropyLossOp, NegativeLogLikelihoodLossOp, TpIdentityOp,
          TpAllReduceOp, VocabGatherOp, VocabCrossEntropyOp, SpAllGatherOp,
          SpReduceScatterOp, SpSliceOp>(ctx);
+  attach<ActivationOp>(ctx);
 }

@@ -237,6 +237,50 @@ def Ds_WhereOp : Ds_Op<"where", [Pure, Ds_Elementwise]> {
   let hasFolder = 1;
 }
 
+def Ds_ActivationOp : Ds_Op<"activation",
+    [Pure, Ds_Elementwise, SameOperandsAndResultType]> {
+  let summary = "a parametrized elementwise activation";
+  let description = [{
+    `kind` is one of `include/ds/Support/Activation.h`'s table, with its
+    two parameters: `clip` (`alpha` the minimum, `beta` the maximum),
+    `leaky_relu`, `elu`, `celu` (`alpha`), `selu` (`alpha`, `beta` is
+    gamma), `hard_sigmoid` (`alpha * x + beta` clamped to [0, 1]),
+    `softplus`, `softsign`, `hard_swish`, `sin` and `cos` (none). ONNX's
+    Clip (constant bounds), LeakyRelu, Elu, Selu, Celu, Softplus, Softsign,
+    HardSigmoid, HardSwish, Sin and Cos import as it; the VJP is
+    `ds.activation_grad` of the input.
+
+    ```mlir
+    %y = ds.activation "elu", %x {alpha = 1.0 : f32} : tensor<4x8xf32>
+    ```
+  }];
+  let arguments = (ins Ds_FloatTensor:$input, StrAttr:$kind,
+                       DefaultValuedAttr<F32Attr, "0.0">:$alpha,
+                       DefaultValuedAttr<F32Attr, "0.0">:$beta);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = "$kind `,` $input attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Ds_ActivationGradOp : Ds_Op<"activation_grad",
+    [Pure, Ds_Elementwise, SameOperandsAndResultType]> {
+  let summary = "the gradient of ds.activation";
+  let description = [{
+    `grad * f'(input)` for the activation `f` that `kind`, `alpha` and
+    `beta` name (as `ds.activation`'s): the derivative is a function of the
+    activation's input, with PyTorch's choices at the kinks.
+  }];
+  let arguments = (ins Ds_FloatTensor:$input, Ds_FloatTensor:$grad,
+                       StrAttr:$kind,
+                       DefaultValuedAttr<F32Attr, "0.0">:$alpha,
+                       DefaultValuedAttr<F32Attr, "0.0">:$beta);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = [{
+    $kind `,` $input `,` $grad attr-dict `:` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Linear algebra and normalization
 //===----------------------------------------------------------------------===//
