@@ -117,6 +117,16 @@ def check_frozen(before, got, tokens, problems):
     return len(used)
 
 
+def check_resume(run, plan, prefix, weights, problems):
+    """Half the steps, a checkpoint, the rest from it: the straight run's
+    weights bit for bit (frozen tensors saved and restored unchanged)."""
+    run.train(plan, "first", prefix, STEPS // 2, "--save", run.w("ckpt"))
+    _, resumed = run.train(plan, "resumed", prefix, STEPS, "--resume", run.w("ckpt"))
+    bad = [k for k in weights.files if not np.array_equal(resumed[k], weights[k])]
+    if bad:
+        problems.append(f"resumed from the checkpoint, {bad} differ from the straight run")
+
+
 def check_report(plan, want, problems, state=True):
     """The report's trainable, frozen and buffer counts are `want`; in
     mixed precision the frozen tensors stay f32 and get no master copy (the
@@ -178,7 +188,8 @@ def main():
                     "--reduce-bucket-size=100", "--prefetch-bucket-size=100")
         ts = check_report(run.w("n.plan"), (3, 4, 1), problems, state=not args.tp)
         a, w1 = run.train(run.w("one.plan"), "one")
-        b, wn = run.train(run.w("n.plan"), "n", args.mpirun.split() + ["-np", str(args.ranks)])
+        mpi = args.mpirun.split() + ["-np", str(args.ranks)]
+        b, wn = run.train(run.w("n.plan"), "n", mpi)
         loss_err = max(abs(p - q) / abs(p) for p, q in zip(a, b))
         diff = sum(float(np.sum((w1[k].astype(np.float64) - wn[k]) ** 2)) for k in w1.files)
         norm = sum(float(np.sum(w1[k].astype(np.float64) ** 2)) for k in w1.files)
@@ -187,12 +198,15 @@ def main():
         if len(a) != STEPS or len(b) != STEPS or loss_err > tol or rel > wtol:
             problems.append(f"{args.ranks} ranks differ from one: loss {loss_err:.1e}, weights {rel:.1e}")
         rows = check_frozen(before, wn, tokens, problems)
+        if args.resume:
+            check_resume(run, run.w("n.plan"), mpi, wn, problems)
         print(f"finetune {args.optimizer} {args.precision} "
               f"{'TP' if args.tp else 'ZeRO-' + str(args.zero)}"
               f"{''.join(' ' + e for e in args.extra)}, {args.ranks} ranks "
               f"against 1: worst loss rel error {loss_err:.1e} (tol {tol:g}), weights relative "
               f"L2 {rel:.1e} (tol {wtol:g}); frozen {ts.get('frozen')} ({ts.get('frozen_bytes')} "
-              f"bytes per rank) and the buffer unchanged, padding row unchanged, {rows} rows moved")
+              f"bytes per rank) and the buffer unchanged, padding row unchanged, {rows} rows moved"
+              + ("; checkpoint resumed bit-exact" if args.resume else ""))
         print("FAIL: " + "; ".join(problems) if problems else "PASS")
         sys.exit(1 if problems else 0)
 
@@ -221,12 +235,7 @@ def main():
     if not args.plain:
         rows = check_frozen(before, weights, tokens, problems)
     if args.resume:
-        run.train(run.w("train.plan"), "first", (), STEPS // 2, "--save", run.w("ckpt"))
-        _, resumed = run.train(run.w("train.plan"), "resumed", (), STEPS,
-                               "--resume", run.w("ckpt"))
-        bad = [k for k in weights.files if not np.array_equal(resumed[k], weights[k])]
-        if bad:
-            problems.append(f"resumed from the checkpoint, {bad} differ from the straight run")
+        check_resume(run, run.w("train.plan"), (), weights, problems)
     print(f"finetune {args.optimizer}{' plain' if args.plain else ''}"
           f"{' --freeze=' + args.freeze if args.freeze else ''}: {STEPS} steps, worst loss rel "
           f"error {worst:.1e} (tol {LOSS_TOL:g}), weights {worst_w:.1e} (tol {WEIGHT_TOL:g}); "
