@@ -102,6 +102,14 @@ void reportHeader(std::string &out, const Footprint &f) {
                           "rank\n";
     out += tp;
   }
+  appendf(out,
+          "  trainable set: %d trainable parameter(s) %llu bytes, %d frozen "
+          "%llu bytes, %d buffer(s) %llu bytes per rank (frozen parameters "
+          "and buffers: no gradient, no optimizer state)\n",
+          f.trainable.count, static_cast<unsigned long long>(f.trainable.bytes),
+          f.frozen.count, static_cast<unsigned long long>(f.frozen.bytes),
+          f.bufferTensors.count,
+          static_cast<unsigned long long>(f.bufferTensors.bytes));
 }
 
 /// The model states (parameters, gradients, optimizer state) beside the
@@ -404,6 +412,13 @@ std::string formatFootprintJson(const Footprint &f) {
   kv("host_to_device_bytes", f.toDeviceBytes);
   kv("nvme_read_bytes", f.nvmeReadBytes);
   kv("nvme_write_bytes", f.nvmeWriteBytes, false);
+  o << "}, \"trainable_set\": {";
+  kv("trainable", f.trainable.count);
+  kv("trainable_bytes", f.trainable.bytes);
+  kv("frozen", f.frozen.count);
+  kv("frozen_bytes", f.frozen.bytes);
+  kv("buffers", f.bufferTensors.count);
+  kv("buffer_bytes", f.bufferTensors.bytes, false);
   o << "}, \"formula\": {";
   kv("parameters", formulas.params);
   kv("gradients", formulas.grads);

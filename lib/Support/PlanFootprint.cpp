@@ -98,12 +98,17 @@ void addStorage(const plan::Plan &p, Footprint &f) {
     } else if (param.trainable()) {
       f.params += bytes;
       ++trainable;
+      f.trainable.count += 1;
+      f.trainable.bytes += bytes;
       uint64_t whole = param.sharded() ? product(param.full_shape())
                                        : product(param.shape());
       f.psi += whole;
       f.psiPadded += param.sharded() ? product(param.shape()) * f.world : whole;
     } else {
       f.buffers += bytes;
+      Footprint::TensorKind &kind = param.frozen() ? f.frozen : f.bufferTensors;
+      kind.count += 1;
+      kind.bytes += bytes;
     }
   }
   f.statePerParam = trainable ? static_cast<double>(states) / trainable : 0;

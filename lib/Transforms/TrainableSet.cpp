@@ -10,7 +10,10 @@
 // attribute `ds.export_record`. This pass decides the trainable set from
 // that record and the --freeze/--trainable overrides (trainable parameters
 // keep `ds.trainable`, frozen ones get `ds.frozen`, the rest are buffers),
-// and says so in one notice when an export carries no record.
+// and says so in one notice when an export carries no record. An
+// embedding's recorded padding_idx marks the table argument and each
+// lookup (`ds.gather` on axis 0) of it with `ds.padding_idx`; the lookup's
+// VJP then gives that row no gradient from the lookup, as torch does.
 //
 //===----------------------------------------------------------------------===//
 
@@ -129,6 +132,19 @@ struct TrainableSetPass : impl::TrainableSetPassBase<TrainableSetPass> {
              "--freeze=REGEX or --trainable=REGEX, or export with ds.export";
   }
 
+  /// Records table `arg`'s padding row on the argument and on each lookup
+  /// of it (a gather on axis 0 of the table itself); a table tied to an
+  /// output layer keeps that layer's gradient at the row.
+  static void markPadding(func::FuncOp func, unsigned arg, int64_t row) {
+    auto idx = IntegerAttr::get(IntegerType::get(func.getContext(), 64), row);
+    func.setArgAttr(arg, kPaddingIdx, idx);
+    Value table = func.getArgument(arg);
+    for (Operation *user : table.getUsers())
+      if (auto g = dyn_cast<GatherOp>(user);
+          g && g.getData() == table && g.getAxis() == 0)
+        g->setAttr(kPaddingIdx, idx);
+  }
+
   /// Sets parameter `arg`'s kind and whether it is trained; returns 1 when
   /// it is.
   int64_t decide(func::FuncOp func, unsigned arg, StringRef name,
@@ -145,9 +161,7 @@ struct TrainableSetPass : impl::TrainableSetPassBase<TrainableSetPass> {
                                               : "buffer";
       if (auto it = record->paddingIdx.find(name);
           it != record->paddingIdx.end())
-        func.setArgAttr(arg, kPaddingIdx,
-                        IntegerAttr::get(IntegerType::get(ctx, 64),
-                                         it->second));
+        markPadding(func, arg, it->second);
     }
     // --trainable names the whole trainable set; --freeze takes from it.
     if (trainRe)

@@ -305,6 +305,8 @@ void VocabSplitter::embedLookup(GatherOp g, int64_t vocab) {
   auto vg = VocabGatherOp::create(b, g.getLoc(), g.getType(), g.getData(),
                                   g.getIndices(), b.getI64IntegerAttr(1),
                                   vocabAttr(vocab));
+  if (Attribute row = g->getAttr("ds.padding_idx"))
+    vg->setAttr("ds.padding_idx", row); // global row ids: the VJP masks them
   auto sum = TpAllReduceOp::create(b, g.getLoc(), g.getType(), vg,
                                    b.getI64IntegerAttr(1));
   g.getResult().replaceAllUsesWith(sum.getResult());

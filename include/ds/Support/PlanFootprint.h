@@ -50,6 +50,14 @@ struct Footprint {
   /// Storage per rank, bytes: trainable parameters (whole or shards),
   /// non-trainable tensors (buffers such as masks), optimizer state.
   uint64_t params = 0, buffers = 0, state = 0;
+  /// The model's own tensors by kind, their count and bytes per rank:
+  /// trainable parameters, frozen parameters (ds.frozen: not trained) and
+  /// buffers (the frozen and buffer bytes together are `buffers` above).
+  struct TensorKind {
+    int count = 0;
+    uint64_t bytes = 0;
+  };
+  TensorKind trainable, frozen, bufferTensors;
   /// Gradient bytes the step keeps for the optimizer: whole gradients
   /// (stages 0 and 1, which reduce after the backward pass) or this rank's
   /// reduced shards (stages 2 and 3), in their own type (16-bit in mixed

@@ -28,6 +28,8 @@ Value lowerStorage(unsigned i, StringAttr param, StringAttr stateName,
       stateName ? b.getUnitAttr() : nullptr,
       func.getArgAttrOfType<DenseI64ArrayAttr>(i, "ds.full_shape"),
       func.getArgAttrOfType<StringAttr>(i, "ds.master_of"));
+  if (func.getArgAttr(i, "ds.frozen"))
+    op->setAttr("dsrt.frozen", b.getUnitAttr());
   if (auto space = func.getArgAttrOfType<StringAttr>(i, "ds.space"))
     op->setAttr("dsrt.space", space);
   if (auto tp = func.getArgAttrOfType<DenseI64ArrayAttr>(i, "ds.tp_split"))

@@ -299,6 +299,7 @@ LogicalResult PlanBuilder::addParameter(dsrt::ParamOp pr) {
     param.add_shape(d);
   param.set_trainable(pr.getTrainable());
   param.set_state(pr.getState());
+  param.set_frozen(pr->hasAttr("dsrt.frozen"));
   if (auto full = pr.getFullShapeAttr()) {
     param.set_sharded(true);
     for (int64_t d : full.asArrayRef())

@@ -352,8 +352,31 @@ LogicalResult vjp(LayerNormOp op, OpBuilder &b, ValueRange gs, Grads &out) {
   return success();
 }
 
+/// The gradient of an embedding lookup with the rows it read from the
+/// padding row zeroed, when the trainable-set pass marked the lookup with
+/// the table's `ds.padding_idx` (torch's padding_idx: the lookup adds
+/// nothing to that row's gradient); otherwise `g` itself.
+Value maskPaddingRow(Operation *lookup, Value indices, Value g,
+                     OpBuilder &b) {
+  auto row = lookup->getAttrOfType<IntegerAttr>("ds.padding_idx");
+  if (!row)
+    return g;
+  Location l = lookup->getLoc();
+  auto ti = tensorType(indices);
+  Value hit = binary<EqualOp>(
+      b, l, indices, scalar(b, l, ti.getElementType(), row.getInt()));
+  // indices.shape ++ [1]*(rank(g) - rank(indices)): one flag per row read.
+  SmallVector<int64_t> shape(ti.getShape());
+  shape.resize(tensorType(g).getRank(), 1);
+  hit = ReshapeOp::create(b, l, RankedTensorType::get(shape, b.getI1Type()),
+                          hit);
+  return select(b, l, hit, g, /*keepWhenTrue=*/false);
+}
+
 LogicalResult vjp(GatherOp op, OpBuilder &b, ValueRange gs, Grads &out) {
-  out.assign({GatherGradOp::create(b, op.getLoc(), tensorType(op.getData()), gs[0],
+  Value g = op.getAxis() == 0 ? maskPaddingRow(op, op.getIndices(), gs[0], b)
+                              : gs[0];
+  out.assign({GatherGradOp::create(b, op.getLoc(), tensorType(op.getData()), g,
                               op.getIndices(), op.getAxisAttr()),
          Value()});
   return success();
@@ -383,8 +406,9 @@ LogicalResult vjp(SpSliceOp op, OpBuilder &b, ValueRange gs, Grads &out) {
   return success();
 }
 LogicalResult vjp(VocabGatherOp op, OpBuilder &b, ValueRange gs, Grads &out) {
+  Value g = maskPaddingRow(op, op.getIndices(), gs[0], b);
   out.assign({VocabGatherGradOp::create(b, op.getLoc(),
-                                        tensorType(op.getTable()), gs[0],
+                                        tensorType(op.getTable()), g,
                                         op.getIndices(), op.getGroupAttr(),
                                         op.getVocabAttr()),
               Value()});
