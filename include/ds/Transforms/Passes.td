@@ -469,7 +469,10 @@ def TrainableSetPass : Pass<"ds-trainable-set", "ModuleOp"> {
     on float parameters that reach the loss) only on the parameter arguments
     of `@forward` that are trained, marks frozen ones `ds.frozen` and leaves
     buffers unmarked; a recorded `padding_idx` becomes the argument
-    attribute `ds.padding_idx`.
+    attribute `ds.padding_idx`, and each lookup of that table (`ds.gather`
+    on axis 0) is marked `ds.padding_idx` too: its gradient rule gives the
+    padding row no gradient from that lookup, as PyTorch does (other uses
+    of a tied table are not masked).
 
     Without a record every parameter that reaches the loss stays trainable
     and the pass warns once, naming how many, unless `trainable` or `freeze`
