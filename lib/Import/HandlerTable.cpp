@@ -51,6 +51,7 @@ const HandlerTable &onnx_import::handlerTable() {
     registerLinalgHandlers(t);
     registerMovementHandlers(t);
     registerReductionHandlers(t);
+    registerElementIndexHandlers(t);
     registerShapeHandlers(t);
     registerLossHandlers(t);
     registerTrainingDomainHandlers(t);

@@ -311,6 +311,7 @@ void registerElementwiseHandlers(HandlerTable &table);
 void registerLinalgHandlers(HandlerTable &table);
 void registerMovementHandlers(HandlerTable &table);
 void registerReductionHandlers(HandlerTable &table);
+void registerElementIndexHandlers(HandlerTable &table);
 void registerShapeHandlers(HandlerTable &table);
 void registerLossHandlers(HandlerTable &table);
 void registerTrainingDomainHandlers(HandlerTable &table);

@@ -35,7 +35,8 @@ SUPPORTED_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16,
 SHAPE_OPERANDS = {
     "Reshape": [1], "Expand": [1], "Slice": [1, 2, 3, 4], "Squeeze": [1],
     "Unsqueeze": [1], "Split": [1], "ReduceSum": [1], "ReduceMean": [1],
-    "ReduceMax": [1], "Trilu": [1], "ConstantOfShape": [0],
+    "ReduceMax": [1], "ReduceMin": [1], "ReduceL2": [1],
+    "ReduceLogSumExp": [1], "CumSum": [1], "Trilu": [1], "ConstantOfShape": [0],
     "Range": [0, 1, 2], "Dropout": [1, 2], "Clip": [1, 2],
 }
 

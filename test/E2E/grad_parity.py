@@ -84,7 +84,19 @@ ACTIVATIONS = {
     "mish": lambda: nn.Mish(),  # Softplus, Tanh, Mul
     "sin": lambda: Lambda(torch.sin),
     "cos": lambda: Lambda(torch.cos),
+    # Reductions and element indexing (issue 22), shaped to keep h's shape.
+    "reduce_l2": lambda: Lambda(lambda h: h - h.norm(p=2, dim=1, keepdim=True)),
+    "logsumexp": lambda: Lambda(lambda h: h - torch.logsumexp(h, dim=1, keepdim=True)),
+    "amin": lambda: Lambda(lambda h: h * torch.amin(h, dim=0)),  # ReduceMin
+    "amax": lambda: Lambda(lambda h: h * torch.amax(h, dim=1, keepdim=True)),
+    "cumsum": lambda: Lambda(lambda h: 0.25 * torch.cumsum(h, dim=1)),
+    "gather": lambda: Lambda(lambda h: torch.gather(h, 1, INDEX[1])),
+    "scatter_add": lambda: Lambda(lambda h: h.scatter_add(0, INDEX[0], h * h)),
 }
+# Constant indices for gather (along the 16 features) and scatter_add
+# (along the 32 rows of the batch).
+INDEX = [torch.from_numpy(np.random.RandomState(7).randint(0, n, size=(32, 16)))
+         for n in (32, 16)]
 
 
 class Activation(nn.Module):
