@@ -68,6 +68,19 @@ class Lambda(nn.Module):
         return self.fn(x)
 
 
+class TiedMin(nn.Module):
+    """h scaled by the minimum of two equal parameters: every minimum is a
+    tie, whose gradient torch.amin splits evenly."""
+
+    def __init__(self):
+        super().__init__()
+        self.p = nn.Parameter(torch.linspace(-1.0, 1.0, 16))
+        self.q = nn.Parameter(torch.linspace(-1.0, 1.0, 16))
+
+    def forward(self, h):
+        return h * torch.amin(torch.stack([self.p, self.q]), dim=0)
+
+
 # The activations and what torch 1.13 exports them as (opset 17).
 ACTIVATIONS = {
     "relu6": lambda: nn.ReLU6(),                                  # Clip
@@ -88,6 +101,7 @@ ACTIVATIONS = {
     "reduce_l2": lambda: Lambda(lambda h: h - h.norm(p=2, dim=1, keepdim=True)),
     "logsumexp": lambda: Lambda(lambda h: h - torch.logsumexp(h, dim=1, keepdim=True)),
     "amin": lambda: Lambda(lambda h: h * torch.amin(h, dim=0)),  # ReduceMin
+    "amin_ties": lambda: TiedMin(),
     "amax": lambda: Lambda(lambda h: h * torch.amax(h, dim=1, keepdim=True)),
     "cumsum": lambda: Lambda(lambda h: 0.25 * torch.cumsum(h, dim=1)),
     "gather": lambda: Lambda(lambda h: torch.gather(h, 1, INDEX[1])),
