@@ -106,11 +106,15 @@ ACTIVATIONS = {
     "cumsum": lambda: Lambda(lambda h: 0.25 * torch.cumsum(h, dim=1)),
     "gather": lambda: Lambda(lambda h: torch.gather(h, 1, INDEX[1])),
     "scatter_add": lambda: Lambda(lambda h: h.scatter_add(0, INDEX[0], h * h)),
+    "scatter": lambda: Lambda(lambda h: h.scatter(0, ROWS, 2 * h[:8])),
 }
 # Constant indices for gather (along the 16 features) and scatter_add
 # (along the 32 rows of the batch).
 INDEX = [torch.from_numpy(np.random.RandomState(7).randint(0, n, size=(32, 16)))
          for n in (32, 16)]
+# Distinct rows per column (scatter without reduction: no duplicates).
+ROWS = torch.from_numpy(np.stack([np.random.RandomState(c).permutation(32)[:8]
+                                  for c in range(16)], axis=1))
 
 
 class Activation(nn.Module):
