@@ -54,6 +54,7 @@ const HandlerTable &onnx_import::handlerTable() {
     registerShapeHandlers(t);
     registerLossHandlers(t);
     registerTrainingDomainHandlers(t);
+    registerPoolingHandlers(t);
     return t;
   }();
   return table;

@@ -314,6 +314,7 @@ void registerReductionHandlers(HandlerTable &table);
 void registerShapeHandlers(HandlerTable &table);
 void registerLossHandlers(HandlerTable &table);
 void registerTrainingDomainHandlers(HandlerTable &table);
+void registerPoolingHandlers(HandlerTable &table);
 
 } // namespace mlir::ds::onnx_import
 
