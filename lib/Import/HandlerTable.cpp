@@ -55,6 +55,7 @@ const HandlerTable &onnx_import::handlerTable() {
     registerShapeHandlers(t);
     registerLossHandlers(t);
     registerTrainingDomainHandlers(t);
+    registerPoolingHandlers(t);
     return t;
   }();
   return table;

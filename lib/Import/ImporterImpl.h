@@ -315,6 +315,7 @@ void registerElementIndexHandlers(HandlerTable &table);
 void registerShapeHandlers(HandlerTable &table);
 void registerLossHandlers(HandlerTable &table);
 void registerTrainingDomainHandlers(HandlerTable &table);
+void registerPoolingHandlers(HandlerTable &table);
 
 } // namespace mlir::ds::onnx_import
 

@@ -82,6 +82,11 @@ static const KernelSignature kSignatures[] = {
     {"activation_grad", 2, 2, 1, 1},
     {"loss_grad", 3, 4, 1, 1},
     {"slice_grad", 1, 1, 1, 1},
+    // Pooling
+    {"max_pool", 1, 1, 1, 1},
+    {"max_pool_grad", 2, 2, 1, 1},
+    {"avg_pool", 1, 1, 1, 1},
+    {"avg_pool_grad", 1, 1, 1, 1},
     // Tensor and sequence parallelism
     {"vocab_gather", 2, 2, 1, 1},
     {"tp_rows", 1, 1, 1, 1},

@@ -32,6 +32,7 @@ void registerTensorParallelKernels(KernelRegistry &r); // TensorParallel.cpp
 void registerOptimizerKernels(KernelRegistry &r);   // Optimizers.cpp
 void registerCollectiveKernels(KernelRegistry &r);  // Collectives.cpp
 void registerPipelineKernels(KernelRegistry &r);    // Pipeline.cpp
+void registerPoolingKernels(KernelRegistry &r);     // Pooling.cpp
 
 /// The copy kernel (Movement.cpp), also a collective's local contribution.
 bool kCopy(KernelContext &ctx);

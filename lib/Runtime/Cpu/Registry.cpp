@@ -22,7 +22,8 @@ const KernelRegistry &cpuKernels() {
       {registerElementwiseKernels, registerLinalgKernels,
        registerMovementKernels, registerReduceKernels, registerGradKernels,
        registerTensorParallelKernels, registerOptimizerKernels,
-       registerCollectiveKernels, registerPipelineKernels});
+       registerCollectiveKernels, registerPipelineKernels,
+       registerPoolingKernels});
   return registry;
 }
 

@@ -297,6 +297,26 @@ LogicalResult vjp(ActivationOp op, OpBuilder &b, ValueRange gs, Grads &out) {
   return success();
 }
 
+//===----------------------------------------------------------------------===//
+// Pooling: ds.max_pool_grad recomputes the argmax from the input
+//===----------------------------------------------------------------------===//
+
+LogicalResult vjp(MaxPoolOp op, OpBuilder &b, ValueRange gs, Grads &out) {
+  out.assign({MaxPoolGradOp::create(
+      b, op.getLoc(), op.getInput().getType(), op.getInput(), gs[0],
+      op.getKernelShapeAttr(), op.getStridesAttr(), op.getPadsAttr(),
+      op.getDilationsAttr(), op.getCeilModeAttr())});
+  return success();
+}
+
+LogicalResult vjp(AvgPoolOp op, OpBuilder &b, ValueRange gs, Grads &out) {
+  out.assign({AvgPoolGradOp::create(
+      b, op.getLoc(), op.getInput().getType(), gs[0], op.getKernelShapeAttr(),
+      op.getStridesAttr(), op.getPadsAttr(), op.getCountIncludePadAttr(),
+      op.getCeilModeAttr())});
+  return success();
+}
+
 LogicalResult vjp(MatMulOp op, OpBuilder &b, ValueRange gs, Grads &out) {
   Location l = op.getLoc();
   auto ta = tensorType(op.getLhs()), tb = tensorType(op.getRhs());
@@ -649,4 +669,5 @@ void ds::detail::attachVJPModels(MLIRContext &ctx) {
          TpAllReduceOp, VocabGatherOp, VocabCrossEntropyOp, SpAllGatherOp,
          SpReduceScatterOp, SpSliceOp>(ctx);
   attach<ActivationOp>(ctx);
+  attach<MaxPoolOp, AvgPoolOp>(ctx);
 }

@@ -282,6 +282,87 @@ def Ds_ActivationGradOp : Ds_Op<"activation_grad",
 }
 
 //===----------------------------------------------------------------------===//
+// Pooling (window geometry: include/ds/Support/Pooling.h)
+//===----------------------------------------------------------------------===//
+
+def Ds_MaxPoolOp : Ds_Op<"max_pool", [Pure]> {
+  let summary = "the maximum over sliding windows of an (N, C, spatial...) tensor";
+  let description = [{
+    ONNX's MaxPool (one output; 1 to 3 spatial dimensions) and
+    GlobalMaxPool (the window the whole plane). `pads` holds the begin
+    paddings then the end ones; padding never wins. The result's spatial
+    sizes follow `ceil_mode` as ONNX and PyTorch do. The VJP is
+    `ds.max_pool_grad`, which recomputes each window's argmax (the first
+    maximum, as PyTorch).
+
+    ```mlir
+    %y = ds.max_pool %x {kernel_shape = array<i64: 2, 2>,
+        strides = array<i64: 2, 2>, pads = array<i64: 0, 0, 0, 0>,
+        dilations = array<i64: 1, 1>} : tensor<1x3x8x8xf32> -> tensor<1x3x4x4xf32>
+    ```
+  }];
+  let arguments = (ins Ds_FloatTensor:$input, DenseI64ArrayAttr:$kernel_shape,
+                       DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
+                       DenseI64ArrayAttr:$dilations,
+                       DefaultValuedAttr<BoolAttr, "false">:$ceil_mode);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Ds_MaxPoolGradOp : Ds_Op<"max_pool_grad", [Pure]> {
+  let summary = "the gradient of ds.max_pool";
+  let description = [{
+    Each element of `grad` (shaped as the pooling's result) added to the
+    input position of its window's first maximum; zeros elsewhere. The
+    attributes are the `ds.max_pool`'s.
+  }];
+  let arguments = (ins Ds_FloatTensor:$input, Ds_FloatTensor:$grad,
+                       DenseI64ArrayAttr:$kernel_shape,
+                       DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
+                       DenseI64ArrayAttr:$dilations,
+                       DefaultValuedAttr<BoolAttr, "false">:$ceil_mode);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $grad attr-dict `:` type($input) `,` type($grad) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Ds_AvgPoolOp : Ds_Op<"avg_pool", [Pure]> {
+  let summary = "the mean over sliding windows of an (N, C, spatial...) tensor";
+  let description = [{
+    ONNX's AveragePool (1 to 3 spatial dimensions) and GlobalAveragePool.
+    The divisor counts the taps inside the input, or with
+    `count_include_pad` those inside the padded input (Support/Pooling.h).
+    The VJP is `ds.avg_pool_grad`.
+  }];
+  let arguments = (ins Ds_FloatTensor:$input, DenseI64ArrayAttr:$kernel_shape,
+                       DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
+                       DefaultValuedAttr<BoolAttr, "false">:$count_include_pad,
+                       DefaultValuedAttr<BoolAttr, "false">:$ceil_mode);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Ds_AvgPoolGradOp : Ds_Op<"avg_pool_grad", [Pure]> {
+  let summary = "the gradient of ds.avg_pool";
+  let description = [{
+    Each element of `grad` divided by its window's divisor and added to
+    every input position of the window; the result has the pooling's input
+    shape. The attributes are the `ds.avg_pool`'s.
+  }];
+  let arguments = (ins Ds_FloatTensor:$grad, DenseI64ArrayAttr:$kernel_shape,
+                       DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
+                       DefaultValuedAttr<BoolAttr, "false">:$count_include_pad,
+                       DefaultValuedAttr<BoolAttr, "false">:$ceil_mode);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = "$grad attr-dict `:` type($grad) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
 // Linear algebra and normalization
 //===----------------------------------------------------------------------===//
 
