@@ -329,6 +329,69 @@ TEST(Kernels, ActivationsAndGradientsMatchNaive) {
   EXPECT_EQ(error, "unknown activation kind 'swish'");
 }
 
+void addInts(ds::plan::Instruction &ins, const char *name,
+             std::initializer_list<int64_t> values) {
+  auto *a = ins.add_attributes();
+  a->set_name(name);
+  for (int64_t v : values)
+    a->mutable_ints()->add_values(v);
+}
+
+TEST(Kernels, ConvAndGradientsMatchNaive) {
+  // 2-D, two groups, strides (2, 1), dilations (1, 2), asymmetric pads
+  // (begins 1 0, ends 2 1), a bias: x 2x4x7x6, w 6x2x3x2, y 2x6x4x5.
+  const int N = 2, C = 4, M = 6, G = 2, H = 7, W = 6, KH = 3, KW = 2;
+  const int OH = 4, OW = 5, SH = 2, SW = 1, DH = 1, DW = 2, PH = 1, PW = 0;
+  Buf x{randomVec(N * C * H * W, 21)}, w{randomVec(M * C / G * KH * KW, 22)},
+      b{randomVec(M, 23)}, dy{randomVec(N * M * OH * OW, 24)};
+  std::vector<float> refY(N * M * OH * OW), refDx(x.v.size()),
+      refDw(w.v.size());
+  for (int n = 0; n < N; ++n)
+    for (int m = 0; m < M; ++m)
+      for (int oh = 0; oh < OH; ++oh)
+        for (int ow = 0; ow < OW; ++ow) {
+          int o = ((n * M + m) * OH + oh) * OW + ow;
+          double acc = b.v[m];
+          for (int c = 0; c < C / G; ++c)
+            for (int kh = 0; kh < KH; ++kh)
+              for (int kw = 0; kw < KW; ++kw) {
+                int ih = oh * SH - PH + kh * DH, iw = ow * SW - PW + kw * DW;
+                if (ih < 0 || ih >= H || iw < 0 || iw >= W)
+                  continue;
+                int ch = m / (M / G) * (C / G) + c;
+                int xi = ((n * C + ch) * H + ih) * W + iw;
+                int wi = ((m * (C / G) + c) * KH + kh) * KW + kw;
+                acc += double(w.v[wi]) * x.v[xi];
+                refDx[xi] += w.v[wi] * dy.v[o];
+                refDw[wi] += x.v[xi] * dy.v[o];
+              }
+          refY[o] = static_cast<float>(acc);
+        }
+  ds::plan::Instruction attrs;
+  addInts(attrs, "strides", {SH, SW});
+  addInts(attrs, "dilations", {DH, DW});
+  addInts(attrs, "pads", {PH, PW, 2, 1});
+  addInt(attrs, "group", G);
+  Buf y{std::vector<float>(refY.size())}, dx{std::vector<float>(refDx.size())},
+      dw{std::vector<float>(refDw.size())};
+  TensorView xv = x.view({N, C, H, W}), wv = w.view({M, C / G, KH, KW});
+  TensorView dyv = dy.view({N, M, OH, OW});
+  ASSERT_TRUE(runKernel("conv", {xv, wv, b.view({M})},
+                        {y.view({N, M, OH, OW})}, attrs));
+  ASSERT_TRUE(runKernel("conv_grad_input", {dyv, wv}, {dx.view({N, C, H, W})},
+                        attrs));
+  ASSERT_TRUE(runKernel("conv_grad_weight", {xv, dyv},
+                        {dw.view({M, C / G, KH, KW})}, attrs));
+  EXPECT_LE(maxRelError(y.v, refY), 1e-5);
+  EXPECT_LE(maxRelError(dx.v, refDx), 1e-5);
+  EXPECT_LE(maxRelError(dw.v, refDw), 1e-5);
+  // A result of the wrong size is refused.
+  std::string error;
+  EXPECT_FALSE(runKernel("conv", {xv, wv}, {y.view({N, M, OH, OW - 1})}, attrs,
+                         &error));
+  EXPECT_NE(error.find("output size does not match"), std::string::npos);
+}
+
 TEST(Kernels, TransposeAndSlice) {
   Buf x{randomVec(2 * 3 * 4, 11)}, t{std::vector<float>(24)}, s{std::vector<float>(4)};
   ds::plan::Instruction perm;

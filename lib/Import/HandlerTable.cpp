@@ -49,6 +49,7 @@ const HandlerTable &onnx_import::handlerTable() {
     HandlerTable t;
     registerElementwiseHandlers(t);
     registerLinalgHandlers(t);
+    registerConvHandlers(t);
     registerMovementHandlers(t);
     registerReductionHandlers(t);
     registerElementIndexHandlers(t);

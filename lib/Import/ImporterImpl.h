@@ -309,6 +309,7 @@ const HandlerTable &handlerTable();
 // One function per family of ops, each in its own file.
 void registerElementwiseHandlers(HandlerTable &table);
 void registerLinalgHandlers(HandlerTable &table);
+void registerConvHandlers(HandlerTable &table);
 void registerMovementHandlers(HandlerTable &table);
 void registerReductionHandlers(HandlerTable &table);
 void registerElementIndexHandlers(HandlerTable &table);

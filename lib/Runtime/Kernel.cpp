@@ -80,6 +80,10 @@ static const KernelSignature kSignatures[] = {
     {"layer_norm_grad", 3, 3, 3, 3},
     {"softmax_grad", 2, 2, 1, 1},
     {"activation_grad", 2, 2, 1, 1},
+    // Convolution: input, weight and an optional bias; the gradients
+    {"conv", 2, 3, 1, 1},
+    {"conv_grad_input", 2, 2, 1, 1},
+    {"conv_grad_weight", 2, 2, 1, 1},
     {"loss_grad", 3, 4, 1, 1},
     {"slice_grad", 1, 1, 1, 1},
     // Pooling

@@ -177,6 +177,13 @@ def main():
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     model, path, feeds, forward = setup(args.model, args.work)
+    ok = check(args.model, model, path, feeds, forward, args)
+    sys.exit(0 if ok else 1)
+
+
+def check(name, model, path, feeds, forward, args, tol=TOL):
+    """Runs ds on the exported model and compares the loss and every
+    parameter's gradient with torch's; prints the verdict, returns it."""
     loss = forward()
     params = dict(model.named_parameters())
     loss.backward()
@@ -191,13 +198,13 @@ def main():
     got = np.load(out)
     ok = True
     rel = abs(float(got["loss"]) - float(loss)) / abs(float(loss))
-    print(f"{args.model}: loss ds {float(got['loss']):.7f} torch {float(loss):.7f} (rel {rel:.1e})")
-    ok &= rel <= TOL
+    print(f"{name}: loss ds {float(got['loss']):.7f} torch {float(loss):.7f} (rel {rel:.1e})")
+    ok &= rel <= tol
     worst, checked = 0.0, 0
-    for name, p in params.items():
-        key = "grad:" + name
+    for pname, p in params.items():
+        key = "grad:" + pname
         if key not in got.files:
-            print(f"FAIL no gradient output for parameter '{name}'")
+            print(f"FAIL no gradient output for parameter '{pname}'")
             ok = False
             continue
         ref = p.grad.numpy()
@@ -205,12 +212,12 @@ def main():
         err = float(np.max(np.abs(g - ref)) / max(np.max(np.abs(ref)), 1e-30))
         worst = max(worst, err)
         checked += 1
-        if err > TOL:
-            print(f"FAIL grad of {name}: max relative error {err:.2e}")
+        if err > tol:
+            print(f"FAIL grad of {pname}: max relative error {err:.2e}")
             ok = False
-    print(f"{args.model}: {checked} parameter gradients, worst relative error {worst:.2e} (tolerance {TOL:g})")
+    print(f"{name}: {checked} parameter gradients, worst relative error {worst:.2e} (tolerance {tol:g})")
     print("PASS" if ok else "FAIL")
-    sys.exit(0 if ok else 1)
+    return ok
 
 
 if __name__ == "__main__":

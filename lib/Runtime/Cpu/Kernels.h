@@ -25,6 +25,7 @@ const KernelInfo *findKernel(const std::string &name);
 // The CPU kernels' families, one file each, each registering its kernels.
 void registerElementwiseKernels(KernelRegistry &r); // Elementwise.cpp
 void registerLinalgKernels(KernelRegistry &r);      // Linalg.cpp
+void registerConvKernels(KernelRegistry &r);        // Conv.cpp
 void registerMovementKernels(KernelRegistry &r);    // Movement.cpp
 void registerReduceKernels(KernelRegistry &r);      // Reduce.cpp
 void registerGradKernels(KernelRegistry &r);        // Grad.cpp

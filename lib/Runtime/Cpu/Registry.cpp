@@ -19,7 +19,7 @@ namespace ds::rt {
 
 const KernelRegistry &cpuKernels() {
   static const KernelRegistry registry = KernelRegistry::of(
-      {registerElementwiseKernels, registerLinalgKernels,
+      {registerElementwiseKernels, registerLinalgKernels, registerConvKernels,
        registerMovementKernels, registerReduceKernels, registerGradKernels,
        registerTensorParallelKernels, registerOptimizerKernels,
        registerCollectiveKernels, registerPipelineKernels,

@@ -349,6 +349,47 @@ LogicalResult vjp(GemmOp op, OpBuilder &b, ValueRange gs, Grads &out) {
   return success();
 }
 
+//===----------------------------------------------------------------------===//
+// Convolution: the gradients are ds.conv_grad_input and ds.conv_grad_weight
+// (ConvTranspose's: a convolution and ds.conv_grad_weight)
+//===----------------------------------------------------------------------===//
+
+LogicalResult vjp(ConvOp op, OpBuilder &b, ValueRange gs, Grads &out) {
+  Location l = op.getLoc();
+  Value g = gs[0];
+  out.assign({ConvGradInputOp::create(
+                  b, l, op.getInput().getType(), g, op.getWeight(),
+                  op.getStridesAttr(), op.getPadsAttr(),
+                  op.getDilationsAttr(), op.getGroupAttr()),
+              ConvGradWeightOp::create(
+                  b, l, op.getWeight().getType(), op.getInput(), g,
+                  op.getStridesAttr(), op.getPadsAttr(),
+                  op.getDilationsAttr(), op.getGroupAttr())});
+  if (op.getBias()) {
+    SmallVector<int64_t> axes{0};
+    for (int64_t d = 2; d < op.getType().getRank(); ++d)
+      axes.push_back(d);
+    out.push_back(ReduceSumOp::create(b, l, op.getBias().getType(), g,
+                                      b.getDenseI64ArrayAttr(axes),
+                                      b.getBoolAttr(false)));
+  }
+  return success();
+}
+
+LogicalResult vjp(ConvGradInputOp op, OpBuilder &b, ValueRange gs,
+                  Grads &out) {
+  Location l = op.getLoc();
+  Value g = gs[0];
+  out.assign({ConvOp::create(b, l, op.getGrad().getType(), g, op.getWeight(),
+                             Value(), op.getStridesAttr(), op.getPadsAttr(),
+                             op.getDilationsAttr(), op.getGroupAttr()),
+              ConvGradWeightOp::create(
+                  b, l, op.getWeight().getType(), g, op.getGrad(),
+                  op.getStridesAttr(), op.getPadsAttr(),
+                  op.getDilationsAttr(), op.getGroupAttr())});
+  return success();
+}
+
 LogicalResult vjp(SoftmaxOp op, OpBuilder &b, ValueRange gs, Grads &out) {
   out.assign({SoftmaxGradOp::create(b, op.getLoc(), op.getType(), gs[0],
                                op.getResult(), op.getAxisAttr(),
@@ -670,4 +711,5 @@ void ds::detail::attachVJPModels(MLIRContext &ctx) {
          SpReduceScatterOp, SpSliceOp>(ctx);
   attach<ActivationOp>(ctx);
   attach<MaxPoolOp, AvgPoolOp>(ctx);
+  attach<ConvOp, ConvGradInputOp>(ctx);
 }

@@ -399,6 +399,69 @@ def Ds_GemmOp : Ds_Op<"gemm", [Pure]> {
   let hasVerifier = 1;
 }
 
+// Convolution (DsConv.cpp). The attributes of all three ops: `strides`,
+// `dilations` (one per spatial dimension), `pads` (the begins, then the
+// ends; the importer resolves ONNX's auto_pad) and `group`. The kernels
+// are f32: `--ds-mixed-precision` keeps the three in f32.
+class Ds_ConvBase<string mnemonic> : Ds_Op<mnemonic, [Pure, Ds_F32Island]> {
+  let hasVerifier = 1;
+}
+
+def Ds_ConvOp : Ds_ConvBase<"conv"> {
+  let summary = "N-D convolution (ONNX Conv)";
+  let description = [{
+    `input` is N x C x D1..Dk (k in 1..3), `weight` M x C/group x K1..Kk,
+    the optional `bias` M; the result N x M x O1..Ok with
+    `Oi = (Di + pad_begin + pad_end - dilation * (Ki - 1) - 1) / stride + 1`.
+    ONNX's Conv imports as it and ConvTranspose as `ds.conv_grad_input`.
+
+    ```mlir
+    %y = ds.conv %x, %w {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>,
+        dilations = array<i64: 1, 1>, group = 1 : i64}
+        : (tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32>) -> tensor<1x4x8x8xf32>
+    ```
+  }];
+  let arguments = (ins Ds_FloatTensor:$input, Ds_FloatTensor:$weight,
+                       Optional<Ds_FloatTensor>:$bias,
+                       DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
+                       DenseI64ArrayAttr:$dilations, I64Attr:$group);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $weight (`,` $bias^)? attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def Ds_ConvGradInputOp : Ds_ConvBase<"conv_grad_input"> {
+  let summary = "the gradient of ds.conv with respect to its input";
+  let description = [{
+    The input-shaped result (its type gives the input's shape) of the
+    convolution whose result gradient is `grad` and weight `weight`: the
+    transposed convolution, which ONNX's ConvTranspose is too.
+  }];
+  let arguments = (ins Ds_FloatTensor:$grad, Ds_FloatTensor:$weight,
+                       DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
+                       DenseI64ArrayAttr:$dilations, I64Attr:$group);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = [{
+    $grad `,` $weight attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def Ds_ConvGradWeightOp : Ds_ConvBase<"conv_grad_weight"> {
+  let summary = "the gradient of ds.conv with respect to its weight";
+  let description = [{
+    The weight-shaped result (its type gives the kernel's shape) of the
+    convolution of `input` whose result gradient is `grad`.
+  }];
+  let arguments = (ins Ds_FloatTensor:$input, Ds_FloatTensor:$grad,
+                       DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
+                       DenseI64ArrayAttr:$dilations, I64Attr:$group);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $grad attr-dict `:` functional-type(operands, results)
+  }];
+}
+
 def Ds_SoftmaxOp : Ds_Op<"softmax", [Pure, SameOperandsAndResultType, Ds_F32Island]> {
   let summary = "softmax along one axis";
   let description = [{

@@ -40,6 +40,14 @@ FailureOr<Shape> gemm(ArrayRef<int64_t> a, ArrayRef<int64_t> b,
                       std::optional<ArrayRef<int64_t>> c, bool transA,
                       bool transB, EmitErrorFn emitError);
 
+/// The result of a convolution (ds.conv, DsConv.cpp): `input` N x C x
+/// D1..Dk, `weight` M x C/group x K1..Kk (k in 1..3), one stride and
+/// dilation per spatial dimension, the pads' begins then ends.
+FailureOr<Shape> conv(ArrayRef<int64_t> input, ArrayRef<int64_t> weight,
+                      ArrayRef<int64_t> strides, ArrayRef<int64_t> pads,
+                      ArrayRef<int64_t> dilations, int64_t group,
+                      EmitErrorFn emitError);
+
 /// data[:axis] ++ indices ++ data[axis+1:]; axis must be normalized.
 FailureOr<Shape> gather(ArrayRef<int64_t> data, ArrayRef<int64_t> indices,
                         int64_t axis, EmitErrorFn emitError);
