@@ -30,9 +30,12 @@ config.substitutions.append(
      os.path.join(config.ds_src_root, "test", "Utils", "bad-input.sh")))
 
 # MPI ranks, oversubscribed on small machines; root is allowed (CI runs as
-# root).
+# root). Each mpirun gets its own TMPDIR: Open MPI keeps its session folder
+# there and removes it when a job ends, so two tests' jobs sharing lit's
+# temporary folder race (one removes the folder the other is creating).
 config.substitutions.append(
-    ("%mpirun", "mpirun --allow-run-as-root --oversubscribe"))
+    ("%mpirun",
+     "env TMPDIR=$(mktemp -d) mpirun --allow-run-as-root --oversubscribe"))
 
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.add_tool_substitutions(["ds-opt", "ds-run"], [config.ds_tools_dir])
