@@ -37,6 +37,10 @@ static constexpr llvm::StringLiteral kExportForTraining =
     "training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)";
 
 LogicalResult Importer::checkExport() {
+  if (!handlerTable().duplicateOps().empty())
+    return error()
+           << "internal error: two import handlers for ONNX op type '"
+           << handlerTable().duplicateOps().front() << "'";
   if (failed(checkTrainingMode()) || failed(checkSupportedOps()))
     return failure();
   warnConstantFolded();

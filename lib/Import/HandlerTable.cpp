@@ -12,7 +12,6 @@
 
 #include "llvm/ADT/STLExtras.h"
 
-#include <cassert>
 
 using namespace mlir;
 using namespace mlir::ds;
@@ -20,9 +19,9 @@ using namespace mlir::ds::onnx_import;
 
 void HandlerTable::add(StringRef domain, StringRef opType, Handler handler) {
   StringRef key = isDefaultDomain(domain) ? StringRef() : domain;
-  bool inserted = byDomain[key].try_emplace(opType, std::move(handler)).second;
-  assert(inserted && "two handlers for one ONNX op type");
-  (void)inserted;
+  if (!byDomain[key].try_emplace(opType, std::move(handler)).second)
+    duplicates.push_back(key.empty() ? opType.str()
+                                     : (key + "." + opType).str());
 }
 
 const Handler *HandlerTable::lookup(StringRef domain, StringRef opType) const {

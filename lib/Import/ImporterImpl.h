@@ -295,12 +295,17 @@ public:
   /// others as `domain.OpType`.
   std::vector<std::string> opNames() const;
 
+  /// Op types registered twice (a registration bug): the first handler is
+  /// kept and the importer refuses to run with an error naming them.
+  const std::vector<std::string> &duplicateOps() const { return duplicates; }
+
   static bool isDefaultDomain(StringRef domain) {
     return domain.empty() || domain == "ai.onnx";
   }
 
 private:
   llvm::StringMap<llvm::StringMap<Handler>> byDomain;
+  std::vector<std::string> duplicates;
 };
 
 /// The table of every handler, built once by the register functions below.
