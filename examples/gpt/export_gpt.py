@@ -129,10 +129,10 @@ def load_onnx_weights(model, path):
     return weights
 
 
-def export(model, idx, targets, path, dynamic=False):
+def export(model, idx, targets, path, dynamic=False, dynamic_batch=False):
     kwargs = {}
-    if dynamic:
-        axes = {0: "batch", 1: "seq"}
+    if dynamic or dynamic_batch:
+        axes = {0: "batch", 1: "seq"} if dynamic else {0: "batch"}
         kwargs["dynamic_axes"] = {"idx": axes, "targets": axes}
     torch.onnx.export(
         model,
@@ -175,6 +175,9 @@ def main():
                          "embedding dropouts (exported as Dropout nodes)")
     ap.add_argument("--dynamic", action="store_true",
                     help="export batch and sequence as dynamic dimensions")
+    ap.add_argument("--dynamic-batch", action="store_true",
+                    help="export the batch as a dynamic dimension (a "
+                         "config's micro-batch or --input-shape fixes it)")
     ap.add_argument("--npz", default=None,
                     help="also write the inputs and torch's outputs to this .npz")
     ap.add_argument("--inputs", default=None,
@@ -193,7 +196,7 @@ def main():
     nparams = sum(p.numel() for p in model.parameters())
     print(f"exporting {args.size}: {nparams} parameters, inputs {tuple(idx.shape)} -> {out}",
           file=sys.stderr)
-    export(model, idx, targets, out, args.dynamic)
+    export(model, idx, targets, out, args.dynamic, args.dynamic_batch)
     if args.inputs:
         import numpy as np
         np.savez(args.inputs, idx=idx.numpy(), targets=targets.numpy())

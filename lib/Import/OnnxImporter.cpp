@@ -21,6 +21,7 @@
 #include "ds/Import/OnnxImporter.h"
 #include "ImporterImpl.h"
 
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
@@ -110,12 +111,27 @@ static LogicalResult catchOnnxError(Location loc, const Twine &what,
 }
 
 /// Fixes dynamic input dimensions from --input-shape before shape
-/// inference, so that inferred shapes are static wherever they can be.
-/// Conflicts are left for the graph importer to report.
+/// inference, so that inferred shapes are static wherever they can be; a
+/// data input's dynamic leading dimension not named there is the batch
+/// (options.batchSize) when one is given. Conflicts are left for the graph
+/// importer to report.
 static void applyInputShapes(onnx::ModelProto &model,
                              const ImportOptions &options) {
+  llvm::StringSet<> initializers;
+  for (const auto &init : model.graph().initializer())
+    initializers.insert(init.name());
   for (auto &in : *model.mutable_graph()->mutable_input()) {
     auto it = options.inputShapes.find(in.name());
+    if (it == options.inputShapes.end() && options.batchSize > 0 &&
+        in.type().has_tensor_type() && !initializers.contains(in.name()) &&
+        in.type().tensor_type().has_shape() &&
+        in.type().tensor_type().shape().dim_size() > 0 &&
+        !in.type().tensor_type().shape().dim(0).has_dim_value())
+      in.mutable_type()
+          ->mutable_tensor_type()
+          ->mutable_shape()
+          ->mutable_dim(0)
+          ->set_dim_value(options.batchSize);
     if (it == options.inputShapes.end() || !in.type().has_tensor_type())
       continue;
     auto *shape = in.mutable_type()->mutable_tensor_type()->mutable_shape();

@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ds/Runtime/Schedule.h"
 #include "ds/Pipeline/TrainingOptions.h"
 
 #include "llvm/Support/raw_ostream.h"
@@ -39,11 +40,10 @@ llvm::Error checkOptimizer(const TrainingOptions &o) {
                 "(--lr=" +
                 lr + ")");
   }
-  if (!oneOf(o.lrSchedule,
-             {"constant", "warmup", "warmup-cosine", "warmup-linear"}))
-    return fail("--lr-schedule='" + o.lrSchedule +
-                "' is not one of constant, warmup, warmup-cosine, "
-                "warmup-linear");
+  if (std::string p = ::ds::scheduleProblem(o.lrSchedule, o.warmupSteps,
+                                            o.totalSteps);
+      !p.empty())
+    return fail("--lr-schedule: " + p);
   return llvm::Error::success();
 }
 

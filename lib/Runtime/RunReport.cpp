@@ -35,6 +35,13 @@ std::string human(uint64_t bytes) {
 
 using ull = unsigned long long;
 
+/// `v` with the digits that read back exactly ("%.17g").
+std::string fullDigits(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
 /// The step's JSON object (--log-json).
 void logStep(RunContext &ctx, const TrainState &ts, const StepFigures &f) {
   const RunStats &stats = ctx.stats;
@@ -53,7 +60,7 @@ void logStep(RunContext &ctx, const TrainState &ts, const StepFigures &f) {
                "\"planned_collective_bytes\": %llu%s}\n",
                f.step,
                std::isnan(f.loss) ? "null" : std::to_string(f.loss).c_str(),
-               std::isnan(f.lr) ? "null" : std::to_string(f.lr).c_str(),
+               std::isnan(f.lr) ? "null" : fullDigits(f.lr).c_str(),
                f.samplesPerSecond, stats.milliseconds,
                static_cast<ull>(stats.arenaHighWater),
                static_cast<ull>(stats.arenaPlanned),

@@ -563,16 +563,11 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
   /// The learning-rate schedule: a known kind, and a decay that ends after
   /// the warmup.
   LogicalResult checkSchedule(func::FuncOp func) {
-    if (!::ds::isSchedule(schedule))
-      return func.emitError("unknown learning-rate schedule '")
-             << schedule
-             << "' (constant, warmup, warmup-cosine, warmup-linear)";
-    if ((schedule == "warmup-cosine" || schedule == "warmup-linear") &&
-        totalSteps <= warmupSteps)
-      return func.emitError("the ")
-             << schedule << " schedule needs --total-steps ("
-             << static_cast<int64_t>(totalSteps) << ") above --warmup-steps ("
-             << static_cast<int64_t>(warmupSteps) << ")";
+    std::string problem = ::ds::scheduleProblem(
+        schedule, static_cast<int64_t>(warmupSteps),
+        static_cast<int64_t>(totalSteps));
+    if (!problem.empty())
+      return func.emitError(problem);
     return success();
   }
 };

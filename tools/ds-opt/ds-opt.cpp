@@ -222,6 +222,8 @@ int main(int argc, char **argv) {
   if (!options.configPath.empty())
     if (llvm::Error e = ds::applyDeepSpeedConfig(options.configPath, options))
       return fail(std::move(e));
+  for (const std::string &notice : options.configNotices)
+    llvm::errs() << "warning: " << notice << "\n";
   if (options.listOnnxOps) {
     for (const std::string &op : ds::supportedOnnxOps())
       llvm::outs() << op << "\n";

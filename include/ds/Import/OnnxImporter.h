@@ -33,6 +33,9 @@ struct ImportOptions {
   /// "training", or BatchNormalization without training_mode=1) instead of
   /// refusing it (--allow-eval-export).
   bool allowEvalExport = false;
+  /// The batch of the data inputs whose leading dimension the export left
+  /// dynamic (a config's train_micro_batch_size_per_gpu); 0: none.
+  int64_t batchSize = 0;
 };
 
 /// Parses `spec` of the form `NAME:4x64` (a scalar is `NAME:scalar`) into

@@ -36,6 +36,10 @@ struct DeepSpeedConfig {
   std::vector<ConfigSetting> settings;
   /// The batch triad as given (any two fix the third with the world size).
   std::optional<int64_t> trainBatch, microBatch, accumSteps;
+  /// One line each: keys accepted without effect, legacy spellings.
+  std::vector<std::string> notices;
+  /// The keys given as "auto" and what each became.
+  std::vector<std::pair<std::string, std::string>> autoValues;
 };
 
 /// Parses `path`; the error is one line naming the file and the key.

@@ -45,6 +45,9 @@ struct TrainingOptions {
   /// The config's per-rank micro-batch (0: none given); the model's inputs
   /// must have it as their batch.
   int64_t configMicroBatch = 0;
+  /// The config's notices (keys without effect, "auto" values), one line
+  /// each, for the caller to print once.
+  std::vector<std::string> configNotices;
   /// The interleaved schedule's model chunks per pipeline rank (1 otherwise;
   /// set by validateTrainingOptions).
   int64_t virtualStages = 1;
