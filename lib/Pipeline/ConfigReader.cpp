@@ -191,6 +191,20 @@ const Object *Reader::object(const Value &v, const std::string &key) {
   return nullptr;
 }
 
+std::optional<std::string> Reader::typedSection(const Value &v,
+                                               const std::string &key,
+                                               const Object *&o) {
+  o = object(v, key);
+  if (!o || !checkKeys(*o, key, {"type", "params"}))
+    return std::nullopt;
+  const Value *typeV = o->get("type");
+  if (!typeV) {
+    fail(key, "needs a 'type'");
+    return std::nullopt;
+  }
+  return string(*typeV, key + ".type");
+}
+
 bool Reader::plain(const Value &v, llvm::StringRef configKey,
                    const std::string &path) {
   const OptionInfo *info = findOptionByKey(configKey);

@@ -89,6 +89,11 @@ struct Reader {
   std::optional<bool> boolean(const Value &v, const std::string &key);
   std::optional<std::string> string(const Value &v, const std::string &key);
   const Object *object(const Value &v, const std::string &key);
+  /// A {"type": ..., "params": {...}} section (optimizer, scheduler): sets
+  /// `o` and returns the type; nullopt with the problem recorded otherwise.
+  std::optional<std::string> typedSection(const Value &v,
+                                          const std::string &key,
+                                          const Object *&o);
 
   /// A key that maps plainly onto the option whose CONFIG_KEY is
   /// `configKey`: its value read as the option's type; "auto" leaves the

@@ -47,13 +47,8 @@ std::pair<std::string, std::string> autoParam(llvm::StringRef name) {
 } // namespace
 
 bool config::readScheduler(Reader &r, const std::string &key, const Value &v) {
-  const Object *o = r.object(v, key);
-  if (!o || !r.checkKeys(*o, key, {"type", "params"}))
-    return false;
-  const Value *typeV = o->get("type");
-  if (!typeV)
-    return r.fail(key, "needs a 'type'");
-  auto type = r.string(*typeV, key + ".type");
+  const Object *o = nullptr;
+  std::optional<std::string> type = r.typedSection(v, key, o);
   if (!type)
     return false;
   std::string t = canonicalType(*type);

@@ -127,13 +127,8 @@ static bool readOptimizerParams(Reader &r, const std::string &key, const Value &
 
 /// optimizer: its type and parameters.
 bool config::readOptimizer(Reader &r, const std::string &key, const Value &v) {
-  const Object *o = r.object(v, key);
-  if (!o || !r.checkKeys(*o, key, {"type", "params"}))
-    return false;
-  const Value *typeV = o->get("type");
-  if (!typeV)
-    return r.fail(key, "needs a 'type'");
-  auto type = r.string(*typeV, key + ".type");
+  const Object *o = nullptr;
+  std::optional<std::string> type = r.typedSection(v, key, o);
   if (!type)
     return false;
   // DeepSpeed matches type names without case (OneBitAdam = onebitadam).
