@@ -90,31 +90,18 @@ static bool readOptimizerParams(Reader &r, const std::string &key, const Value &
                                       : "its default");
       continue;
     }
-    if (name == "max_coeff" || name == "min_coeff") {
-      // ds's Lamb clamps the trust ratio to DeepSpeed's default bounds.
-      auto d = r.number(pkv.second, pk);
-      if (d && *d != (name == "max_coeff" ? 10.0 : 0.01))
-        return r.fail(pk, fmt(*d) + " is not supported yet (ds's Lamb clamps "
-                                    "the trust ratio to [0.01, 10], "
-                                    "DeepSpeed's defaults)");
-      if (!d)
-        return false;
-    } else if (name == "betas") {
+    if (name == "betas") {
       const llvm::json::Array *a = pkv.second.getAsArray();
       if (!a || a->size() != 2 || !(*a)[0].getAsNumber() ||
           !(*a)[1].getAsNumber())
         return r.fail(pk, "expects two numbers [beta1, beta2]");
       r.set("beta1", fmt(*(*a)[0].getAsNumber()), pk);
       r.set("beta2", fmt(*(*a)[1].getAsNumber()), pk);
-    } else if (name == "adam_w_mode" || name == "bias_correction") {
+    } else if (name == "adam_w_mode") {
       auto b = r.boolean(pkv.second, pk);
       if (!b)
         return false;
-      if (name == "adam_w_mode")
-        wMode = *b;
-      else if (!*b)
-        return r.fail(pk, "false is not supported yet (ds's Adam always "
-                          "corrects the bias)");
+      wMode = *b;
     } else {
       if (!r.plain(pkv.second, ("optimizer.params." + name).str(), pk))
         return false;

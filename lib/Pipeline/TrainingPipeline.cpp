@@ -133,6 +133,9 @@ void mlir::ds::addTrainingPasses(OpPassManager &pm, const TrainingOptions &o,
     opt.momentum = o.momentum;
     opt.dampening = o.dampening;
     opt.nesterov = o.nesterov;
+    opt.biasCorrection = o.biasCorrection;
+    opt.maxCoeff = o.lambMaxCoeff;
+    opt.minCoeff = o.lambMinCoeff;
     opt.schedule = o.lrSchedule;
     opt.warmupSteps = o.warmupSteps;
     opt.totalSteps = o.totalSteps;

@@ -554,6 +554,9 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
     hyper.momentum = momentum;
     hyper.dampening = dampening;
     hyper.nesterov = nesterov;
+    hyper.biasCorrection = biasCorrection;
+    hyper.maxCoeff = maxCoeff;
+    hyper.minCoeff = minCoeff;
     hyper.schedule = {schedule, warmupSteps, totalSteps, minLr};
     hyper.gradAccum = gradAccum;
     return UpdateOptions{rule, hyper, gradClip, masterWeights,

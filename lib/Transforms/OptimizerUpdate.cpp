@@ -33,7 +33,9 @@ UpdateOutput buildAdamFamily(OpBuilder &b, const UpdateInput &in,
       b.getF64FloatAttr(hp.weightDecay), b.getBoolAttr(decoupled),
       b.getBoolAttr(lamb), b.getStringAttr(s.kind),
       b.getI64IntegerAttr(s.warmupSteps), b.getI64IntegerAttr(s.totalSteps),
-      b.getF64FloatAttr(s.minLr), b.getI64IntegerAttr(hp.gradAccum));
+      b.getF64FloatAttr(s.minLr), b.getI64IntegerAttr(hp.gradAccum),
+      b.getBoolAttr(hp.biasCorrection), b.getF64FloatAttr(hp.maxCoeff),
+      b.getF64FloatAttr(hp.minCoeff));
   return {op.getNewParam(),
           {{"exp_avg", op.getNewExpAvg()}, {"exp_avg_sq", op.getNewExpAvgSq()}},
           op.getNewGradAccum()};

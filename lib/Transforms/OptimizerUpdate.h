@@ -34,6 +34,8 @@ struct Hyperparameters {
   double weightDecay = 0.0;
   double momentum = 0.0, dampening = 0.0; // SGD
   bool nesterov = false;
+  bool biasCorrection = true; // Adam and Lamb: divide by 1 - beta^t
+  double maxCoeff = 10.0, minCoeff = 0.01; // Lamb's trust-ratio bounds
   LrSchedule schedule;
   int64_t gradAccum = 1; // micro-batches per update
 };

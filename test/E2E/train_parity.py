@@ -31,10 +31,15 @@ LOSS_TOL, WEIGHT_TOL = 1e-5, 1e-4
 class Lamb(torch.optim.Optimizer):
     """The reference Lamb (DeepSpeed FusedLamb's rule): Adam's bias-corrected
     direction plus decoupled weight decay, times the trust ratio
-    ||p|| / ||u|| clamped to [0.01, 10] (1 if a norm is 0)."""
+    ||p|| / ||u|| clamped to [min_coeff, max_coeff] (1 if a norm is 0).
+    With lamb=False: Adam (L2 decay), for the case torch's Adam lacks:
+    bias_correction=False (DeepSpeed's option: moments not divided)."""
 
-    def __init__(self, params, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+    def __init__(self, params, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+                 bias_correction=True, max_coeff=10.0, min_coeff=0.01, lamb=True):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+        self.bc, self.max_coeff, self.min_coeff, self.lamb = \
+            bias_correction, max_coeff, min_coeff, lamb
 
     @torch.no_grad()
     def step(self):
@@ -46,12 +51,19 @@ class Lamb(torch.optim.Optimizer):
                     st["t"], st["m"], st["v"] = 0, torch.zeros_like(p), torch.zeros_like(p)
                 st["t"] += 1
                 t, m, v, g = st["t"], st["m"], st["v"], p.grad
+                if not self.lamb:
+                    g = g + group["weight_decay"] * p
                 m.mul_(b1).add_(g, alpha=1 - b1)
                 v.mul_(b2).addcmul_(g, g, value=1 - b2)
-                u = (m / (1 - b1 ** t)) / (v.sqrt() / math.sqrt(1 - b2 ** t) + group["eps"]) \
-                    + group["weight_decay"] * p
+                c1, c2 = (1 - b1 ** t, 1 - b2 ** t) if self.bc else (1.0, 1.0)
+                u = (m / c1) / (v.sqrt() / math.sqrt(c2) + group["eps"])
+                if not self.lamb:
+                    p.add_(u, alpha=-group["lr"])
+                    continue
+                u = u + group["weight_decay"] * p
                 pn, un = float(p.norm()), float(u.norm())
-                trust = min(max(pn / un, 0.01), 10.0) if pn > 0 and un > 0 else 1.0
+                trust = (min(max(pn / un, self.min_coeff), self.max_coeff)
+                         if pn > 0 and un > 0 else 1.0)
                 p.add_(u, alpha=-group["lr"] * trust)
 
 
@@ -67,6 +79,11 @@ def main():
     ap.add_argument("--warmup", type=int, default=0)
     ap.add_argument("--total", type=int, default=0)
     ap.add_argument("--clip", type=float, default=0.0)
+    ap.add_argument("--no-bias-correction", action="store_true",
+                    help="adam/lamb without bias correction (DeepSpeed's "
+                         "bias_correction: false)")
+    ap.add_argument("--max-coeff", type=float, default=10.0,
+                    help="lamb's trust-ratio upper bound")
     ap.add_argument("--accum", type=int, default=1,
                     help="micro-batches per step (MLP models): torch runs "
                          "(loss / K).backward() K times, then steps")
@@ -87,7 +104,11 @@ def main():
         feeds = {k: np.concatenate([b[k] for b in batches]) for k in ("x", "y")}
     lr, wd, momentum = 1e-2, 0.01, 0.9
     params = [p for p in model.parameters()]
-    if args.optimizer == "adam":
+    bc = not args.no_bias_correction
+    if args.optimizer == "adam" and not bc:
+        opt = Lamb(params, lr=lr, bias_correction=False, lamb=False)
+        flags = [f"--lr={lr}", "--bias-correction=false"]
+    elif args.optimizer == "adam":
         opt = torch.optim.Adam(params, lr=lr)
         flags = [f"--lr={lr}"]
     elif args.optimizer == "adamw":
@@ -97,8 +118,11 @@ def main():
         opt = torch.optim.SGD(params, lr=lr, momentum=momentum, nesterov=True)
         flags = [f"--lr={lr}", f"--momentum={momentum}", "--nesterov"]
     else:
-        opt = Lamb(params, lr=lr, weight_decay=wd)
-        flags = [f"--lr={lr}", f"--weight-decay={wd}"]
+        opt = Lamb(params, lr=lr, weight_decay=wd, bias_correction=bc,
+                   max_coeff=args.max_coeff)
+        flags = [f"--lr={lr}", f"--weight-decay={wd}",
+                 f"--bias-correction={'true' if bc else 'false'}",
+                 f"--lamb-max-coeff={args.max_coeff}"]
     if args.schedule != "constant":
         flags += [f"--lr-schedule={args.schedule}", f"--warmup-steps={args.warmup}",
                   f"--total-steps={args.total}"]

@@ -97,8 +97,10 @@ bool kAdam(KernelContext &ctx) {
   float eps = static_cast<float>(ctx.attrs.getFloat("eps", 1e-8));
   double wd = ctx.attrs.getFloat("weight_decay", 0.0);
   bool decoupled = ctx.attrs.getInt("decoupled", 0) != 0;
-  double bc1 = 1.0 - std::pow(beta1, static_cast<double>(t));
-  double bc2 = 1.0 - std::pow(beta2, static_cast<double>(t));
+  // DeepSpeed's bias_correction: false leaves the moments undivided.
+  bool correct = ctx.attrs.getInt("bias_correction", 1) != 0;
+  double bc1 = correct ? 1.0 - std::pow(beta1, static_cast<double>(t)) : 1.0;
+  double bc2 = correct ? 1.0 - std::pow(beta2, static_cast<double>(t)) : 1.0;
   float stepSize = static_cast<float>(lr / bc1);
   float bc2Sqrt = static_cast<float>(std::sqrt(bc2));
   float b1 = static_cast<float>(beta1), b2 = static_cast<float>(beta2);
@@ -110,7 +112,8 @@ bool kAdam(KernelContext &ctx) {
         *Vo = ctx.out[2].as<float>();
   if (ctx.attrs.getInt("lamb", 0)) {
     // Lamb: Adam's direction plus decoupled decay, scaled per tensor by the
-    // trust ratio ||p|| / ||u|| in [0.01, 10] (DeepSpeed's FusedLamb).
+    // trust ratio ||p|| / ||u|| in [min_coeff, max_coeff] (DeepSpeed's
+    // FusedLamb; 0.01 and 10 by default).
     int64_t n = pin.numel();
     std::vector<float> u(n);
     float bc1F = static_cast<float>(bc1);
@@ -127,7 +130,9 @@ bool kAdam(KernelContext &ctx) {
     pNorm = std::sqrt(pNorm);
     uNorm = std::sqrt(uNorm);
     double trust = pNorm > 0 && uNorm > 0
-                       ? std::clamp(pNorm / uNorm, 0.01, 10.0)
+                       ? std::clamp(pNorm / uNorm,
+                                    ctx.attrs.getFloat("min_coeff", 0.01),
+                                    ctx.attrs.getFloat("max_coeff", 10.0))
                        : 1.0;
     float scale = static_cast<float>(lr * trust);
     for (int64_t i = 0; i < n; ++i)

@@ -191,8 +191,10 @@ bool kAdam(KernelContext &ctx) {
   float eps = static_cast<float>(ctx.attrs.getFloat("eps", 1e-8));
   double wd = ctx.attrs.getFloat("weight_decay", 0.0);
   bool decoupled = ctx.attrs.getInt("decoupled", 0) != 0;
-  double bc1 = 1.0 - std::pow(beta1, static_cast<double>(t));
-  double bc2 = 1.0 - std::pow(beta2, static_cast<double>(t));
+  // DeepSpeed's bias_correction: false leaves the moments undivided.
+  bool correct = ctx.attrs.getInt("bias_correction", 1) != 0;
+  double bc1 = correct ? 1.0 - std::pow(beta1, static_cast<double>(t)) : 1.0;
+  double bc2 = correct ? 1.0 - std::pow(beta2, static_cast<double>(t)) : 1.0;
   float bc2Sqrt = static_cast<float>(std::sqrt(bc2));
   float b1 = float(beta1), b2 = float(beta2);
   float a1 = float(1.0 - beta1), a2 = float(1.0 - beta2);
@@ -214,7 +216,9 @@ bool kAdam(KernelContext &ctx) {
       return false;
     double pNorm = std::sqrt(host[0]), uNorm = std::sqrt(host[1]);
     double trust = pNorm > 0 && uNorm > 0
-                       ? std::min(10.0, std::max(0.01, pNorm / uNorm))
+                       ? std::min(ctx.attrs.getFloat("max_coeff", 10.0),
+                                  std::max(ctx.attrs.getFloat("min_coeff", 0.01),
+                                           pNorm / uNorm))
                        : 1.0;
     lambApply<<<blocksFor(n), 256, 0, gStream>>>(P, u.as<float>(), Po, n,
                                                  float(lr * trust));

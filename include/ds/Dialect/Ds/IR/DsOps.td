@@ -799,8 +799,9 @@ def Ds_AdamOp : Ds_Op<"adam", [Pure, Ds_OptimizerStep]> {
     `weight_decay` adds `wd * p` to `g` (Adam) or, with `decoupled`, scales
     `p` by `1 - lr * wd` first (AdamW). Computed in f32 in torch's order.
     With `lamb`, the update `u = m_hat / (sqrt(v_hat) + eps) + wd p` is
-    scaled by the trust ratio `||p|| / ||u||` clamped to [0.01, 10] (1 when
-    either norm is 0), as DeepSpeed's FusedLamb.
+    scaled by the trust ratio `||p|| / ||u||` clamped to [`min_coeff`,
+    `max_coeff`] (1 when either norm is 0), as DeepSpeed's FusedLamb. With `bias_correction`
+    false (DeepSpeed's option) the `1 - b^t` factors are 1.
     `lr` is scaled by the `schedule` at run time (docs/training.md). With
     `accum_steps` K > 1 and a `grad_accum` buffer, micro-steps add their
     gradient to it and every K-th applies the mean of the K gradients.
@@ -816,7 +817,10 @@ def Ds_AdamOp : Ds_Op<"adam", [Pure, Ds_OptimizerStep]> {
                        DefaultValuedAttr<I64Attr, "0">:$warmup_steps,
                        DefaultValuedAttr<I64Attr, "0">:$total_steps,
                        DefaultValuedAttr<F64Attr, "0.0">:$min_lr,
-                       DefaultValuedAttr<I64Attr, "1">:$accum_steps);
+                       DefaultValuedAttr<I64Attr, "1">:$accum_steps,
+                       DefaultValuedAttr<BoolAttr, "true">:$bias_correction,
+                       DefaultValuedAttr<F64Attr, "10.0">:$max_coeff,
+                       DefaultValuedAttr<F64Attr, "0.01">:$min_coeff);
   let results = (outs Ds_FloatTensor:$new_param, Ds_FloatTensor:$new_exp_avg,
                       Ds_FloatTensor:$new_exp_avg_sq,
                       Optional<Ds_FloatTensor>:$new_grad_accum);
