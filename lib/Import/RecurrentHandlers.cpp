@@ -226,10 +226,10 @@ SmallVector<Value> gruDirection(Expander &e, Value x, const DirWeights &w) {
 // Checking the node
 //===----------------------------------------------------------------------===//
 
-LogicalResult refuseAttr(NodeContext &n, StringRef key, StringRef why) {
-  return n.error() << "attribute '" << key << "' " << why
-                   << " is not supported (ds expands LSTM/GRU with their "
-                      "default activations, no clip)";
+LogicalResult refuseAttr(NodeContext &n, StringRef key, StringRef value) {
+  return n.error() << "attribute '" << key << "'" << value
+                   << " is not supported: ds expands LSTM and GRU with the "
+                      "default activations, no clip and input_forget=0";
 }
 
 /// Only the default activations (or none given), no alpha/beta, no clip.
@@ -239,16 +239,20 @@ LogicalResult checkActivations(NodeContext &n, const RnnSpec &s) {
     if (s.cell == Cell::Lstm)
       want.push_back("Tanh");
     bool ok = a->strings_size() == static_cast<int>(want.size() * s.dirs);
-    for (int i = 0; ok && i < a->strings_size(); ++i)
-      ok = StringRef(a->strings(i)).equals_insensitive(want[i % want.size()]);
+    std::string given;
+    for (int i = 0; i < a->strings_size(); ++i) {
+      given += (i ? ", " : "") + a->strings(i);
+      ok = ok && StringRef(a->strings(i))
+                     .equals_insensitive(want[i % want.size()]);
+    }
     if (!ok)
-      return refuseAttr(n, "activations", "with non-default functions");
+      return refuseAttr(n, "activations", " = [" + given + "]");
   }
   for (StringRef key : {"activation_alpha", "activation_beta", "clip"})
     if (n.attr(key))
-      return refuseAttr(n, key, "(given)");
+      return refuseAttr(n, key, "");
   if (s.cell == Cell::Lstm && n.intAttr("input_forget", 0) != 0)
-    return refuseAttr(n, "input_forget", "= 1");
+    return refuseAttr(n, "input_forget", " = 1");
   return success();
 }
 
