@@ -18,8 +18,9 @@ parameter's gradient within 1e-4 relative (per parameter max |ds - torch|
 
 train: test/Zoo's lstm_lm or gru_classifier, ds.export, ds-opt
 --optimizer=O and 6 ds-run steps against the same torch.optim loop on the
-same batch: each loss within 1e-4 relative (fp32). --precision bf16: each
-loss within 2% of torch's fp32 loss. --ranks N --zero S: N ranks (per-rank
+same batch: each loss within 1e-4 relative (fp32, also with --extra
+--recompute=full). --precision bf16/fp16: each loss within 2% of torch's
+fp32 loss. --ranks N --zero S: N ranks (per-rank
 batch 4/N) against one rank (batch 4) in ds: losses within 1e-5 relative,
 weights within 1e-5 relative L2.
 """
@@ -196,7 +197,7 @@ def ds_train(args, onnx_path, tag, prefix=(), *extra):
     if args.precision != "fp32":
         flags.append(f"--precision={args.precision}")
     plan = w(tag + ".plan")
-    r = subprocess.run([args.ds_opt, onnx_path, *flags, *extra, "-o", plan],
+    r = subprocess.run([args.ds_opt, onnx_path, *flags, *args.extra, *extra, "-o", plan],
                        capture_output=True, text=True)
     if r.returncode:
         sys.exit(r.stderr)
@@ -214,7 +215,7 @@ def train(args):
     onnx_path = os.path.join(args.work, "model.onnx")
     ds.export(model, inputs, onnx_path)
     problems = []
-    name = f"{args.model} {args.optimizer} {args.precision}"
+    name = f"{args.model} {args.optimizer} {args.precision}{''.join(' ' + e for e in args.extra)}"
     if args.ranks > 1:
         part = {k: v[: 4 // args.ranks] for k, v in inputs.items()}
         part_path = os.path.join(args.work, "part.onnx")
@@ -249,7 +250,9 @@ def main():
     for a in ("--ds-opt", "--ds-run", "--work", "--model"):
         ap.add_argument(a, required=True)
     ap.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
-    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
+    ap.add_argument("--extra", action="append", default=[],
+                    help="another ds-opt flag for every plan (--recompute=full)")
     ap.add_argument("--ranks", type=int, default=1)
     ap.add_argument("--zero", type=int, default=0)
     ap.add_argument("--mpirun", default="")
