@@ -38,12 +38,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [os.path.join(HERE, "..", "Zoo"), os.path.join(HERE, "..", "..", "python")]
+sys.path[:0] = [HERE, os.path.join(HERE, "..", "Zoo"), os.path.join(HERE, "..", "..", "python")]
 import ds  # noqa: E402
 import models  # noqa: E402
+# The same torch.optim loop, steps and hyperparameters as the trainable-set test.
+from trainable_set import LR, MOMENTUM, STEPS, torch_losses  # noqa: E402
 
 warnings.filterwarnings("ignore")
-STEPS, LR, MOMENTUM = 6, 1e-2, 0.9
 GRAD_TOL, LOSS_TOL, BF16_TOL = 1e-4, 1e-4, 2e-2
 
 
@@ -173,20 +174,6 @@ class Gru2Export(nn.Module):
     def forward(self, x, h0, y):
         out, _ = self.gru(x, h0)
         return F.cross_entropy(self.head(out[-1]), y)
-
-
-def torch_losses(model, inputs, optimizer):
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = (torch.optim.Adam(params, lr=LR) if optimizer == "adam"
-           else torch.optim.SGD(params, lr=LR, momentum=MOMENTUM))
-    losses = []
-    for _ in range(STEPS):
-        opt.zero_grad()
-        loss = model(**inputs)
-        loss.backward()
-        opt.step()
-        losses.append(float(loss))
-    return losses
 
 
 def ds_train(args, onnx_path, tag, prefix=(), *extra):

@@ -2,7 +2,7 @@
 """Writes the LSTM/GRU models of the importer's lit tests (rnn.test).
 
     gen_rnn_models.py NAME OUT.onnx      write model NAME
-    gen_rnn_models.py --list             list the names
+    gen_rnn_models.py --list             list the names (gen_models.py's too)
 
 Built with onnx.helper (gen_models.py's helpers), except torch-lstm-dynamic:
 test/Zoo's LSTM language model exported by torch.onnx.export with a dynamic
@@ -15,16 +15,11 @@ import numpy as np
 from onnx import TensorProto, helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gen_models import const, init, make, rand, vi  # noqa: E402
+# The models register with gen_models' table; its main() writes them.
+from gen_models import const, init, main, make, model, rand, vi  # noqa: E402
 
 F = TensorProto.FLOAT
-MODELS = {}
 SEQ, BATCH, IN, HID = 3, 2, 4, 5
-
-
-def model(fn):
-    MODELS[fn.__name__.replace("_", "-")] = fn
-    return fn
 
 
 def rnn(op="LSTM", dirs=1, extra_inputs=(), extra_inits=(), extra_nodes=(),
@@ -101,16 +96,6 @@ def torch_lstm_dynamic():
                           input_names=["tokens", "labels"], output_names=["loss"],
                           dynamic_axes={"tokens": {1: "seq"}, "labels": {1: "seq"}})
         return onnx.load(path)
-
-
-def main():
-    import onnx
-    if len(sys.argv) == 2 and sys.argv[1] == "--list":
-        print("\n".join(sorted(MODELS)))
-        return
-    if len(sys.argv) != 3 or sys.argv[1] not in MODELS:
-        sys.exit(f"usage: {sys.argv[0]} NAME OUT.onnx | --list")
-    onnx.save_model(MODELS[sys.argv[1]](), sys.argv[2])
 
 
 if __name__ == "__main__":
