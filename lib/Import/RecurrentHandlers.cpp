@@ -314,9 +314,12 @@ FailureOr<RnnSpec> readSpec(NodeContext &n, Cell cell) {
   s.cell = cell;
   s.gates = cell == Cell::Lstm ? 4 : 3;
   s.elt = n.elementTypeOf(0);
-  s.hidden = n.intAttr("hidden_size", 0);
+  // hidden_size is optional in ONNX: R's last dimension gives it.
+  if (n.shape(2).size() != 3)
+    return n.error() << "R must have rank 3, got " << shapeStr(n.shape(2));
+  s.hidden = n.intAttr("hidden_size", n.shape(2)[2]);
   if (s.hidden <= 0)
-    return n.error() << "attribute 'hidden_size' must be given and positive";
+    return n.error() << "attribute 'hidden_size' must be positive";
   std::string dir = n.stringAttr("direction", "forward");
   if (dir == "bidirectional")
     s.dirs = 2;
