@@ -56,6 +56,7 @@ const HandlerTable &onnx_import::handlerTable() {
     registerLossHandlers(t);
     registerTrainingDomainHandlers(t);
     registerPoolingHandlers(t);
+    registerRecurrentHandlers(t); // LSTM, GRU (rnn family)
     return t;
   }();
   return table;

@@ -63,7 +63,7 @@ def torch_losses(model, inputs, optimizer):
     losses = []
     for _ in range(STEPS):
         opt.zero_grad()
-        loss = model(inputs["tokens"], inputs["labels"])
+        loss = model(**inputs)
         loss.backward()
         opt.step()
         losses.append(float(loss))
