@@ -323,7 +323,8 @@ LogicalResult mlir::ds::plan_writer::writePipelinePlan(
       return failure();
   FailureOr<std::vector<uint64_t>> rankPeak =
       rankPeaks(module, shape, fig, options.views.budget);
-  if (failed(rankPeak))
+  if (failed(rankPeak) ||
+      failed(plan_writer::predictOnCluster(module, p, options, nullptr)))
     return failure();
   if (!options.report)
     return success();
