@@ -79,6 +79,18 @@ TEST(StepSimulator, PipelineBubbleMatchesTheFormula) {
       EXPECT_EQ(s.microBatches, m);
       EXPECT_EQ(s.bottleneck, p - 1 > m ? ds::Bottleneck::Bubble
                                         : ds::Bottleneck::Compute);
+      // The schedule for the trace: 2m items and an update per rank, in
+      // order on each rank; the last rank's first forward waits for the
+      // p-1 before it (1 ms each).
+      ASSERT_EQ(s.timeline.events.size(), static_cast<size_t>(p * (2 * m + 1)));
+      std::vector<double> last(p, 0);
+      for (const ds::TimelineEvent &e : s.timeline.events) {
+        ASSERT_TRUE(e.rank >= 0 && e.rank < p);
+        EXPECT_GE(e.start + 1e-12, last[e.rank]);
+        last[e.rank] = e.start + e.duration;
+        if (e.rank == p - 1 && e.kernel == "F0")
+          expectNear(e.start, (p - 1) * 1e-3);
+      }
     }
 }
 

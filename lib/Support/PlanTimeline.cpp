@@ -365,8 +365,11 @@ std::string traceJson(const Timeline &t, int world) {
         << R"(, "tid": )" << k << R"(, "args": {"name": ")" << tracks[k]
         << R"("}})";
     }
-    // Every rank runs the same plan: the same events on each.
+    // Every rank runs the same plan: the same events on each (unless an
+    // event names its rank).
     for (const TimelineEvent &e : t.events) {
+      if (e.rank >= 0 && e.rank != r)
+        continue;
       sep();
       o << R"({"ph": "X", "pid": )" << r << R"(, "tid": )" << e.track
         << R"(, "name": )" << jsonString(e.kernel) << R"(, "ts": )"

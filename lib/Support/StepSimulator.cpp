@@ -100,6 +100,40 @@ ChunkTimes chunkTimes(const plan::Plan &sp, const CostModel &model) {
   return c;
 }
 
+/// The pipeline's predicted schedule as a timeline: each item on its
+/// pipeline rank's compute track ("F3" the forward of micro-batch 3, with
+/// ".c" its chunk under the interleaved schedule), then each rank's update.
+Timeline pipelineTimeline(const PipeSimulation &sim,
+                          const std::vector<double> &update, int virt) {
+  Timeline t;
+  for (const PipeItemTime &it : sim.items) {
+    TimelineEvent e;
+    e.instruction = -1;
+    e.kernel = (it.step.forward ? "F" : "B") + std::to_string(it.step.micro);
+    if (virt > 1)
+      e.kernel += "." + std::to_string(it.step.chunk);
+    e.node = "stage " + std::to_string(it.step.chunk);
+    e.rank = it.rank;
+    e.start = it.start;
+    e.duration = it.end - it.start;
+    t.events.push_back(std::move(e));
+  }
+  for (size_t r = 0; r < update.size(); ++r) {
+    TimelineEvent e;
+    e.instruction = -1;
+    e.kernel = "update";
+    e.rank = static_cast<int>(r);
+    e.start = sim.stepSeconds;
+    e.duration = update[r];
+    t.events.push_back(std::move(e));
+  }
+  t.stepSeconds = sim.stepSeconds +
+                  (update.empty() ? 0
+                                  : *std::max_element(update.begin(),
+                                                      update.end()));
+  return t;
+}
+
 StepPrediction predictPipeline(const plan::Plan &p, const ClusterSpec &c,
                                const CostModel &model) {
   StepPrediction s;
@@ -138,6 +172,7 @@ StepPrediction predictPipeline(const plan::Plan &p, const ClusterSpec &c,
   std::string kind = virt > 1 ? std::string("interleaved") : pl.schedule();
   PipeSimulation sim =
       simulatePipeline(pipelineSchedule(kind, stages, m, virt), fwd, bwd, link);
+  s.timeline = pipelineTimeline(sim, update, virt);
   int busiest = static_cast<int>(
       std::max_element(busy.begin(), busy.end()) - busy.begin());
   s.stepSeconds = sim.stepSeconds +

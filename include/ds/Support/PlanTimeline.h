@@ -49,6 +49,9 @@ struct TimelineEvent {
   int track = 0; // 0 compute, 1 communication, 2 copies, 3 host, 4 NVMe
   double start = 0, duration = 0; // seconds
   double flops = 0, bytes = 0;
+  /// The rank (process) that runs it; -1: every rank runs the same plan.
+  /// A pipeline's predicted schedule names each item's pipeline rank.
+  int rank = -1;
 };
 
 struct Timeline {

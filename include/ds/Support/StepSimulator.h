@@ -39,8 +39,9 @@ struct StepPrediction {
   /// compute precision.
   double peakFlops = 0, mfu = 0;
   Bottleneck bottleneck = Bottleneck::Compute;
-  /// A flat plan's micro-batch schedule (for a trace); empty for a
-  /// pipeline.
+  /// The predicted schedule (for a trace): a flat plan's micro-batch, or
+  /// a pipeline's items (forward and backward sections) and updates on
+  /// each pipeline rank (TimelineEvent::rank).
   Timeline timeline;
 };
 

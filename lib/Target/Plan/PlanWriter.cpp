@@ -216,6 +216,12 @@ LogicalResult writeViews(ModuleOp module, const pb::Plan &p,
 }
 } // namespace
 
+LogicalResult mlir::ds::plan_writer::writeTextFile(ModuleOp module,
+                                                  const std::string &path,
+                                                  const std::string &text) {
+  return writeText(module, path, text);
+}
+
 namespace {
 /// The section of the step from `ins` on: the backward pass from the loss's
 /// gradient (or a stage plan's backward mark), the optimizer's from its

@@ -54,6 +54,10 @@ LogicalResult addCosts(Operation *op, const ::ds::plan::Plan &p,
 LogicalResult predictOnCluster(ModuleOp module, const ::ds::plan::Plan &p,
                                const PlanWriteOptions &options,
                                ::ds::Timeline *timeline);
+/// Writes `text` to `path` through a temporary file and a rename (an
+/// error on `module` otherwise).
+LogicalResult writeTextFile(ModuleOp module, const std::string &path,
+                            const std::string &text);
 } // namespace mlir::ds::plan_writer
 
 #endif // DS_TARGET_PLAN_PLANWRITERIMPL_H
