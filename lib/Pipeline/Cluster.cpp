@@ -101,6 +101,29 @@ public:
     return llvm::Error::success();
   }
 
+  /// A number field of an object: its key, unit, whether it is required,
+  /// where it goes.
+  struct Field {
+    llvm::StringRef key;
+    const char *unit;
+    bool required;
+    double *out;
+  };
+
+  /// An object of positive numbers: no other keys.
+  llvm::Error fields(const json::Object &o, const std::string &path,
+                     llvm::ArrayRef<Field> fs) {
+    llvm::SmallVector<llvm::StringRef> names;
+    for (const Field &f : fs)
+      names.push_back(f.key);
+    if (llvm::Error e = keys(o, path, names))
+      return e;
+    for (const Field &f : fs)
+      if (llvm::Error e = number(o, f.key, path, f.unit, f.required, *f.out))
+        return e;
+    return llvm::Error::success();
+  }
+
   /// A link's or a collective's bandwidth and latency.
   llvm::Error link(const json::Object &o, const std::string &path,
                    ::ds::AlphaBeta &out) {
@@ -182,37 +205,27 @@ llvm::Error ClusterReader::offload(const json::Object &root,
       if (llvm::Error e = link(**o, key.str(), *spec))
         return e;
   }
-  llvm::Expected<const json::Object *> h = object(root, "host", "", false);
-  if (!h)
-    return h.takeError();
-  if (*h) {
-    c.host.present = true;
-    if (llvm::Error e =
-            keys(**h, "host", {"memory", "bandwidth", "optimizer_bandwidth"}))
-      return e;
-    if (llvm::Error e = number(**h, "memory", "host", "bytes", false,
-                               c.host.memory))
-      return e;
-    if (llvm::Error e = number(**h, "bandwidth", "host", "bytes/s", true,
-                               c.host.bandwidth))
-      return e;
-    if (llvm::Error e = number(**h, "optimizer_bandwidth", "host", "bytes/s",
-                               true, c.host.optimizerBandwidth))
-      return e;
-  }
-  llvm::Expected<const json::Object *> n = object(root, "nvme", "", false);
-  if (!n)
-    return n.takeError();
-  if (*n) {
-    c.nvme.present = true;
-    if (llvm::Error e =
-            keys(**n, "nvme", {"read_bandwidth", "write_bandwidth"}))
-      return e;
-    if (llvm::Error e = number(**n, "read_bandwidth", "nvme", "bytes/s", true,
-                               c.nvme.readBandwidth))
-      return e;
-    if (llvm::Error e = number(**n, "write_bandwidth", "nvme", "bytes/s", true,
-                               c.nvme.writeBandwidth))
+  // The optional sections of positive numbers.
+  using F = Field;
+  for (auto [key, present, fs] :
+       {std::tuple<llvm::StringRef, bool *, std::vector<Field>>{
+            "host",
+            &c.host.present,
+            {F{"memory", "bytes", false, &c.host.memory},
+             F{"bandwidth", "bytes/s", true, &c.host.bandwidth},
+             F{"optimizer_bandwidth", "bytes/s", true,
+               &c.host.optimizerBandwidth}}},
+        {"nvme",
+         &c.nvme.present,
+         {F{"read_bandwidth", "bytes/s", true, &c.nvme.readBandwidth},
+          F{"write_bandwidth", "bytes/s", true, &c.nvme.writeBandwidth}}}}) {
+    llvm::Expected<const json::Object *> o = object(root, key, "", false);
+    if (!o)
+      return o.takeError();
+    if (!*o)
+      continue;
+    *present = true;
+    if (llvm::Error e = fields(**o, key.str(), fs))
       return e;
   }
   return llvm::Error::success();
