@@ -7,6 +7,7 @@
 #include "CompileSteps.h"
 
 #include "ds/Import/OnnxImporter.h"
+#include "ds/Pipeline/Cluster.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -226,6 +227,28 @@ llvm::Expected<CompileResult> mlir::ds::compile(ModuleOp model,
   if (llvm::Error e = checkMemoryOptions(options, result.choices, limit))
     return std::move(e);
   result.deviceMemory = limit.value_or(0);
+  if (!options.clusterSpec.empty()) {
+    if (options.emitKind != "plan")
+      return fail("--cluster predicts a plan's step (--emit=plan, the "
+                  "default)");
+    llvm::Expected<::ds::ClusterSpec> cluster =
+        loadCluster(options.clusterSpec);
+    if (!cluster)
+      return cluster.takeError();
+    // What needs no plan, before compiling (the plan is checked again).
+    ::ds::Precision p = ::ds::Precision::FP32;
+    ::ds::parsePrecision(options.precision, p);
+    if (cluster->flops[static_cast<int>(p)] <= 0)
+      return fail(options.clusterSpec + ": device.flops." + options.precision +
+                  ": required for --precision=" + options.precision);
+    if (options.worldSize > cluster->devices())
+      return fail(options.clusterSpec + ": --world-size=" +
+                  llvm::Twine(options.worldSize) + " needs more devices than " +
+                  "the cluster's " + llvm::Twine(cluster->nodes) + " x " +
+                  llvm::Twine(cluster->devicesPerNode));
+    result.cluster = std::make_shared<ClusterDescription>(
+        ClusterDescription{std::move(*cluster), options.clusterSpec});
+  }
   if (options.emitKind == "mlir-import") {
     result.module = OwningOpRef<ModuleOp>(model.clone());
     return std::move(result);

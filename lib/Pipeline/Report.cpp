@@ -7,6 +7,7 @@
 #include "CompileSteps.h"
 
 #include "ds/Dialect/DsRt/IR/DsRtOps.h"
+#include "ds/Pipeline/Cluster.h"
 #include "ds/Target/Plan/PlanWriter.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -230,6 +231,12 @@ LogicalResult mlir::ds::writePlanFile(CompileResult &result,
   plan.views.bytesPerSecond = o.costMemBandwidth;
   plan.views.linkBytesPerSecond = o.costLinkBandwidth;
   plan.views.tracePath = o.emitTrace;
+  if (result.cluster) {
+    plan.views.cluster = &result.cluster->spec;
+    plan.views.clusterSource = result.cluster->source;
+    plan.views.precision = o.precision;
+    plan.views.predicted = &result.predicted;
+  }
   plan.views.memoryPlotPath = o.emitMemoryPlot;
   plan.views.budget = static_cast<uint64_t>(result.deviceMemory);
   plan.views.plotTitle = "per-rank memory over one step: " +
@@ -257,8 +264,14 @@ LogicalResult mlir::ds::writePlanFile(CompileResult &result,
 std::string mlir::ds::formatReport(const CompileResult &result,
                                    const TrainingOptions &o) {
   bool print = o.isGiven("report"), json = o.reportKind == "json";
-  if (o.pipelineParallel > 1)
-    return result.footprint + (print && !json ? result.searchLog : "");
+  if (o.pipelineParallel > 1) {
+    if (json && !result.predicted.empty()) // {"pipeline": {...}, "predicted"}
+      return (llvm::StringRef(result.footprint).rtrim().drop_back() +
+              ", \"predicted\": " + result.predicted + "}\n")
+          .str();
+    return result.footprint + (print && !json ? result.searchLog : "") +
+           result.predicted;
+  }
   DictionaryAttr recompute = recomputeSummary(*result.module);
   if (json) {
     // One object: the footprint, then the peak and the recompute choice.
@@ -268,10 +281,12 @@ std::string mlir::ds::formatReport(const CompileResult &result,
             ", \"per_rank_peak\": " + llvm::Twine(result.perRankPeak) +
             ", \"device_memory\": " + llvm::Twine(result.deviceMemory) +
             ", \"recompute\": " +
-            (recompute ? recomputeJson(recompute) : "null") + "}\n")
+            (recompute ? recomputeJson(recompute) : "null") +
+            (result.predicted.empty() ? "" : ", \"predicted\": ") +
+            result.predicted + "}\n")
         .str();
   }
-  std::string s = result.footprint;
+  std::string s = result.footprint + result.predicted;
   if (print) {
     s += result.cost + result.searchLog;
     s += recompute ? formatRecompute(recompute, result.perRankPeak,

@@ -147,6 +147,7 @@ PipeSimulation simulatePipeline(const std::vector<std::vector<PipeStep>> &s,
           ready = std::max(ready, it->second + link);
         }
         double t = p.forward ? forward[p.chunk] : backward[p.chunk];
+        out.items.push_back({r, p, ready, ready + t});
         freeAt[r] = ready + t;
         busy[r] += t;
         done[{p.chunk, p.micro, p.forward}] = freeAt[r];

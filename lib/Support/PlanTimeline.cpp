@@ -35,6 +35,15 @@ public:
     tp = std::max<int>(1, static_cast<int>(p.tensor_parallel()));
     int world = p.world_size() == 0 ? 1 : static_cast<int>(p.world_size());
     dp = std::max(1, world / tp);
+    if (m.cluster) {
+      RankLayout layout;
+      layout.dp = dp;
+      layout.tp = tp;
+      layout.stages = std::max<int>(1, static_cast<int>(p.pipeline().stages()));
+      layout.devicesPerNode = m.cluster->devicesPerNode;
+      for (int g = 0; g < 5; ++g)
+        across[g] = layout.acrossNodes(static_cast<plan::Group>(g));
+    }
   }
 
   void add(int i, const plan::Instruction &ins);
@@ -46,12 +55,15 @@ private:
   void waitForTransfers(const plan::Instruction &ins);
   void addCollective(const plan::Instruction &ins, TimelineEvent &e);
   void addWait(const plan::Instruction &ins);
+  double clusterKernelSeconds(const plan::Instruction &ins,
+                              const TimelineEvent &e) const;
   double inputsReady(const plan::Instruction &ins, double base) const;
 
   const plan::Plan &p;
   const CostModel &m;
   Timeline &t;
   int tp = 1, dp = 1;
+  bool across[5] = {}; // by plan::Group: some group spans nodes
   double compute = 0, comm = 0;
   std::map<uint32_t, double> commEnds; // collective output -> when it ends
   // Offload: when each transfer's or host kernel's output is ready, and
@@ -87,7 +99,12 @@ bool TimelineBuilder::addTransfer(const plan::Instruction &ins,
   // Issued in program order: a device source is ready when the device
   // reaches the transfer.
   e.start = std::max(clock, inputsReady(ins, from == 0 ? compute : 0));
-  e.duration = bytes / (nvme ? m.nvmeBytesPerSecond : m.pcieBytesPerSecond);
+  double rate = nvme ? m.nvmeBytesPerSecond : m.pcieBytesPerSecond;
+  if (const ClusterSpec *c = m.cluster)
+    rate = !nvme ? c->host.bandwidth
+           : to == 2 ? c->nvme.writeBandwidth
+                     : c->nvme.readBandwidth;
+  e.duration = rate > 0 ? bytes / rate : 0;
   clock = e.start + e.duration;
   ready[ins.outputs(0)] = clock;
   copyTime[ins.outputs(0)] = e.duration;
@@ -101,7 +118,9 @@ void TimelineBuilder::addHostKernel(const plan::Instruction &ins,
   e.flops = static_cast<double>(ins.flops());
   e.track = 3;
   e.start = std::max(host, inputsReady(ins, 0));
-  e.duration = e.bytes / m.hostBytesPerSecond;
+  double rate =
+      m.cluster ? m.cluster->host.optimizerBandwidth : m.hostBytesPerSecond;
+  e.duration = rate > 0 ? e.bytes / rate : 0;
   host = e.start + e.duration;
   for (uint32_t id : ins.outputs())
     ready[id] = host;
@@ -138,6 +157,12 @@ void TimelineBuilder::addCollective(const plan::Instruction &ins,
   e.track = 1;
   e.start = std::max(compute, comm);
   e.duration = moved / m.linkBytesPerSecond;
+  if (m.cluster) {
+    int g = static_cast<int>(c.group());
+    e.duration = collectiveSeconds(*m.cluster, linkKindOf(c.kind()), ranks,
+                                   static_cast<double>(c.bytes()),
+                                   g >= 0 && g < 5 && across[g]);
+  }
   comm = e.start + e.duration;
   t.commSeconds += e.duration;
   if (ins.async()) {
@@ -157,6 +182,24 @@ void TimelineBuilder::addWait(const plan::Instruction &ins) {
     t.exposedCommSeconds += it->second - compute;
     compute = it->second;
   }
+}
+
+/// A device kernel under the cluster: a GEMM at the rate of its operands'
+/// type; a pipeline hand-over costs nothing here (the pipeline's
+/// simulation charges it between stages).
+double TimelineBuilder::clusterKernelSeconds(const plan::Instruction &ins,
+                                             const TimelineEvent &e) const {
+  if (kernelFamily(ins.kind()) == KernelFamily::Pipeline)
+    return 0;
+  Precision prec = Precision::FP32;
+  if (ins.inputs_size() > 0 &&
+      ins.inputs(0) < static_cast<uint32_t>(p.buffers_size())) {
+    plan::DType d = p.buffers(ins.inputs(0)).dtype();
+    prec = d == plan::BF16  ? Precision::BF16
+           : d == plan::F16 ? Precision::FP16
+                            : Precision::FP32;
+  }
+  return kernelSeconds(*m.cluster, ins.kind(), e.flops, e.bytes, prec);
 }
 
 void TimelineBuilder::add(int i, const plan::Instruction &ins) {
@@ -179,7 +222,9 @@ void TimelineBuilder::add(int i, const plan::Instruction &ins) {
   e.flops = static_cast<double>(ins.flops());
   e.track = 0;
   e.start = compute;
-  e.duration = std::max(e.flops / m.flopsPerSecond, e.bytes / m.bytesPerSecond);
+  e.duration = m.cluster ? clusterKernelSeconds(ins, e)
+                         : std::max(e.flops / m.flopsPerSecond,
+                                    e.bytes / m.bytesPerSecond);
   compute += e.duration;
   t.computeSeconds += e.duration;
   t.flops += e.flops;
@@ -320,8 +365,11 @@ std::string traceJson(const Timeline &t, int world) {
         << R"(, "tid": )" << k << R"(, "args": {"name": ")" << tracks[k]
         << R"("}})";
     }
-    // Every rank runs the same plan: the same events on each.
+    // Every rank runs the same plan: the same events on each (unless an
+    // event names its rank).
     for (const TimelineEvent &e : t.events) {
+      if (e.rank >= 0 && e.rank != r)
+        continue;
       sep();
       o << R"({"ph": "X", "pid": )" << r << R"(, "tid": )" << e.track
         << R"(, "name": )" << jsonString(e.kernel) << R"(, "ts": )"

@@ -38,6 +38,18 @@ SCHEMA = {
 }
 
 
+# With --cluster (docs/planner.md): the predicted step.
+PREDICTED = {
+    "predicted": {"cluster": str, "nodes": int, "devices_per_node": int,
+                  "precision": str, "step_time_s": NUM, "tokens_per_step": NUM,
+                  "tokens_per_s": NUM, "mfu": NUM, "peak_flops": NUM,
+                  "flops_per_rank": NUM, "bottleneck": str, "compute_s": NUM,
+                  "exposed_communication_s": NUM, "offload_wait_s": NUM,
+                  "bubble_s": NUM, "bubble_fraction": NUM,
+                  "micro_batches": int, "device_memory": int},
+}
+
+
 def check(obj, schema, path):
     for key, want in schema.items():
         if key not in obj:
@@ -55,6 +67,8 @@ def check(obj, schema, path):
 
 report = json.load(open(sys.argv[1]))
 problem = check(report, SCHEMA, "")
+if not problem and "predicted" in report:
+    problem = check(report, PREDICTED, "")
 print(problem or "schema OK")
 m, f = report["memory"], report["formula"]
 print("model states %d = 16Ψ/N %d" % (

@@ -21,10 +21,13 @@
 #include "mlir/IR/OwningOpRef.h"
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <vector>
 
 namespace mlir::ds {
+
+struct ClusterDescription; // ds/Pipeline/Cluster.h
 
 /// The error of a failure already reported through the context's
 /// diagnostics: callers print nothing more.
@@ -63,6 +66,10 @@ struct CompileResult {
   /// emit=plan: the footprint report and the cost estimate (JSON objects
   /// with --report=json), when a report was asked for.
   std::string footprint, cost;
+  /// --cluster: the cluster (parsed before the compile) and the predicted
+  /// step (lines, or a JSON object with --report=json).
+  std::shared_ptr<const ClusterDescription> cluster;
+  std::string predicted;
   /// What the compile warns about (an export without a trainable record,
   /// ...), each once, for the caller to print when the compile succeeds.
   std::vector<std::string> notices;

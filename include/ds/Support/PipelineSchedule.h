@@ -46,9 +46,17 @@ int stashSlots(const std::vector<PipeStep> &stage, int chunk = -1);
 /// only when another section runs before its backward.
 int stashCopies(const std::vector<PipeStep> &stage, int chunk = -1);
 
+/// One item of the schedule as simulated: its rank, and when it ran.
+struct PipeItemTime {
+  int rank = 0;
+  PipeStep step;
+  double start = 0, end = 0;
+};
+
 struct PipeSimulation {
   double stepSeconds = 0; // when the last stage's last item ends
   double bubble = 0;      // idle over stages x step time
+  std::vector<PipeItemTime> items; // each item, in the order it was placed
 };
 
 /// Runs the schedule with each chunk's forward and backward time per

@@ -14,6 +14,7 @@
 #ifndef DS_SUPPORT_PLANTIMELINE_H
 #define DS_SUPPORT_PLANTIMELINE_H
 
+#include "ds/Support/Cluster.h"
 #include "ds/Support/PlanFootprint.h"
 
 #include <cstdint>
@@ -33,6 +34,13 @@ struct CostModel {
   // (the offloaded optimizer; memory-bound, so bytes over this rate).
   double pcieBytesPerSecond = 25e9, nvmeBytesPerSecond = 3e9,
          hostBytesPerSecond = 10e9;
+  /// When set, the cluster's rules time the step instead of the rates
+  /// above (ds/Support/Cluster.h): kernels by their precision, calibrated
+  /// GEMM class or family and launch overhead; collectives by alpha-beta
+  /// on the links their group crosses; transfers and the host optimizer
+  /// at the host's and NVMe's rates; pipeline hand-overs cost nothing
+  /// inside a stage (predictStep charges them between stages).
+  const ClusterSpec *cluster = nullptr;
 };
 
 struct TimelineEvent {
@@ -41,6 +49,9 @@ struct TimelineEvent {
   int track = 0; // 0 compute, 1 communication, 2 copies, 3 host, 4 NVMe
   double start = 0, duration = 0; // seconds
   double flops = 0, bytes = 0;
+  /// The rank (process) that runs it; -1: every rank runs the same plan.
+  /// A pipeline's predicted schedule names each item's pipeline rank.
+  int rank = -1;
 };
 
 struct Timeline {

@@ -323,7 +323,16 @@ LogicalResult mlir::ds::plan_writer::writePipelinePlan(
       return failure();
   FailureOr<std::vector<uint64_t>> rankPeak =
       rankPeaks(module, shape, fig, options.views.budget);
-  if (failed(rankPeak))
+  // --cluster: the predicted step, and its schedule as the trace (one
+  // process per pipeline rank).
+  ::ds::Timeline predicted;
+  if (failed(rankPeak) ||
+      failed(plan_writer::predictOnCluster(module, p, options, &predicted)))
+    return failure();
+  if (options.views.cluster && !options.views.tracePath.empty() &&
+      failed(plan_writer::writeTextFile(
+          module, options.views.tracePath,
+          ::ds::traceJson(predicted, shape.stages))))
     return failure();
   if (!options.report)
     return success();

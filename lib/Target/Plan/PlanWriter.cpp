@@ -132,8 +132,14 @@ LogicalResult writeViews(ModuleOp module, const pb::Plan &p,
                          const PlanWriteOptions &options) {
   const PlanWriteOptions::Views &v = options.views;
   if (!v.costReport && !v.costJson && v.tracePath.empty() &&
-      v.memoryPlotPath.empty())
+      v.memoryPlotPath.empty() && !v.cluster)
     return success();
+  // --cluster: the predicted step, and its schedule for the trace.
+  std::optional<::ds::Timeline> predicted;
+  if (v.cluster &&
+      failed(plan_writer::predictOnCluster(module, p, options,
+                                           &predicted.emplace())))
+    return failure();
   ::ds::CostModel model;
   model.flopsPerSecond = v.flopsPerSecond;
   model.bytesPerSecond = v.bytesPerSecond;
@@ -198,7 +204,9 @@ LogicalResult writeViews(ModuleOp module, const pb::Plan &p,
        << ", \"flops_ratio\": " << (bound > 0 ? tl.flops / bound : 0) << "}";
   }
   if (!v.tracePath.empty() &&
-      failed(writeText(module, v.tracePath, ::ds::traceJson(tl, fp.world))))
+      failed(writeText(module, v.tracePath,
+                       ::ds::traceJson(predicted ? *predicted : tl,
+                                       fp.world))))
     return failure();
   if (!v.memoryPlotPath.empty() &&
       failed(writeText(module, v.memoryPlotPath,
@@ -207,6 +215,12 @@ LogicalResult writeViews(ModuleOp module, const pb::Plan &p,
   return success();
 }
 } // namespace
+
+LogicalResult mlir::ds::plan_writer::writeTextFile(ModuleOp module,
+                                                  const std::string &path,
+                                                  const std::string &text) {
+  return writeText(module, path, text);
+}
 
 namespace {
 /// The section of the step from `ins` on: the backward pass from the loss's

@@ -11,6 +11,8 @@
 
 #include "mlir/IR/BuiltinAttributes.h"
 
+#include "ds/Support/PlanTimeline.h"
+
 #include "plan.pb.h"
 
 namespace mlir::ds::plan_writer {
@@ -45,6 +47,17 @@ void addTypedFields(const ::ds::plan::Plan &p, DictionaryAttr params,
 LogicalResult addCosts(Operation *op, const ::ds::plan::Plan &p,
                        ::ds::plan::Instruction &ins, ::ds::plan::Phase section);
 
+/// --cluster: checks that the cluster can run `p` (an error on `module`
+/// otherwise), predicts its step and writes the prediction to
+/// options.views.predicted; `timeline` (when not null) receives a flat
+/// plan's predicted schedule.
+LogicalResult predictOnCluster(ModuleOp module, const ::ds::plan::Plan &p,
+                               const PlanWriteOptions &options,
+                               ::ds::Timeline *timeline);
+/// Writes `text` to `path` through a temporary file and a rename (an
+/// error on `module` otherwise).
+LogicalResult writeTextFile(ModuleOp module, const std::string &path,
+                            const std::string &text);
 } // namespace mlir::ds::plan_writer
 
 #endif // DS_TARGET_PLAN_PLANWRITERIMPL_H

@@ -13,6 +13,10 @@
 #include <string>
 #include <vector>
 
+namespace ds {
+struct ClusterSpec;
+} // namespace ds
+
 namespace mlir::ds {
 
 struct PlanWriteOptions {
@@ -56,6 +60,13 @@ struct PlanWriteOptions {
     uint64_t budget = 0;
     std::string *costReport = nullptr; // receives the estimate's lines
     std::string *costJson = nullptr;   // or the estimate as a JSON object
+    /// --cluster: the cluster the step is predicted on (null: none), its
+    /// name in errors, the compile's precision, and where the prediction
+    /// goes (lines, or a JSON object with reportJson). With a cluster the
+    /// trace is the predicted schedule.
+    const ::ds::ClusterSpec *cluster = nullptr;
+    std::string clusterSource, precision = "fp32";
+    std::string *predicted = nullptr;
   } views;
 };
 

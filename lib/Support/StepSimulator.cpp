@@ -1,0 +1,215 @@
+//===- StepSimulator.cpp - a plan's step time on a cluster ----------------===//
+//
+// Part of the ds project (no MLIR or LLVM).
+//
+//===----------------------------------------------------------------------===//
+
+#include "ds/Support/StepSimulator.h"
+#include "ds/Support/KernelKinds.h"
+#include "ds/Support/PipelineSchedule.h"
+
+#include "plan.pb.h"
+
+#include <algorithm>
+
+namespace ds {
+
+const char *bottleneckName(Bottleneck b) {
+  switch (b) {
+  case Bottleneck::Communication: return "communication";
+  case Bottleneck::Offload: return "offload";
+  case Bottleneck::Bubble: return "bubble";
+  default: return "compute";
+  }
+}
+
+namespace {
+
+/// Runs of the program per step: the optimizer's accumulation steps.
+int accumStepsOf(const plan::Plan &p) {
+  for (const plan::Program &prog : p.programs())
+    for (const plan::Instruction &ins : prog.instructions())
+      if (ins.has_optimizer() && ins.optimizer().has_accum_steps())
+        return std::max<int>(1, static_cast<int>(ins.optimizer().accum_steps()));
+  return 1;
+}
+
+/// The largest of the step's parts names the bottleneck.
+void chooseBottleneck(StepPrediction &s) {
+  double best = s.computeSeconds;
+  s.bottleneck = Bottleneck::Compute;
+  auto consider = [&](double v, Bottleneck b) {
+    if (v > best) {
+      best = v;
+      s.bottleneck = b;
+    }
+  };
+  consider(s.exposedCommSeconds, Bottleneck::Communication);
+  consider(s.offloadWaitSeconds, Bottleneck::Offload);
+  consider(s.bubbleSeconds, Bottleneck::Bubble);
+}
+
+/// The rates: tokens per second and the FLOPs per rank over the peak.
+void finishRates(StepPrediction &s) {
+  s.tokensPerSecond = s.stepSeconds > 0 ? s.tokensPerStep / s.stepSeconds : 0;
+  s.mfu = s.stepSeconds > 0 && s.peakFlops > 0
+              ? s.flopsPerRank / (s.stepSeconds * s.peakFlops)
+              : 0;
+  chooseBottleneck(s);
+}
+
+int dataParallel(const plan::Plan &p) {
+  int tp = std::max<int>(1, static_cast<int>(p.tensor_parallel()));
+  return std::max(1, std::max<int>(1, static_cast<int>(p.world_size())) / tp);
+}
+
+/// A stage plan's forward and backward time per micro-batch, its update
+/// (once per step), and the bytes it hands to its neighbour per
+/// micro-batch.
+struct ChunkTimes {
+  double fwd = 0, bwd = 0, update = 0, sendBytes = 0;
+  Timeline tl;
+};
+
+ChunkTimes chunkTimes(const plan::Plan &sp, const CostModel &model) {
+  ChunkTimes c;
+  c.tl = timeline(sp, model);
+  int split = static_cast<int>(sp.pipeline().backward_start());
+  int update = static_cast<int>(sp.pipeline().update_start());
+  double fwdEnd = 0, bwdEnd = 0;
+  for (const TimelineEvent &e : c.tl.events) {
+    double end = e.start + e.duration;
+    if (e.instruction < split)
+      fwdEnd = std::max(fwdEnd, end);
+    if (update <= 0 || e.instruction < update)
+      bwdEnd = std::max(bwdEnd, end);
+  }
+  bwdEnd = std::max(bwdEnd, fwdEnd);
+  c.fwd = fwdEnd;
+  c.bwd = bwdEnd - fwdEnd;
+  c.update = std::max(0.0, c.tl.stepSeconds - bwdEnd);
+  if (sp.programs_size() > 0) {
+    const plan::Program &prog = sp.programs(0);
+    for (int i = 0; i < prog.instructions_size() && i < split; ++i) {
+      const plan::Instruction &ins = prog.instructions(i);
+      if (ins.kind() == plan::KIND_PIPE_SEND)
+        for (const plan::Collective &col : ins.collectives())
+          c.sendBytes += static_cast<double>(col.bytes());
+    }
+  }
+  return c;
+}
+
+/// The pipeline's predicted schedule as a timeline: each item on its
+/// pipeline rank's compute track ("F3" the forward of micro-batch 3, with
+/// ".c" its chunk under the interleaved schedule), then each rank's update.
+Timeline pipelineTimeline(const PipeSimulation &sim,
+                          const std::vector<double> &update, int virt) {
+  Timeline t;
+  for (const PipeItemTime &it : sim.items) {
+    TimelineEvent e;
+    e.instruction = -1;
+    e.kernel = (it.step.forward ? "F" : "B") + std::to_string(it.step.micro);
+    if (virt > 1)
+      e.kernel += "." + std::to_string(it.step.chunk);
+    e.node = "stage " + std::to_string(it.step.chunk);
+    e.rank = it.rank;
+    e.start = it.start;
+    e.duration = it.end - it.start;
+    t.events.push_back(std::move(e));
+  }
+  for (size_t r = 0; r < update.size(); ++r) {
+    TimelineEvent e;
+    e.instruction = -1;
+    e.kernel = "update";
+    e.rank = static_cast<int>(r);
+    e.start = sim.stepSeconds;
+    e.duration = update[r];
+    t.events.push_back(std::move(e));
+  }
+  t.stepSeconds = sim.stepSeconds +
+                  (update.empty() ? 0
+                                  : *std::max_element(update.begin(),
+                                                      update.end()));
+  return t;
+}
+
+StepPrediction predictPipeline(const plan::Plan &p, const ClusterSpec &c,
+                               const CostModel &model) {
+  StepPrediction s;
+  const plan::Pipeline &pl = p.pipeline();
+  int chunks = pl.stage_plans_size();
+  int stages = std::max<int>(1, static_cast<int>(pl.stages()));
+  int virt = std::max<int>(1, static_cast<int>(pl.virtual_stages()));
+  int m = std::max<int>(1, static_cast<int>(pl.micro_batches()));
+  s.microBatches = m;
+  std::vector<double> fwd, bwd;
+  std::vector<double> busy(stages, 0), update(stages, 0), comm(stages, 0),
+      offload(stages, 0);
+  double send = 0, flops = 0;
+  for (int k = 0; k < chunks; ++k) {
+    ChunkTimes t = chunkTimes(pl.stage_plans(k), model);
+    fwd.push_back(t.fwd);
+    bwd.push_back(t.bwd);
+    int r = k % stages;
+    update[r] += t.update;
+    busy[r] += t.tl.computeSeconds * m;
+    comm[r] += t.tl.exposedCommSeconds * m;
+    offload[r] += t.tl.offloadWaitSeconds * m;
+    send = std::max(send, t.sendBytes);
+    flops += t.tl.flops * m;
+    if (k == 0)
+      s.tokensPerStep = static_cast<double>(t.tl.tokens) * m *
+                        dataParallel(pl.stage_plans(0));
+  }
+  RankLayout layout;
+  layout.stages = stages;
+  layout.tp = std::max<int>(1, static_cast<int>(pl.stage_plans(0).tensor_parallel()));
+  layout.dp = dataParallel(pl.stage_plans(0));
+  layout.devicesPerNode = c.devicesPerNode;
+  double link = collectiveSeconds(c, LinkKind::SendRecv, 2, send,
+                                  layout.acrossNodes(plan::GROUP_PIPELINE));
+  std::string kind = virt > 1 ? std::string("interleaved") : pl.schedule();
+  PipeSimulation sim =
+      simulatePipeline(pipelineSchedule(kind, stages, m, virt), fwd, bwd, link);
+  s.timeline = pipelineTimeline(sim, update, virt);
+  int busiest = static_cast<int>(
+      std::max_element(busy.begin(), busy.end()) - busy.begin());
+  s.stepSeconds = sim.stepSeconds +
+                  *std::max_element(update.begin(), update.end());
+  s.computeSeconds = busy[busiest];
+  s.exposedCommSeconds = comm[busiest];
+  s.offloadWaitSeconds = offload[busiest];
+  s.bubbleFraction = sim.bubble;
+  s.bubbleSeconds = sim.bubble * sim.stepSeconds;
+  s.flopsPerRank = flops / stages;
+  return s;
+}
+
+} // namespace
+
+StepPrediction predictStep(const plan::Plan &p, const ClusterSpec &c,
+                           Precision precision) {
+  CostModel model;
+  model.cluster = &c;
+  StepPrediction s;
+  if (p.pipeline().stage_plans_size() > 0) {
+    s = predictPipeline(p, c, model);
+  } else {
+    s.timeline = timeline(p, model);
+    const Timeline &t = s.timeline;
+    int k = accumStepsOf(p);
+    s.microBatches = k;
+    s.stepSeconds = t.stepSeconds * k;
+    s.computeSeconds = t.computeSeconds * k;
+    s.exposedCommSeconds = t.exposedCommSeconds * k;
+    s.offloadWaitSeconds = t.offloadWaitSeconds * k;
+    s.flopsPerRank = t.flops * k;
+    s.tokensPerStep = static_cast<double>(t.tokens) * k * dataParallel(p);
+  }
+  s.peakFlops = c.flops[static_cast<int>(precision)];
+  finishRates(s);
+  return s;
+}
+
+} // namespace ds

@@ -1,0 +1,255 @@
+//===- StepSimulatorTest.cpp - the step simulator on hand-computed steps --===//
+//
+// Part of the ds project. Small plans built by hand (kernels with given
+// FLOPs and bytes) on a cluster whose figures make each time a round
+// number: the pipeline bubble of 1F1B and GPipe, an all-reduce overlapping
+// compute, an offload transfer hidden or exposed, the alpha-beta formula,
+// and the GEMM shape classes. Times are compared to 1e-9 relative: sums
+// of a few doubles.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ds/Support/Cluster.h"
+#include "ds/Support/StepSimulator.h"
+
+#include "plan.pb.h"
+
+#include <gtest/gtest.h>
+
+namespace {
+
+namespace pb = ds::plan;
+
+/// 1e9 FLOP/s at every precision, memory and links that cost nothing
+/// unless a test sets them, no launch overhead.
+ds::ClusterSpec unitCluster(int devices) {
+  ds::ClusterSpec c;
+  c.devicesPerNode = devices;
+  c.flops[0] = c.flops[1] = c.flops[2] = 1e9;
+  c.memoryBandwidth = 1e30;
+  c.intraNode = {true, 1e30, 0};
+  c.interNode = {true, 1e30, 0};
+  c.host = {true, 1e12, 1e30, 1e30};
+  c.launchOverhead = 0;
+  return c;
+}
+
+pb::Instruction *addKernel(pb::Program *prog, pb::Kind kind, double flops) {
+  pb::Instruction *ins = prog->add_instructions();
+  ins->set_kind(kind);
+  ins->set_flops(static_cast<uint64_t>(flops));
+  return ins;
+}
+
+void expectNear(double got, double want) {
+  EXPECT_NEAR(got, want, 1e-9 * std::max(1.0, std::abs(want)));
+}
+
+/// A stage plan: a forward GEMM of F FLOPs, the backward mark, a backward
+/// GEMM of 2F.
+void addStage(pb::Pipeline *pl, double f) {
+  pb::Plan *sp = pl->add_stage_plans();
+  pb::Program *prog = sp->add_programs();
+  addKernel(prog, pb::KIND_MATMUL, f);
+  addKernel(prog, pb::KIND_PIPE_MARK, 0);
+  addKernel(prog, pb::KIND_MATMUL, 2 * f);
+  sp->mutable_pipeline()->set_backward_start(1);
+  sp->mutable_pipeline()->set_stages(pl->stages());
+}
+
+TEST(StepSimulator, PipelineBubbleMatchesTheFormula) {
+  // Equal stages of 1 ms forward and 2 ms backward: 1F1B and GPipe both
+  // take (m + p - 1) x 3 ms with (p - 1) / (m + p - 1) idle.
+  for (const char *kind : {"1f1b", "gpipe"})
+    for (auto [p, m] : {std::pair{2, 4}, {4, 8}, {4, 1}, {8, 16}, {3, 5}}) {
+      pb::Plan plan;
+      pb::Pipeline *pl = plan.mutable_pipeline();
+      pl->set_stages(p);
+      pl->set_micro_batches(m);
+      pl->set_schedule(kind);
+      for (int s = 0; s < p; ++s)
+        addStage(pl, 1e6);
+      ds::ClusterSpec c = unitCluster(p);
+      ds::StepPrediction s = ds::predictStep(plan, c, ds::Precision::FP32);
+      SCOPED_TRACE(std::string(kind) + " p=" + std::to_string(p) +
+                   " m=" + std::to_string(m));
+      expectNear(s.bubbleFraction, double(p - 1) / (m + p - 1));
+      expectNear(s.stepSeconds, (m + p - 1) * 3e-3);
+      expectNear(s.computeSeconds, m * 3e-3);
+      EXPECT_EQ(s.microBatches, m);
+      EXPECT_EQ(s.bottleneck, p - 1 > m ? ds::Bottleneck::Bubble
+                                        : ds::Bottleneck::Compute);
+      // The schedule for the trace: 2m items and an update per rank, in
+      // order on each rank; the last rank's first forward waits for the
+      // p-1 before it (1 ms each).
+      ASSERT_EQ(s.timeline.events.size(), static_cast<size_t>(p * (2 * m + 1)));
+      std::vector<double> last(p, 0);
+      for (const ds::TimelineEvent &e : s.timeline.events) {
+        ASSERT_TRUE(e.rank >= 0 && e.rank < p);
+        EXPECT_GE(e.start + 1e-12, last[e.rank]);
+        last[e.rank] = e.start + e.duration;
+        if (e.rank == p - 1 && e.kernel == "F0")
+          expectNear(e.start, (p - 1) * 1e-3);
+      }
+    }
+}
+
+/// A flat plan of two data-parallel ranks: an asynchronous all-reduce of
+/// `bytes`, a GEMM of `flops` that does not read it, the wait.
+pb::Plan overlapPlan(double bytes, double flops) {
+  pb::Plan plan;
+  plan.set_world_size(2);
+  plan.add_buffers()->set_bytes(static_cast<uint64_t>(bytes));
+  pb::Program *prog = plan.add_programs();
+  pb::Instruction *ar = addKernel(prog, pb::KIND_ALL_REDUCE, 0);
+  ar->set_async(true);
+  ar->add_inputs(0);
+  ar->add_outputs(0);
+  pb::Collective *col = ar->add_collectives();
+  col->set_kind(pb::COLLECTIVE_ALL_REDUCE);
+  col->set_group(pb::GROUP_DATA);
+  col->set_bytes(static_cast<uint64_t>(bytes));
+  addKernel(prog, pb::KIND_MATMUL, flops);
+  addKernel(prog, pb::KIND_WAIT, 0)->add_inputs(0);
+  return plan;
+}
+
+TEST(StepSimulator, AllReduceOverlapsCompute) {
+  ds::ClusterSpec c = unitCluster(2);
+  c.intraNode = {true, 1e9, 1e-4};
+  // 2 ranks: t = 1e-4 + 2 (1/2) B / 1e9; compute F / 1e9.
+  for (auto [bytes, flops] : {std::pair{1e6, 5e5}, {1e6, 3e6}, {4e6, 1e6}}) {
+    ds::StepPrediction s =
+        ds::predictStep(overlapPlan(bytes, flops), c, ds::Precision::FP32);
+    double comm = 1e-4 + bytes / 1e9, compute = flops / 1e9;
+    expectNear(s.timeline.commSeconds, comm);
+    expectNear(s.exposedCommSeconds, std::max(0.0, comm - compute));
+    expectNear(s.stepSeconds, std::max(comm, compute));
+    EXPECT_EQ(s.bottleneck, comm - compute > compute
+                                ? ds::Bottleneck::Communication
+                                : ds::Bottleneck::Compute);
+  }
+}
+
+/// A host-to-device copy of `bytes`, a GEMM of `flops` that does not
+/// need it, and a kernel that reads the copy.
+pb::Plan offloadPlan(double bytes, double flops) {
+  pb::Plan plan;
+  pb::Buffer *host = plan.add_buffers();
+  host->set_space(pb::HOST_ARENA);
+  host->set_bytes(static_cast<uint64_t>(bytes));
+  pb::Buffer *dev = plan.add_buffers();
+  dev->set_space(pb::ARENA);
+  dev->set_bytes(static_cast<uint64_t>(bytes));
+  pb::Program *prog = plan.add_programs();
+  pb::Instruction *copy = addKernel(prog, pb::KIND_TRANSFER, 0);
+  copy->add_inputs(0);
+  copy->add_outputs(1);
+  addKernel(prog, pb::KIND_MATMUL, flops);
+  addKernel(prog, pb::KIND_RELU, 0)->add_inputs(1);
+  return plan;
+}
+
+TEST(StepSimulator, OffloadTransferHiddenOrExposed) {
+  ds::ClusterSpec c = unitCluster(1);
+  c.host.bandwidth = 1e9;
+  // Hidden: a 1 ms copy behind 2 ms of compute; exposed: a 5 ms copy
+  // behind 2 ms leaves 3 ms.
+  for (auto [bytes, exposed] : {std::pair{1e6, 0.0}, {5e6, 3e-3}}) {
+    ds::StepPrediction s =
+        ds::predictStep(offloadPlan(bytes, 2e6), c, ds::Precision::FP32);
+    expectNear(s.timeline.transferSeconds, bytes / 1e9);
+    expectNear(s.timeline.exposedTransferSeconds, exposed);
+    expectNear(s.offloadWaitSeconds, exposed);
+    expectNear(s.stepSeconds, 2e-3 + exposed);
+    EXPECT_EQ(s.bottleneck, exposed > 2e-3 ? ds::Bottleneck::Offload
+                                           : ds::Bottleneck::Compute);
+  }
+}
+
+TEST(StepSimulator, AlphaBeta) {
+  ds::ClusterSpec c = unitCluster(8);
+  c.intraNode = {true, 1e9, 1e-5};
+  c.interNode = {true, 1e8, 1e-4};
+  using ds::LinkKind;
+  // t = alpha (n-1) + f B / beta.
+  expectNear(ds::collectiveSeconds(c, LinkKind::AllReduce, 4, 1e6, false),
+             3e-5 + 1.5e-3);
+  expectNear(ds::collectiveSeconds(c, LinkKind::AllGather, 4, 1e6, false),
+             3e-5 + 0.75e-3);
+  expectNear(ds::collectiveSeconds(c, LinkKind::ReduceScatter, 4, 1e6, true),
+             3e-4 + 7.5e-3);
+  expectNear(ds::collectiveSeconds(c, LinkKind::Broadcast, 4, 1e6, false),
+             3e-5 + 1e-3);
+  expectNear(ds::collectiveSeconds(c, LinkKind::SendRecv, 2, 1e6, false),
+             1e-5 + 1e-3);
+  expectNear(ds::collectiveSeconds(c, LinkKind::AllReduce, 1, 1e6, true), 0);
+  // A calibrated kind replaces the links.
+  c.collectives[static_cast<int>(LinkKind::AllReduce)] = {true, 2e9, 2e-5};
+  expectNear(ds::collectiveSeconds(c, LinkKind::AllReduce, 2, 1e6, true),
+             2e-5 + 5e-4);
+  // Tensor-parallel groups inside a node, data-parallel ones across.
+  ds::RankLayout l{2, 8, 1, 8};
+  EXPECT_FALSE(l.acrossNodes(pb::GROUP_TENSOR));
+  EXPECT_TRUE(l.acrossNodes(pb::GROUP_DATA));
+  ds::RankLayout small{2, 4, 1, 8};
+  EXPECT_FALSE(small.acrossNodes(pb::GROUP_DATA));
+  EXPECT_FALSE(small.acrossNodes(pb::GROUP_WORLD));
+  ds::RankLayout pipe{1, 8, 2, 8};
+  EXPECT_TRUE(pipe.acrossNodes(pb::GROUP_PIPELINE));
+}
+
+TEST(StepSimulator, GemmShapeClasses) {
+  ds::ClusterSpec c = unitCluster(1);
+  c.flops[0] = 1e12;
+  c.flops[1] = 2e12;
+  c.memoryBandwidth = 1e12;
+  c.launchOverhead = 1e-6;
+  EXPECT_EQ(ds::gemmClass(c, 1e6), -1);
+  c.gemm = {{1e6, 2e10}, {1e8, 6e10}, {}};
+  c.gemm[2].flopsPerSecond = 9e10;
+  EXPECT_EQ(ds::gemmClass(c, 1), 0);
+  EXPECT_EQ(ds::gemmClass(c, 1e6), 0);
+  EXPECT_EQ(ds::gemmClass(c, 1e6 + 1), 1);
+  EXPECT_EQ(ds::gemmClass(c, 1e8), 1);
+  EXPECT_EQ(ds::gemmClass(c, 1e15), 2);
+  // fp32 at the class's rate; bf16 twice it (the device's bf16 over fp32).
+  expectNear(ds::kernelSeconds(c, pb::KIND_MATMUL, 5e7, 0,
+                               ds::Precision::FP32),
+             5e7 / 6e10 + 1e-6);
+  expectNear(ds::kernelSeconds(c, pb::KIND_GEMM, 5e7, 0,
+                               ds::Precision::BF16),
+             5e7 / 1.2e11 + 1e-6);
+  // Memory-bound: bytes over the bandwidth win.
+  expectNear(ds::kernelSeconds(c, pb::KIND_MATMUL, 1e3, 1e9,
+                               ds::Precision::FP32),
+             1e-3 + 1e-6);
+  // A family's calibrated rate replaces the roofline.
+  expectNear(ds::kernelSeconds(c, pb::KIND_RELU, 1e6, 8e6,
+                               ds::Precision::FP32),
+             std::max(1e6 / 1e12, 8e6 / 1e12) + 1e-6);
+  c.families[static_cast<int>(ds::RateFamily::Elementwise)].bytesPerSecond =
+      8e9;
+  expectNear(ds::kernelSeconds(c, pb::KIND_RELU, 1e6, 8e6,
+                               ds::Precision::FP32),
+             1e-3 + 1e-6);
+  EXPECT_EQ(ds::rateFamilyOf(pb::KIND_CONV), ds::RateFamily::Conv);
+  EXPECT_EQ(ds::rateFamilyOf(pb::KIND_MAX_POOL), ds::RateFamily::Pooling);
+}
+
+TEST(StepSimulator, Presets) {
+  for (const std::string &name : ds::clusterPresetNames()) {
+    ds::ClusterSpec c;
+    ASSERT_TRUE(ds::clusterPreset(name, 0, 0, c)) << name;
+    EXPECT_GT(c.memory, 0) << name;
+    EXPECT_GT(c.flops[0], 0) << name;
+    EXPECT_EQ(c.devicesPerNode, c.gpu ? 8 : 2) << name;
+  }
+  ds::ClusterSpec c;
+  ASSERT_TRUE(ds::clusterPreset("h100-80g", 16, 8, c));
+  EXPECT_EQ(c.devices(), 128);
+  EXPECT_EQ(c.name, "h100-80g:16x8");
+  EXPECT_FALSE(ds::clusterPreset("h100", 1, 8, c));
+}
+
+} // namespace
