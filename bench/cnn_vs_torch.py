@@ -132,6 +132,8 @@ def main():
     print(f"torch {torch.__version__}: BLAS_INFO={blas.group(1) if blas else '?'}"
           f"{', ' + onednn.group(0) + ' (convolutions)' if onednn else ''}; "
           f"BLAS loaded: {blas_of_this_process()}")
+    print("load average before: %.2f %.2f %.2f (other processes share the cores: "
+          "compare the fastest steps)" % os.getloadavg())
     work = os.path.join(args.build, "bench", "cnn")
     os.makedirs(work, exist_ok=True)
     for name in args.models.split(","):
