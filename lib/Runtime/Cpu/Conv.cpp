@@ -33,17 +33,11 @@
 #include <vector>
 
 namespace ds::rt {
-namespace {
-
-/// The most floats of a chunk's column matrix (16 MiB).
-constexpr int64_t kColFloats = int64_t(1) << 22;
-/// Pointwise convolutions run per image from this many output positions.
-constexpr int64_t kPointwiseOwnGemm = 512;
 
 /// The geometry of the convolution of `x` by `w` into `y` (shapes from the
 /// operands, strides/pads/dilations/group from the attributes), all f32.
-bool geometryOf(KernelContext &ctx, const TensorView &x, const TensorView &w,
-                const TensorView &y, ConvGeometry &g) {
+bool convGeometryOf(KernelContext &ctx, const TensorView &x, const TensorView &w,
+                    const TensorView &y, ConvGeometry &g) {
   for (const TensorView *t : {&x, &w, &y})
     if (t->dtype != DType::F32)
       return ctx.fail("convolution kernels are f32 only");
@@ -54,6 +48,13 @@ bool geometryOf(KernelContext &ctx, const TensorView &x, const TensorView &w,
                              ctx.attrs.getInt("group", 1));
   return error.empty() || ctx.fail(error);
 }
+
+namespace {
+
+/// The most floats of a chunk's column matrix (16 MiB).
+constexpr int64_t kColFloats = int64_t(1) << 22;
+/// Pointwise convolutions run per image from this many output positions.
+constexpr int64_t kPointwiseOwnGemm = 512;
 
 /// Images per chunk: 1 for a pointwise convolution of large images (its
 /// GEMMs read the input in place), else as many as fit kColFloats.
@@ -314,7 +315,7 @@ bool kConv(KernelContext &ctx) {
   const TensorView &x = ctx.in[0], &w = ctx.in[1];
   TensorView &y = ctx.out[0];
   ConvGeometry g;
-  if (!geometryOf(ctx, x, w, y, g))
+  if (!convGeometryOf(ctx, x, w, y, g))
     return false;
   const float *bias = nullptr;
   if (ctx.in.size() > 2) {
@@ -344,7 +345,7 @@ bool kConvGradInput(KernelContext &ctx) {
   const TensorView &dy = ctx.in[0], &w = ctx.in[1];
   TensorView &dx = ctx.out[0];
   ConvGeometry g;
-  if (!geometryOf(ctx, dx, w, dy, g))
+  if (!convGeometryOf(ctx, dx, w, dy, g))
     return false;
   if (isDepthwise(g))
     depthwiseGradInput(g, dy.as<float>(), w.as<float>(), dx.as<float>());
@@ -358,7 +359,7 @@ bool kConvGradWeight(KernelContext &ctx) {
   const TensorView &x = ctx.in[0], &dy = ctx.in[1];
   TensorView &dw = ctx.out[0];
   ConvGeometry g;
-  if (!geometryOf(ctx, x, dw, dy, g))
+  if (!convGeometryOf(ctx, x, dw, dy, g))
     return false;
   if (isDepthwise(g))
     depthwiseGradWeight(g, x.as<float>(), dy.as<float>(), dw.as<float>());

@@ -153,10 +153,12 @@ void maxGradPlane(const PoolGeometry &g, const float *x, const float *dy,
       dx[arg[o]] += dy[o];
 }
 
+} // namespace
+
 /// The geometry of an instruction: `pooled` is the pooling's output (the
 /// forward's result, the gradient's incoming gradient), `plain` its input.
-bool geometryOf(KernelContext &ctx, const TensorView &plain,
-                const TensorView &pooled, PoolGeometry &g) {
+bool poolGeometryOf(KernelContext &ctx, const TensorView &plain,
+                    const TensorView &pooled, PoolGeometry &g) {
   std::vector<int64_t> kernel = ctx.attrs.getInts("kernel_shape");
   std::vector<int64_t> strides = ctx.attrs.getInts("strides");
   std::vector<int64_t> pads = ctx.attrs.getInts("pads");
@@ -174,6 +176,8 @@ bool geometryOf(KernelContext &ctx, const TensorView &plain,
   g.countIncludePad = ctx.attrs.getInt("count_include_pad", 0) != 0;
   return true;
 }
+
+namespace {
 
 /// A plane of `t` as f32: its own storage, or `buf` filled from it.
 const float *planeIn(const TensorView &t, int64_t plane, int64_t size,
@@ -216,7 +220,7 @@ void forEachPlane(const PoolGeometry &g,
 
 bool kMaxPool(KernelContext &ctx) {
   PoolGeometry g;
-  if (!geometryOf(ctx, ctx.in[0], ctx.out[0], g))
+  if (!poolGeometryOf(ctx, ctx.in[0], ctx.out[0], g))
     return false;
   forEachPlane(g, {{&ctx.in[0], g.inPlane()}}, ctx.out[0], g.outPlane(),
                [&](auto &in, float *y, Scratch &) { maxPlane(g, in[0], y, nullptr); });
@@ -225,7 +229,7 @@ bool kMaxPool(KernelContext &ctx) {
 
 bool kMaxPoolGrad(KernelContext &ctx) {
   PoolGeometry g;
-  if (!geometryOf(ctx, ctx.in[0], ctx.in[1], g))
+  if (!poolGeometryOf(ctx, ctx.in[0], ctx.in[1], g))
     return false;
   if (g.inPlane() > INT32_MAX)
     return ctx.fail("max_pool_grad: a plane of 2^31 elements or more is not "
@@ -239,7 +243,7 @@ bool kMaxPoolGrad(KernelContext &ctx) {
 
 bool kAvgPool(KernelContext &ctx) {
   PoolGeometry g;
-  if (!geometryOf(ctx, ctx.in[0], ctx.out[0], g))
+  if (!poolGeometryOf(ctx, ctx.in[0], ctx.out[0], g))
     return false;
   forEachPlane(g, {{&ctx.in[0], g.inPlane()}}, ctx.out[0], g.outPlane(),
                [&](auto &in, float *y, Scratch &) { avgPlane(g, in[0], y); });
@@ -248,7 +252,7 @@ bool kAvgPool(KernelContext &ctx) {
 
 bool kAvgPoolGrad(KernelContext &ctx) {
   PoolGeometry g;
-  if (!geometryOf(ctx, ctx.out[0], ctx.in[0], g))
+  if (!poolGeometryOf(ctx, ctx.out[0], ctx.in[0], g))
     return false;
   forEachPlane(g, {{&ctx.in[0], g.outPlane()}}, ctx.out[0], g.inPlane(),
                [&](auto &in, float *dx, Scratch &s) {
