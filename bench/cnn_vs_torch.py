@@ -11,11 +11,13 @@ measured before BatchNormalization imports), `lstm_lm` models.LstmLM at
 vocabulary 1000, d=256, 32 tokens. A model ds-opt refuses prints
 `not importable yet: <ds-opt's error>` and the next one runs.
 
-Rounds interleave: ds-run runs --steps steps, then torch the same number,
---rounds times, with a pause between them so that one side's threads are
-idle while the other runs. Each round's first step is a warm-up and not
-counted; the fastest and the median of the rest are printed per side, with
-the ratio ds/torch of each.
+Rounds interleave: ds-run runs --steps steps, then torch the same number
+with its convolutions through oneDNN (its default) and again without
+(torch.backends.mkldnn.enabled = False), --rounds times, with a pause
+between them so that one side's threads are idle while the other runs.
+Each round's first step is a warm-up and not counted; the fastest and the
+median of the rest are printed per side, with the ratio of ds to the
+faster torch.
 
     bench/cnn_vs_torch.py [--threads 2] [--rounds 3] [--steps 6]
         [--models resnet18,resnet18-nobn,lstm_lm] [--batch 16]
@@ -97,19 +99,28 @@ def bench(args, name, work):
     shapes = ", ".join(f"{k} {tuple(v.shape)}" for k, v in inputs.items())
     print(f"{name}: {params} parameters, batch {shapes}")
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
-    ds_all, torch_all = [], []
+    # torch twice: convolutions through oneDNN (its default) and without
+    # (torch.backends.mkldnn.enabled = False: im2col + BLAS); the ratio is
+    # against the faster of the two.
+    ds_all, torch_all = [], {True: [], False: []}
     for _ in range(args.rounds):
         time.sleep(0.5)
         ds_all += ds_times(args, plan, data, os.path.join(work, name + ".json"),
                            args.steps + 1)
-        time.sleep(0.5)
-        torch_all += torch_times(model, inputs, args.steps + 1, opt)
-    d_min, t_min = min(ds_all), min(torch_all)
-    d_med, t_med = statistics.median(ds_all), statistics.median(torch_all)
+        for onednn in (True, False):
+            time.sleep(0.5)
+            torch.backends.mkldnn.enabled = onednn
+            torch_all[onednn] += torch_times(model, inputs, args.steps + 1, opt)
+    torch.backends.mkldnn.enabled = True
+    rows = [("ds-run", ds_all), ("torch eager, oneDNN", torch_all[True]),
+            ("torch eager, no oneDNN", torch_all[False])]
     print(f"  {'':24s} {'fastest':>10s} {'median':>10s}   (ms per step, {len(ds_all)} steps each)")
-    print(f"  {'ds-run':24s} {d_min:10.2f} {d_med:10.2f}")
-    print(f"  {'torch eager':24s} {t_min:10.2f} {t_med:10.2f}")
-    print(f"  {'ratio ds/torch':24s} {d_min / t_min:10.2f} {d_med / t_med:10.2f}")
+    for label, times in rows:
+        print(f"  {label:24s} {min(times):10.2f} {statistics.median(times):10.2f}")
+    best_min = min(min(t) for t in torch_all.values())
+    best_med = min(statistics.median(t) for t in torch_all.values())
+    print(f"  {'ratio ds/torch (best)':24s} {min(ds_all) / best_min:10.2f} "
+          f"{statistics.median(ds_all) / best_med:10.2f}")
 
 
 def main():
