@@ -139,6 +139,20 @@ void regroup(const float *t, float *m, int64_t rows, int64_t images,
   });
 }
 
+/// A GEMM path's sizes and buffers: K rows of the column matrix, P
+/// output positions per image, `per` images per chunk, `direct` when the
+/// input is its own column matrix (pointwise, one image per GEMM); `col`
+/// the chunk's column matrix, `rows` its channel-major dY or y.
+struct GemmWork {
+  int64_t K, P, per;
+  bool direct;
+  std::vector<float> col, rows;
+  explicit GemmWork(const ConvGeometry &g)
+      : K(g.colRows()), P(g.outSize), per(imagesPerChunk(g)),
+        direct(g.pointwise() && per == 1), col(direct ? 0 : K * per * P),
+        rows(per > 1 ? g.mg() * per * P : 0) {}
+};
+
 /// Calls fn(n0, b, gi) for every chunk of b images from n0 and group gi.
 template <typename Fn> void forChunks(const ConvGeometry &g, Fn fn) {
   const int64_t per = imagesPerChunk(g);
@@ -149,61 +163,55 @@ template <typename Fn> void forChunks(const ConvGeometry &g, Fn fn) {
 
 void gemmForward(const ConvGeometry &g, const float *X, const float *W,
                  float *Y) {
-  const int64_t K = g.colRows(), P = g.outSize, per = imagesPerChunk(g);
-  const bool direct = g.pointwise() && per == 1;
-  std::vector<float> col(direct ? 0 : K * per * P),
-      tmp(per > 1 ? g.mg() * per * P : 0);
+  GemmWork w(g);
+  const int64_t K = w.K, P = w.P;
   forChunks(g, [&](int64_t n0, int64_t b, int64_t gi) {
     const float *xg = X + (n0 * g.c + gi * g.cg()) * g.inSize;
     float *yg = Y + (n0 * g.m + gi * g.mg()) * P;
-    if (!direct)
-      im2col(g, xg, b, col.data());
+    if (!w.direct)
+      im2col(g, xg, b, w.col.data());
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g.mg(), b * P, K,
-                1.0f, W + gi * g.mg() * K, K, direct ? xg : col.data(), b * P,
-                0.0f, b > 1 ? tmp.data() : yg, b * P);
+                1.0f, W + gi * g.mg() * K, K, w.direct ? xg : w.col.data(), b * P,
+                0.0f, b > 1 ? w.rows.data() : yg, b * P);
     if (b > 1)
-      regroup(nullptr, tmp.data(), g.mg(), b, P, g.m * P, false, yg);
+      regroup(nullptr, w.rows.data(), g.mg(), b, P, g.m * P, false, yg);
   });
 }
 
 void gemmGradInput(const ConvGeometry &g, const float *DY, const float *W,
                    float *DX) {
-  const int64_t K = g.colRows(), P = g.outSize, per = imagesPerChunk(g);
-  const bool direct = g.pointwise() && per == 1;
-  std::vector<float> col(direct ? 0 : K * per * P),
-      dyt(per > 1 ? g.mg() * per * P : 0);
-  if (!direct)
+  GemmWork w(g);
+  const int64_t K = w.K, P = w.P;
+  if (!w.direct)
     std::fill(DX, DX + g.n * g.c * g.inSize, 0.0f);
   forChunks(g, [&](int64_t n0, int64_t b, int64_t gi) {
     const float *dyg = DY + (n0 * g.m + gi * g.mg()) * P;
     float *dxg = DX + (n0 * g.c + gi * g.cg()) * g.inSize;
     if (b > 1)
-      regroup(dyg, dyt.data(), g.mg(), b, P, g.m * P, true, nullptr);
+      regroup(dyg, w.rows.data(), g.mg(), b, P, g.m * P, true, nullptr);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, b * P, g.mg(), 1.0f,
-                W + gi * g.mg() * K, K, b > 1 ? dyt.data() : dyg, b * P, 0.0f,
-                direct ? dxg : col.data(), b * P);
-    if (!direct)
-      col2im(g, col.data(), b, dxg);
+                W + gi * g.mg() * K, K, b > 1 ? w.rows.data() : dyg, b * P, 0.0f,
+                w.direct ? dxg : w.col.data(), b * P);
+    if (!w.direct)
+      col2im(g, w.col.data(), b, dxg);
   });
 }
 
 void gemmGradWeight(const ConvGeometry &g, const float *X, const float *DY,
                     float *DW) {
-  const int64_t K = g.colRows(), P = g.outSize, per = imagesPerChunk(g);
-  const bool direct = g.pointwise() && per == 1;
-  std::vector<float> col(direct ? 0 : K * per * P),
-      dyt(per > 1 ? g.mg() * per * P : 0);
+  GemmWork w(g);
+  const int64_t K = w.K, P = w.P;
   if (g.n == 0)
     std::fill(DW, DW + g.m * K, 0.0f);
   forChunks(g, [&](int64_t n0, int64_t b, int64_t gi) {
     const float *xg = X + (n0 * g.c + gi * g.cg()) * g.inSize;
     const float *dyg = DY + (n0 * g.m + gi * g.mg()) * P;
-    if (!direct)
-      im2col(g, xg, b, col.data());
+    if (!w.direct)
+      im2col(g, xg, b, w.col.data());
     if (b > 1)
-      regroup(dyg, dyt.data(), g.mg(), b, P, g.m * P, true, nullptr);
+      regroup(dyg, w.rows.data(), g.mg(), b, P, g.m * P, true, nullptr);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g.mg(), K, b * P, 1.0f,
-                b > 1 ? dyt.data() : dyg, b * P, direct ? xg : col.data(),
+                b > 1 ? w.rows.data() : dyg, b * P, w.direct ? xg : w.col.data(),
                 b * P, n0 == 0 ? 0.0f : 1.0f, DW + gi * g.mg() * K, K);
   });
 }

@@ -8,8 +8,8 @@
 // the CPU accumulates in double) so that the unit tests can compare them
 // element by element. One file per family (Elementwise.cu, Reduce.cu,
 // Linalg.cu, LayerNorm.cu, Losses.cu, Movement.cu, Grad.cu, Optimizers.cu,
-// Collectives.cu, Conv.cu, Pooling.cu), each registering its kernels; CudaDevice.cu holds the
-// device and its registry.
+// Collectives.cu, Conv.cu, Pooling.cu), each registering its kernels;
+// CudaDevice.cu holds the device and its registry.
 //
 //===----------------------------------------------------------------------===//
 

@@ -29,15 +29,11 @@ __device__ inline void split3(int64_t p, const int64_t size[3], int64_t idx[3]) 
   idx[0] = p / (size[2] * size[1]);
 }
 
-/// The maximum of the window at output position `o` of the plane that
-/// starts at element `base` of `x`, and its first argmax within the plane
-/// (-1 when no tap is inside).
-__device__ float windowMax(const PoolGeometry &g, const void *x, int xt,
-                           int64_t base, int64_t o, int64_t &arg) {
-  int64_t op[3];
-  split3(o, g.out, op);
-  float best = -INFINITY;
-  arg = -1;
+/// Calls fn(i) for every tap of the window at output position `op` that
+/// is inside the input, i its position in the plane, in the CPU's order
+/// (depth, row, column).
+template <typename Fn>
+__device__ void forWindowTaps(const PoolGeometry &g, const int64_t op[3], Fn fn) {
   for (int64_t kd = 0; kd < g.kernel[0]; ++kd) {
     int64_t id = op[0] * g.stride[0] - g.pad[0] + kd * g.dilation[0];
     if (id < 0 || id >= g.in[0])
@@ -48,17 +44,29 @@ __device__ float windowMax(const PoolGeometry &g, const void *x, int xt,
         continue;
       for (int64_t kw = 0; kw < g.kernel[2]; ++kw) {
         int64_t iw = op[2] * g.stride[2] - g.pad[2] + kw * g.dilation[2];
-        if (iw < 0 || iw >= g.in[2])
-          continue;
-        int64_t i = (id * g.in[1] + ih) * g.in[2] + iw;
-        float v = static_cast<float>(load(x, xt, base + i));
-        if (v > best || isnan(v) || arg < 0) {
-          best = v;
-          arg = i;
-        }
+        if (iw >= 0 && iw < g.in[2])
+          fn((id * g.in[1] + ih) * g.in[2] + iw);
       }
     }
   }
+}
+
+/// The maximum of the window at output position `o` of the plane that
+/// starts at element `base` of `x`, and its first argmax within the plane
+/// (-1 when no tap is inside).
+__device__ float windowMax(const PoolGeometry &g, const void *x, int xt,
+                           int64_t base, int64_t o, int64_t &arg) {
+  int64_t op[3];
+  split3(o, g.out, op);
+  float best = -INFINITY;
+  arg = -1;
+  forWindowTaps(g, op, [&](int64_t i) {
+    float v = static_cast<float>(load(x, xt, base + i));
+    if (v > best || isnan(v) || arg < 0) {
+      best = v;
+      arg = i;
+    }
+  });
   return best;
 }
 
@@ -77,22 +85,9 @@ __global__ void avgPoolKernel(PoolGeometry g, const void *x, int xt, void *y,
     split3(e % g.outPlane(), g.out, op);
     const int64_t base = p * g.inPlane();
     float sum = 0.0f;
-    for (int64_t kd = 0; kd < g.kernel[0]; ++kd) {
-      int64_t id = op[0] * g.stride[0] - g.pad[0] + kd * g.dilation[0];
-      if (id < 0 || id >= g.in[0])
-        continue;
-      for (int64_t kh = 0; kh < g.kernel[1]; ++kh) {
-        int64_t ih = op[1] * g.stride[1] - g.pad[1] + kh * g.dilation[1];
-        if (ih < 0 || ih >= g.in[1])
-          continue;
-        for (int64_t kw = 0; kw < g.kernel[2]; ++kw) {
-          int64_t iw = op[2] * g.stride[2] - g.pad[2] + kw * g.dilation[2];
-          if (iw >= 0 && iw < g.in[2])
-            sum += static_cast<float>(
-                load(x, xt, base + (id * g.in[1] + ih) * g.in[2] + iw));
-        }
-      }
-    }
+    forWindowTaps(g, op, [&](int64_t i) {
+      sum += static_cast<float>(load(x, xt, base + i));
+    });
     int64_t div = g.divisor(op);
     store(y, yt, e, div > 0 ? sum / static_cast<float>(div) : 0.0f);
   }
@@ -108,32 +103,42 @@ __device__ inline int64_t outputOf(const PoolGeometry &g, int d, int64_t i,
   return num / g.stride[d];
 }
 
+/// Calls fn(od, oh, ow) for every window that reads input position `ip`:
+/// depth and row taps descending (the windows' rows ascending), column
+/// taps descending (the windows ascending) or, with `columnTapsUp`,
+/// ascending (the CPU's tap-major order in a row).
+template <bool columnTapsUp, typename Fn>
+__device__ void forWindowsReading(const PoolGeometry &g, const int64_t ip[3],
+                                  Fn fn) {
+  for (int64_t kd = g.kernel[0] - 1; kd >= 0; --kd) {
+    int64_t od = outputOf(g, 0, ip[0], kd);
+    if (od < 0)
+      continue;
+    for (int64_t kh = g.kernel[1] - 1; kh >= 0; --kh) {
+      int64_t oh = outputOf(g, 1, ip[1], kh);
+      if (oh < 0)
+        continue;
+      for (int64_t j = 0; j < g.kernel[2]; ++j) {
+        int64_t ow = outputOf(g, 2, ip[2], columnTapsUp ? j : g.kernel[2] - 1 - j);
+        if (ow >= 0)
+          fn(od, oh, ow);
+      }
+    }
+  }
+}
+
 __global__ void maxPoolGradKernel(PoolGeometry g, const void *x, int xt,
                                   const void *dy, int dyt, void *dx, int dxt) {
   DS_GRID_LOOP(e, g.planes * g.inPlane()) {
     int64_t p = e / g.inPlane(), i = e % g.inPlane(), ip[3];
     split3(i, g.in, ip);
     float acc = 0.0f;
-    // Taps descending: the windows in ascending output order.
-    for (int64_t kd = g.kernel[0] - 1; kd >= 0; --kd) {
-      int64_t od = outputOf(g, 0, ip[0], kd);
-      if (od < 0)
-        continue;
-      for (int64_t kh = g.kernel[1] - 1; kh >= 0; --kh) {
-        int64_t oh = outputOf(g, 1, ip[1], kh);
-        if (oh < 0)
-          continue;
-        for (int64_t kw = g.kernel[2] - 1; kw >= 0; --kw) {
-          int64_t ow = outputOf(g, 2, ip[2], kw);
-          if (ow < 0)
-            continue;
-          int64_t o = (od * g.out[1] + oh) * g.out[2] + ow, arg;
-          windowMax(g, x, xt, p * g.inPlane(), o, arg);
-          if (arg == i)
-            acc += static_cast<float>(load(dy, dyt, p * g.outPlane() + o));
-        }
-      }
-    }
+    forWindowsReading<false>(g, ip, [&](int64_t od, int64_t oh, int64_t ow) {
+      int64_t o = (od * g.out[1] + oh) * g.out[2] + ow, arg;
+      windowMax(g, x, xt, p * g.inPlane(), o, arg);
+      if (arg == i)
+        acc += static_cast<float>(load(dy, dyt, p * g.outPlane() + o));
+    });
     store(dx, dxt, e, acc);
   }
 }
@@ -144,26 +149,13 @@ __global__ void avgPoolGradKernel(PoolGeometry g, const void *dy, int dyt,
     int64_t p = e / g.inPlane(), ip[3];
     split3(e % g.inPlane(), g.in, ip);
     float acc = 0.0f;
-    for (int64_t kd = g.kernel[0] - 1; kd >= 0; --kd) {
-      int64_t od = outputOf(g, 0, ip[0], kd);
-      if (od < 0)
-        continue;
-      for (int64_t kh = g.kernel[1] - 1; kh >= 0; --kh) {
-        int64_t oh = outputOf(g, 1, ip[1], kh);
-        if (oh < 0)
-          continue;
-        for (int64_t kw = 0; kw < g.kernel[2]; ++kw) {
-          int64_t ow = outputOf(g, 2, ip[2], kw);
-          if (ow < 0)
-            continue;
-          int64_t o[3] = {od, oh, ow};
-          int64_t div = g.divisor(o);
-          float v = static_cast<float>(
-              load(dy, dyt, p * g.outPlane() + (od * g.out[1] + oh) * g.out[2] + ow));
-          acc += div > 0 ? v / static_cast<float>(div) : 0.0f;
-        }
-      }
-    }
+    forWindowsReading<true>(g, ip, [&](int64_t od, int64_t oh, int64_t ow) {
+      int64_t o[3] = {od, oh, ow};
+      int64_t div = g.divisor(o);
+      float v = static_cast<float>(
+          load(dy, dyt, p * g.outPlane() + (od * g.out[1] + oh) * g.out[2] + ow));
+      acc += div > 0 ? v / static_cast<float>(div) : 0.0f;
+    });
     store(dx, dxt, e, acc);
   }
 }
@@ -175,56 +167,52 @@ bool floatOperands(KernelContext &ctx) {
   return true;
 }
 
-bool kMaxPool(KernelContext &ctx) {
+/// The geometry of (plain, pooled), then `launch(g, blocks)` over one
+/// thread per output element, or per input element with `perInput`.
+template <typename Launch>
+bool runPool(KernelContext &ctx, const TensorView &plain,
+             const TensorView &pooled, bool perInput, Launch launch) {
   PoolGeometry g;
-  if (!floatOperands(ctx) || !poolGeometryOf(ctx, ctx.in[0], ctx.out[0], g))
+  if (!floatOperands(ctx) || !poolGeometryOf(ctx, plain, pooled, g))
     return false;
-  int64_t total = g.planes * g.outPlane();
+  int64_t total = g.planes * (perInput ? g.inPlane() : g.outPlane());
   if (total == 0)
     return true;
-  maxPoolKernel<<<blocksFor(total), 256, 0, gStream>>>(
-      g, ctx.in[0].data, int(ctx.in[0].dtype), ctx.out[0].data,
-      int(ctx.out[0].dtype));
+  launch(g, blocksFor(total));
   return launched(ctx);
+}
+
+bool kMaxPool(KernelContext &ctx) {
+  const TensorView &x = ctx.in[0], &y = ctx.out[0];
+  return runPool(ctx, x, y, false, [&](const PoolGeometry &g, unsigned b) {
+    maxPoolKernel<<<b, 256, 0, gStream>>>(g, x.data, int(x.dtype), y.data,
+                                          int(y.dtype));
+  });
 }
 
 bool kMaxPoolGrad(KernelContext &ctx) {
-  PoolGeometry g;
-  if (!floatOperands(ctx) || !poolGeometryOf(ctx, ctx.in[0], ctx.in[1], g))
-    return false;
-  int64_t total = g.planes * g.inPlane();
-  if (total == 0)
-    return true;
-  maxPoolGradKernel<<<blocksFor(total), 256, 0, gStream>>>(
-      g, ctx.in[0].data, int(ctx.in[0].dtype), ctx.in[1].data,
-      int(ctx.in[1].dtype), ctx.out[0].data, int(ctx.out[0].dtype));
-  return launched(ctx);
+  const TensorView &x = ctx.in[0], &dy = ctx.in[1], &dx = ctx.out[0];
+  return runPool(ctx, x, dy, true, [&](const PoolGeometry &g, unsigned b) {
+    maxPoolGradKernel<<<b, 256, 0, gStream>>>(g, x.data, int(x.dtype), dy.data,
+                                              int(dy.dtype), dx.data,
+                                              int(dx.dtype));
+  });
 }
 
 bool kAvgPool(KernelContext &ctx) {
-  PoolGeometry g;
-  if (!floatOperands(ctx) || !poolGeometryOf(ctx, ctx.in[0], ctx.out[0], g))
-    return false;
-  int64_t total = g.planes * g.outPlane();
-  if (total == 0)
-    return true;
-  avgPoolKernel<<<blocksFor(total), 256, 0, gStream>>>(
-      g, ctx.in[0].data, int(ctx.in[0].dtype), ctx.out[0].data,
-      int(ctx.out[0].dtype));
-  return launched(ctx);
+  const TensorView &x = ctx.in[0], &y = ctx.out[0];
+  return runPool(ctx, x, y, false, [&](const PoolGeometry &g, unsigned b) {
+    avgPoolKernel<<<b, 256, 0, gStream>>>(g, x.data, int(x.dtype), y.data,
+                                          int(y.dtype));
+  });
 }
 
 bool kAvgPoolGrad(KernelContext &ctx) {
-  PoolGeometry g;
-  if (!floatOperands(ctx) || !poolGeometryOf(ctx, ctx.out[0], ctx.in[0], g))
-    return false;
-  int64_t total = g.planes * g.inPlane();
-  if (total == 0)
-    return true;
-  avgPoolGradKernel<<<blocksFor(total), 256, 0, gStream>>>(
-      g, ctx.in[0].data, int(ctx.in[0].dtype), ctx.out[0].data,
-      int(ctx.out[0].dtype));
-  return launched(ctx);
+  const TensorView &dy = ctx.in[0], &dx = ctx.out[0];
+  return runPool(ctx, dx, dy, true, [&](const PoolGeometry &g, unsigned b) {
+    avgPoolGradKernel<<<b, 256, 0, gStream>>>(g, dy.data, int(dy.dtype),
+                                              dx.data, int(dx.dtype));
+  });
 }
 
 } // namespace
