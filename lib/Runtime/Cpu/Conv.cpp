@@ -67,29 +67,35 @@ int64_t imagesPerChunk(const ConvGeometry &g) {
 
 /// The column matrix (colRows x images * outSize) of `images` images' group
 /// of channels (`x`: the first image's first channel of the group); zero
-/// where a tap falls in the padding.
+/// where a tap falls in the padding. The threads split the rows; a row's
+/// tap is worked out once for all the images.
 void im2col(const ConvGeometry &g, const float *x, int64_t images, float *col) {
   const int64_t ld = images * g.outSize, imageStride = g.c * g.inSize;
-  parallelFor(g.colRows() * images, 4, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      int64_t r = t / images, j = t % images;
+  const int64_t s = g.stride[2], width = g.out[2];
+  parallelFor(g.colRows(), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
       ConvGeometry::Tap tap = g.tapOf(r);
-      const float *xc = x + j * imageStride + tap.ch * g.inSize;
-      float *dst = col + r * ld + j * g.outSize;
-      int64_t lo, hi, off, s = g.stride[2];
+      int64_t lo, hi, off;
       g.columnRange(tap.kw, lo, hi, off);
-      g.forRows(tap.kd, tap.kh, [&](int64_t o, int64_t row) {
-        float *d = dst + o;
-        if (row < 0) {
-          std::fill(d, d + g.out[2], 0.0f);
-          return;
-        }
-        const float *src = xc + row + off;
-        std::fill(d, d + lo, 0.0f);
-        for (int64_t ow = lo; ow < hi; ++ow)
-          d[ow] = src[ow * s];
-        std::fill(d + hi, d + g.out[2], 0.0f);
-      });
+      for (int64_t j = 0; j < images; ++j) {
+        const float *xc = x + j * imageStride + tap.ch * g.inSize + off;
+        float *dst = col + r * ld + j * g.outSize;
+        g.forRows(tap.kd, tap.kh, [&](int64_t o, int64_t row) {
+          float *d = dst + o;
+          if (row < 0) {
+            std::fill(d, d + width, 0.0f);
+            return;
+          }
+          const float *src = xc + row;
+          std::fill(d, d + lo, 0.0f);
+          if (s == 1)
+            std::copy(src + lo, src + hi, d + lo);
+          else
+            for (int64_t ow = lo; ow < hi; ++ow)
+              d[ow] = src[ow * s];
+          std::fill(d + hi, d + width, 0.0f);
+        });
+      }
     }
   });
 }
@@ -139,6 +145,17 @@ void regroup(const float *t, float *m, int64_t rows, int64_t images,
   });
 }
 
+/// `n` floats of the calling thread's buffer `which`, kept from call to
+/// call: a fresh multi-MiB buffer per call costs page faults and the
+/// kernel's zeroing of every page, as much as the im2col itself.
+float *scratch(int which, int64_t n) {
+  thread_local std::vector<float> buffers[2];
+  std::vector<float> &b = buffers[which];
+  if (static_cast<int64_t>(b.size()) < n)
+    b.resize(n);
+  return b.data();
+}
+
 /// A GEMM path's sizes and buffers: K rows of the column matrix, P
 /// output positions per image, `per` images per chunk, `direct` when the
 /// input is its own column matrix (pointwise, one image per GEMM); `col`
@@ -146,11 +163,12 @@ void regroup(const float *t, float *m, int64_t rows, int64_t images,
 struct GemmWork {
   int64_t K, P, per;
   bool direct;
-  std::vector<float> col, rows;
+  float *col, *rows;
   explicit GemmWork(const ConvGeometry &g)
       : K(g.colRows()), P(g.outSize), per(imagesPerChunk(g)),
-        direct(g.pointwise() && per == 1), col(direct ? 0 : K * per * P),
-        rows(per > 1 ? g.mg() * per * P : 0) {}
+        direct(g.pointwise() && per == 1),
+        col(direct ? nullptr : scratch(0, K * per * P)),
+        rows(per > 1 ? scratch(1, g.mg() * per * P) : nullptr) {}
 };
 
 /// Calls fn(n0, b, gi) for every chunk of b images from n0 and group gi.
@@ -169,12 +187,12 @@ void gemmForward(const ConvGeometry &g, const float *X, const float *W,
     const float *xg = X + (n0 * g.c + gi * g.cg()) * g.inSize;
     float *yg = Y + (n0 * g.m + gi * g.mg()) * P;
     if (!w.direct)
-      im2col(g, xg, b, w.col.data());
+      im2col(g, xg, b, w.col);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g.mg(), b * P, K,
-                1.0f, W + gi * g.mg() * K, K, w.direct ? xg : w.col.data(), b * P,
-                0.0f, b > 1 ? w.rows.data() : yg, b * P);
+                1.0f, W + gi * g.mg() * K, K, w.direct ? xg : w.col, b * P,
+                0.0f, b > 1 ? w.rows : yg, b * P);
     if (b > 1)
-      regroup(nullptr, w.rows.data(), g.mg(), b, P, g.m * P, false, yg);
+      regroup(nullptr, w.rows, g.mg(), b, P, g.m * P, false, yg);
   });
 }
 
@@ -188,12 +206,12 @@ void gemmGradInput(const ConvGeometry &g, const float *DY, const float *W,
     const float *dyg = DY + (n0 * g.m + gi * g.mg()) * P;
     float *dxg = DX + (n0 * g.c + gi * g.cg()) * g.inSize;
     if (b > 1)
-      regroup(dyg, w.rows.data(), g.mg(), b, P, g.m * P, true, nullptr);
+      regroup(dyg, w.rows, g.mg(), b, P, g.m * P, true, nullptr);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, b * P, g.mg(), 1.0f,
-                W + gi * g.mg() * K, K, b > 1 ? w.rows.data() : dyg, b * P, 0.0f,
-                w.direct ? dxg : w.col.data(), b * P);
+                W + gi * g.mg() * K, K, b > 1 ? w.rows : dyg, b * P, 0.0f,
+                w.direct ? dxg : w.col, b * P);
     if (!w.direct)
-      col2im(g, w.col.data(), b, dxg);
+      col2im(g, w.col, b, dxg);
   });
 }
 
@@ -207,11 +225,11 @@ void gemmGradWeight(const ConvGeometry &g, const float *X, const float *DY,
     const float *xg = X + (n0 * g.c + gi * g.cg()) * g.inSize;
     const float *dyg = DY + (n0 * g.m + gi * g.mg()) * P;
     if (!w.direct)
-      im2col(g, xg, b, w.col.data());
+      im2col(g, xg, b, w.col);
     if (b > 1)
-      regroup(dyg, w.rows.data(), g.mg(), b, P, g.m * P, true, nullptr);
+      regroup(dyg, w.rows, g.mg(), b, P, g.m * P, true, nullptr);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g.mg(), K, b * P, 1.0f,
-                b > 1 ? w.rows.data() : dyg, b * P, w.direct ? xg : w.col.data(),
+                b > 1 ? w.rows : dyg, b * P, w.direct ? xg : w.col,
                 b * P, n0 == 0 ? 0.0f : 1.0f, DW + gi * g.mg() * K, K);
   });
 }
