@@ -403,6 +403,59 @@ TEST(Cuda, OneRankCollectives) {
   EXPECT_EQ(compare("wait", {random(DType::F32, {9}, 99)}, {}), 0);
 }
 
+TEST(Cuda, ConvAndPooling) {
+  // Convolution (f32): groups with strides, dilations and asymmetric pads;
+  // depthwise; pointwise; 1-D. The CPU runs im2col + GEMM or direct loops
+  // in f32, the device sums in double: 1e-4.
+  struct ConvCase {
+    std::vector<int64_t> x, w, y;
+    std::vector<Attr> attrs;
+  };
+  const std::vector<ConvCase> convs = {
+      {{2, 4, 7, 6}, {6, 2, 3, 2}, {2, 6, 4, 5},
+       {L("strides", {2, 1}), L("dilations", {1, 2}), L("pads", {1, 0, 2, 1}), I("group", 2)}},
+      {{2, 6, 9, 9}, {6, 1, 3, 3}, {2, 6, 5, 5},
+       {L("strides", {2, 2}), L("dilations", {1, 1}), L("pads", {1, 1, 1, 1}), I("group", 6)}},
+      {{3, 5, 8, 8}, {4, 5, 1, 1}, {3, 4, 8, 8},
+       {L("strides", {1, 1}), L("dilations", {1, 1}), L("pads", {0, 0, 0, 0}), I("group", 1)}},
+      {{2, 3, 11}, {4, 3, 3}, {2, 4, 5},
+       {L("strides", {2}), L("dilations", {1}), L("pads", {1, 0}), I("group", 1)}},
+  };
+  uint32_t seed = 200;
+  for (const ConvCase &c : convs) {
+    const DType f = DType::F32;
+    EXPECT_LE(compare("conv", {random(f, c.x, seed), random(f, c.w, seed + 1), random(f, {c.w[0]}, seed + 2)},
+                      {empty(f, c.y)}, c.attrs),
+              tol(f, true));
+    EXPECT_LE(compare("conv_grad_input", {random(f, c.y, seed + 3), random(f, c.w, seed + 4)},
+                      {empty(f, c.x)}, c.attrs),
+              tol(f, true));
+    EXPECT_LE(compare("conv_grad_weight", {random(f, c.x, seed + 5), random(f, c.y, seed + 6)},
+                      {empty(f, c.w)}, c.attrs),
+              tol(f, true));
+    seed += 7;
+  }
+  // Pooling: the same f32 arithmetic in the same order as the CPU, so f32
+  // is exact; f16 and bf16 round the same f32 values.
+  for (DType t : {DType::F32, DType::BF16}) {
+    std::vector<Attr> max = {L("kernel_shape", {3, 3}), L("strides", {2, 2}),
+                             L("pads", {1, 1, 1, 1}), L("dilations", {1, 2})};
+    std::vector<Attr> avg = {L("kernel_shape", {3, 2}), L("strides", {2, 1}),
+                             L("pads", {1, 0, 1, 1}), I("count_include_pad", 0)};
+    std::vector<Attr> avgPad = avg;
+    avgPad.back() = I("count_include_pad", 1);
+    EXPECT_LE(compare("max_pool", {random(t, {2, 3, 9, 10}, 240)}, {empty(t, {2, 3, 5, 4})}, max), 0.0);
+    EXPECT_LE(compare("max_pool_grad", {random(t, {2, 3, 9, 10}, 241), random(t, {2, 3, 5, 4}, 242)},
+                      {empty(t, {2, 3, 9, 10})}, max),
+              0.0);
+    for (const std::vector<Attr> &a : {avg, avgPad}) {
+      EXPECT_LE(compare("avg_pool", {random(t, {2, 3, 7, 6}, 243)}, {empty(t, {2, 3, 4, 6})}, a), 0.0);
+      EXPECT_LE(compare("avg_pool_grad", {random(t, {2, 3, 4, 6}, 244)}, {empty(t, {2, 3, 7, 6})}, a),
+                0.0);
+    }
+  }
+}
+
 TEST(Cuda, EveryKernelTested) {
   // The kernels above, so that a new CUDA kernel needs a test here.
   std::vector<std::string> tested = {
@@ -417,19 +470,16 @@ TEST(Cuda, EveryKernelTested) {
       "softmax_cross_entropy_loss", "nll_loss", "loss_grad", "dropout",
       "adam", "sgd", "onnx_update", "all_reduce", "all_gather",
       "reduce_scatter", "check_overflow", "wait", "activation",
-      "activation_grad"};
+      "activation_grad", "conv", "conv_grad_input", "conv_grad_weight",
+      "max_pool", "max_pool_grad", "avg_pool", "avg_pool_grad"};
   // Pipeline and tensor parallelism run on the CPU backend only so far
   // (the CUDA backend refuses stage and tensor-parallel plans): their
-  // kernels have no CUDA twin yet; nor have the pooling kernels.
+  // kernels have no CUDA twin yet.
   const std::vector<std::string> cpuOnly = {
       "pipe_send", "pipe_recv", "pipe_mark", "tied_grad_sum",
       "vocab_gather", "vocab_gather_grad", "vocab_cross_entropy",
       "vocab_cross_entropy_grad", "tp_rows", "sp_all_gather",
-      "sp_reduce_scatter",
-      // Pooling: CPU only until its CUDA twin lands.
-      "max_pool", "max_pool_grad", "avg_pool", "avg_pool_grad",
-      // Convolution: no CUDA twin yet (the CUDA backend has no conv).
-      "conv", "conv_grad_input", "conv_grad_weight"};
+      "sp_reduce_scatter"};
   size_t twins = 0;
   for (const std::string &k : kernelNames()) {
     if (std::find(cpuOnly.begin(), cpuOnly.end(), k) != cpuOnly.end())

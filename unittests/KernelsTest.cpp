@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 
 using namespace ds::rt;
@@ -337,58 +338,115 @@ void addInts(ds::plan::Instruction &ins, const char *name,
     a->mutable_ints()->add_values(v);
 }
 
-TEST(Kernels, ConvAndGradientsMatchNaive) {
-  // 2-D, two groups, strides (2, 1), dilations (1, 2), asymmetric pads
-  // (begins 1 0, ends 2 1), a bias: x 2x4x7x6, w 6x2x3x2, y 2x6x4x5.
-  const int N = 2, C = 4, M = 6, G = 2, H = 7, W = 6, KH = 3, KW = 2;
-  const int OH = 4, OW = 5, SH = 2, SW = 1, DH = 1, DW = 2, PH = 1, PW = 0;
-  Buf x{randomVec(N * C * H * W, 21)}, w{randomVec(M * C / G * KH * KW, 22)},
-      b{randomVec(M, 23)}, dy{randomVec(N * M * OH * OW, 24)};
-  std::vector<float> refY(N * M * OH * OW), refDx(x.v.size()),
-      refDw(w.v.size());
-  for (int n = 0; n < N; ++n)
-    for (int m = 0; m < M; ++m)
+/// A 2-D convolution case: sizes, strides, dilations, pads (top, left,
+/// bottom, right), groups, and whether it has a bias.
+struct Conv2dCase {
+  const char *name;
+  int N, C, M, G, H, W, KH, KW, SH, SW, DH, DW, PT, PL, PB, PR;
+  bool bias;
+  int OH() const { return (H + PT + PB - DH * (KH - 1) - 1) / SH + 1; }
+  int OW() const { return (W + PL + PR - DW * (KW - 1) - 1) / SW + 1; }
+};
+
+/// conv, conv_grad_input and conv_grad_weight of one case against a
+/// naive loop nest in double: within 1e-5 relative to the largest value
+/// (f32 GEMM sums of at most a few hundred products).
+void checkConv2d(const Conv2dCase &c) {
+  const int OH = c.OH(), OW = c.OW(), CG = c.C / c.G, MG = c.M / c.G;
+  Buf x{randomVec(c.N * c.C * c.H * c.W, 21)},
+      w{randomVec(c.M * CG * c.KH * c.KW, 22)}, b{randomVec(c.M, 23)},
+      dy{randomVec(c.N * c.M * OH * OW, 24)};
+  std::vector<double> y64(dy.v.size()), dx64(x.v.size()), dw64(w.v.size());
+  for (int n = 0; n < c.N; ++n)
+    for (int m = 0; m < c.M; ++m)
       for (int oh = 0; oh < OH; ++oh)
         for (int ow = 0; ow < OW; ++ow) {
-          int o = ((n * M + m) * OH + oh) * OW + ow;
-          double acc = b.v[m];
-          for (int c = 0; c < C / G; ++c)
-            for (int kh = 0; kh < KH; ++kh)
-              for (int kw = 0; kw < KW; ++kw) {
-                int ih = oh * SH - PH + kh * DH, iw = ow * SW - PW + kw * DW;
-                if (ih < 0 || ih >= H || iw < 0 || iw >= W)
+          int o = ((n * c.M + m) * OH + oh) * OW + ow;
+          double acc = c.bias ? b.v[m] : 0.0;
+          for (int ci = 0; ci < CG; ++ci)
+            for (int kh = 0; kh < c.KH; ++kh)
+              for (int kw = 0; kw < c.KW; ++kw) {
+                int ih = oh * c.SH - c.PT + kh * c.DH;
+                int iw = ow * c.SW - c.PL + kw * c.DW;
+                if (ih < 0 || ih >= c.H || iw < 0 || iw >= c.W)
                   continue;
-                int ch = m / (M / G) * (C / G) + c;
-                int xi = ((n * C + ch) * H + ih) * W + iw;
-                int wi = ((m * (C / G) + c) * KH + kh) * KW + kw;
+                int ch = m / MG * CG + ci;
+                int xi = ((n * c.C + ch) * c.H + ih) * c.W + iw;
+                int wi = ((m * CG + ci) * c.KH + kh) * c.KW + kw;
                 acc += double(w.v[wi]) * x.v[xi];
-                refDx[xi] += w.v[wi] * dy.v[o];
-                refDw[wi] += x.v[xi] * dy.v[o];
+                dx64[xi] += double(w.v[wi]) * dy.v[o];
+                dw64[wi] += double(x.v[xi]) * dy.v[o];
               }
-          refY[o] = static_cast<float>(acc);
+          y64[o] = acc;
         }
+  auto f32 = [](const std::vector<double> &v) {
+    return std::vector<float>(v.begin(), v.end());
+  };
   ds::plan::Instruction attrs;
-  addInts(attrs, "strides", {SH, SW});
-  addInts(attrs, "dilations", {DH, DW});
-  addInts(attrs, "pads", {PH, PW, 2, 1});
-  addInt(attrs, "group", G);
-  Buf y{std::vector<float>(refY.size())}, dx{std::vector<float>(refDx.size())},
-      dw{std::vector<float>(refDw.size())};
-  TensorView xv = x.view({N, C, H, W}), wv = w.view({M, C / G, KH, KW});
-  TensorView dyv = dy.view({N, M, OH, OW});
-  ASSERT_TRUE(runKernel("conv", {xv, wv, b.view({M})},
-                        {y.view({N, M, OH, OW})}, attrs));
-  ASSERT_TRUE(runKernel("conv_grad_input", {dyv, wv}, {dx.view({N, C, H, W})},
-                        attrs));
+  addInts(attrs, "strides", {c.SH, c.SW});
+  addInts(attrs, "dilations", {c.DH, c.DW});
+  addInts(attrs, "pads", {c.PT, c.PL, c.PB, c.PR});
+  addInt(attrs, "group", c.G);
+  // The outputs start as NaN: a kernel that leaves an element unwritten
+  // fails the comparison.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Buf y{std::vector<float>(y64.size(), nan)},
+      dx{std::vector<float>(dx64.size(), nan)},
+      dw{std::vector<float>(dw64.size(), nan)};
+  TensorView xv = x.view({c.N, c.C, c.H, c.W}),
+             wv = w.view({c.M, CG, c.KH, c.KW});
+  TensorView dyv = dy.view({c.N, c.M, OH, OW});
+  std::vector<TensorView> ins = {xv, wv};
+  if (c.bias)
+    ins.push_back(b.view({c.M}));
+  ASSERT_TRUE(runKernel("conv", ins, {y.view({c.N, c.M, OH, OW})}, attrs))
+      << c.name;
+  ASSERT_TRUE(runKernel("conv_grad_input", {dyv, wv},
+                        {dx.view({c.N, c.C, c.H, c.W})}, attrs))
+      << c.name;
   ASSERT_TRUE(runKernel("conv_grad_weight", {xv, dyv},
-                        {dw.view({M, C / G, KH, KW})}, attrs));
-  EXPECT_LE(maxRelError(y.v, refY), 1e-5);
-  EXPECT_LE(maxRelError(dx.v, refDx), 1e-5);
-  EXPECT_LE(maxRelError(dw.v, refDw), 1e-5);
+                        {dw.view({c.M, CG, c.KH, c.KW})}, attrs))
+      << c.name;
+  // maxRelError skips NaN (its std::max keeps the running value): count
+  // unwritten elements separately.
+  for (const std::vector<float> *v : {&y.v, &dx.v, &dw.v})
+    EXPECT_EQ(std::count_if(v->begin(), v->end(),
+                            [](float f) { return std::isnan(f); }),
+              0)
+        << c.name << " left elements unwritten";
+  EXPECT_LE(maxRelError(y.v, f32(y64)), 1e-5) << c.name;
+  EXPECT_LE(maxRelError(dx.v, f32(dx64)), 1e-5) << c.name << " dx";
+  EXPECT_LE(maxRelError(dw.v, f32(dw64)), 1e-5) << c.name << " dw";
+}
+
+TEST(Kernels, ConvAndGradientsMatchNaive) {
+  // Each path of Cpu/Conv.cpp: batched im2col + GEMM (groups, strides,
+  // dilations, asymmetric pads), several chunks of images (30 images of
+  // 16 x 32 x 32 taps 3x3: 28 per 16 MiB chunk), pointwise 1x1 read in
+  // place (24 x 24 = 576 positions per image) and batched (8 x 8),
+  // depthwise (multiplier 1 and 2, stride 2, dilation 2, padding).
+  const Conv2dCase cases[] = {
+      {"groups", 2, 4, 6, 2, 7, 6, 3, 2, 2, 1, 1, 2, 1, 0, 2, 1, true},
+      {"chunks", 30, 16, 4, 1, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, false},
+      {"pointwise", 3, 5, 4, 1, 24, 24, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, true},
+      {"pointwise-batched", 3, 6, 4, 2, 8, 8, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, false},
+      {"depthwise", 2, 6, 6, 6, 9, 9, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, true},
+      {"depthwise-x2", 2, 3, 6, 3, 8, 7, 3, 3, 1, 1, 2, 2, 2, 1, 2, 3, false},
+      {"1x1-stride2", 2, 4, 8, 1, 9, 9, 1, 1, 2, 2, 1, 1, 0, 0, 0, 0, false},
+  };
+  for (const Conv2dCase &c : cases)
+    checkConv2d(c);
   // A result of the wrong size is refused.
+  Buf x{randomVec(2 * 4 * 7 * 6, 21)}, w{randomVec(6 * 2 * 3 * 2, 22)},
+      y{std::vector<float>(2 * 6 * 4 * 5)};
+  ds::plan::Instruction attrs;
+  addInts(attrs, "strides", {2, 1});
+  addInts(attrs, "dilations", {1, 2});
+  addInts(attrs, "pads", {1, 0, 2, 1});
+  addInt(attrs, "group", 2);
   std::string error;
-  EXPECT_FALSE(runKernel("conv", {xv, wv}, {y.view({N, M, OH, OW - 1})}, attrs,
-                         &error));
+  EXPECT_FALSE(runKernel("conv", {x.view({2, 4, 7, 6}), w.view({6, 2, 3, 2})},
+                         {y.view({2, 6, 4, 4})}, attrs, &error));
   EXPECT_NE(error.find("output size does not match"), std::string::npos);
 }
 

@@ -14,6 +14,7 @@
 #ifndef DS_SUPPORT_CONVGEOMETRY_H
 #define DS_SUPPORT_CONVGEOMETRY_H
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -60,6 +61,50 @@ struct ConvGeometry {
     outSize = out[0] * out[1] * out[2];
     kSize = k[0] * k[1] * k[2];
     return "";
+  }
+
+  /// Whether the convolution reads its input as it is: 1x1 taps, strides
+  /// 1, no padding (the column matrix is the input itself).
+  bool pointwise() const {
+    for (int d = 0; d < 3; ++d)
+      if (k[d] != 1 || stride[d] != 1 || pad[d] != 0 || in[d] != out[d])
+        return false;
+    return true;
+  }
+
+  /// One tap of column row `r`: its channel and its offsets per dimension.
+  struct Tap {
+    int64_t ch, kd, kh, kw;
+  };
+  Tap tapOf(int64_t r) const {
+    int64_t tap = r % kSize;
+    return {r / kSize, tap / (k[2] * k[1]), (tap / k[2]) % k[1], tap % k[2]};
+  }
+
+  /// The output columns [lo, hi) at which the tap column `kw` reads inside
+  /// the input row; at column ow it reads input column ow * stride + off.
+  void columnRange(int64_t kw, int64_t &lo, int64_t &hi, int64_t &off) const {
+    off = kw * dil[2] - pad[2];
+    int64_t s = stride[2];
+    // The least ow with ow * s + off >= 0, the least with > in - 1.
+    lo = off >= 0 ? 0 : (-off + s - 1) / s;
+    int64_t last = in[2] - 1 - off;
+    hi = last < 0 ? 0 : std::min(out[2], last / s + 1);
+    lo = std::min(lo, hi);
+  }
+
+  /// Calls fn(o, inRow) for every output row (od, oh) of the tap (kd, kh):
+  /// o is the row's first output position, inRow the offset of the input
+  /// row the tap reads within a channel, or -1 where that row is padding.
+  template <typename Fn> void forRows(int64_t kd, int64_t kh, Fn fn) const {
+    for (int64_t od = 0, o = 0; od < out[0]; ++od) {
+      int64_t id = od * stride[0] - pad[0] + kd * dil[0];
+      for (int64_t oh = 0; oh < out[1]; ++oh, o += out[2]) {
+        int64_t ih = oh * stride[1] - pad[1] + kh * dil[1];
+        bool inside = id >= 0 && id < in[0] && ih >= 0 && ih < in[1];
+        fn(o, inside ? (id * in[1] + ih) * in[2] : int64_t(-1));
+      }
+    }
   }
 
   /// Calls fn(o, i) for every output position o of column row `r`: i is

@@ -15,6 +15,11 @@
 #include <string>
 #include <vector>
 
+namespace ds {
+struct ConvGeometry;
+struct PoolGeometry;
+} // namespace ds
+
 namespace ds::rt {
 
 /// The CPU backend's kernels: every kernel id has one.
@@ -201,6 +206,17 @@ struct GatherGeometry {
     return i < 0 ? i + dim : i;
   }
 };
+// Convolution and pooling (Conv.cpp, Pooling.cpp; their CUDA twins too):
+// the geometry of an instruction from its operands and attributes, or a
+// failure naming the mismatch. Convolution: x, w, y (the forward's
+// operands; the gradients pass theirs in that role). Pooling: `plain` the
+// pooling's input, `pooled` its output (the forward's result, the
+// gradient's incoming gradient).
+bool convGeometryOf(KernelContext &ctx, const TensorView &x,
+                    const TensorView &w, const TensorView &y, ConvGeometry &g);
+bool poolGeometryOf(KernelContext &ctx, const TensorView &plain,
+                    const TensorView &pooled, PoolGeometry &g);
+
 bool gatherGeometry(KernelContext &ctx, const char *kernel,
                     const std::vector<int64_t> &table,
                     const TensorView &indices, int64_t gathered,

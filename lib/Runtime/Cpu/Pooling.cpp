@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Kernels.h"
+#include "Vec.h"
 #include "ds/Support/Pooling.h"
 
 #include <algorithm>
@@ -51,8 +52,11 @@ void forEachRowTap(const PoolGeometry &g, int64_t od, int64_t oh, Fn fn) {
 }
 
 /// The maximum (and with `arg` the first argmax, -1 when no tap is in
-/// bounds or all are -inf) of every window of one plane.
-void maxPlane(const PoolGeometry &g, const float *x, float *y, int64_t *arg) {
+/// bounds or all are -inf) of every window of one plane. (The argmax is
+/// 32-bit, as wide as the floats, so that the loop vectorizes; the
+/// gradient refuses planes of 2^31 elements or more.)
+DS_CLONES void maxPlane(const PoolGeometry &g, const float *x, float *y,
+                        int32_t *arg) {
   const float lowest = -std::numeric_limits<float>::infinity();
   for (int64_t od = 0; od < g.out[0]; ++od)
     for (int64_t oh = 0; oh < g.out[1]; ++oh) {
@@ -69,15 +73,15 @@ void maxPlane(const PoolGeometry &g, const float *x, float *y, int64_t *arg) {
           if (!arg) {
             for (int64_t ow = lo; ow < hi; ++ow) {
               float v = x[off + ow * s];
-              best[ow] = (v > best[ow] || std::isnan(v)) ? v : best[ow];
+              best[ow] = (v > best[ow] || v != v) ? v : best[ow];
             }
             continue;
           }
           for (int64_t ow = lo; ow < hi; ++ow) {
             float v = x[off + ow * s];
-            bool take = v > best[ow] || std::isnan(v) || arg[row + ow] < 0;
+            bool take = v > best[ow] || v != v || arg[row + ow] < 0;
             best[ow] = take ? v : best[ow];
-            arg[row + ow] = take ? off + ow * s : arg[row + ow];
+            arg[row + ow] = take ? static_cast<int32_t>(off + ow * s) : arg[row + ow];
           }
         }
       });
@@ -85,7 +89,7 @@ void maxPlane(const PoolGeometry &g, const float *x, float *y, int64_t *arg) {
 }
 
 /// The window sums of one plane divided by their divisors.
-void avgPlane(const PoolGeometry &g, const float *x, float *y) {
+DS_CLONES void avgPlane(const PoolGeometry &g, const float *x, float *y) {
   for (int64_t od = 0; od < g.out[0]; ++od)
     for (int64_t oh = 0; oh < g.out[1]; ++oh) {
       float *sum = y + (od * g.out[1] + oh) * g.out[2];
@@ -106,10 +110,16 @@ void avgPlane(const PoolGeometry &g, const float *x, float *y) {
     }
 }
 
+/// Scratch rows of one thread, kept from plane to plane.
+struct Scratch {
+  std::vector<float> f;
+  std::vector<int32_t> i;
+};
+
 /// dx of one plane: each dy spread evenly (by its divisor) over its window.
-void avgGradPlane(const PoolGeometry &g, const float *dy, float *dx) {
+DS_CLONES void avgGradPlane(const PoolGeometry &g, const float *dy, float *dx,
+                            float *scaled) {
   std::fill(dx, dx + g.inPlane(), 0.0f);
-  std::vector<float> scaled(g.out[2]);
   for (int64_t od = 0; od < g.out[0]; ++od)
     for (int64_t oh = 0; oh < g.out[1]; ++oh) {
       const float *row = dy + (od * g.out[1] + oh) * g.out[2];
@@ -131,9 +141,11 @@ void avgGradPlane(const PoolGeometry &g, const float *dy, float *dx) {
 
 /// dx of one plane: each dy added at its window's argmax.
 void maxGradPlane(const PoolGeometry &g, const float *x, const float *dy,
-                  float *dx) {
-  std::vector<float> best(g.outPlane());
-  std::vector<int64_t> arg(g.outPlane());
+                  float *dx, Scratch &scratch) {
+  std::vector<float> &best = scratch.f;
+  std::vector<int32_t> &arg = scratch.i;
+  best.resize(g.outPlane());
+  arg.resize(g.outPlane());
   maxPlane(g, x, best.data(), arg.data());
   std::fill(dx, dx + g.inPlane(), 0.0f);
   for (int64_t o = 0; o < g.outPlane(); ++o)
@@ -141,10 +153,12 @@ void maxGradPlane(const PoolGeometry &g, const float *x, const float *dy,
       dx[arg[o]] += dy[o];
 }
 
+} // namespace
+
 /// The geometry of an instruction: `pooled` is the pooling's output (the
 /// forward's result, the gradient's incoming gradient), `plain` its input.
-bool geometryOf(KernelContext &ctx, const TensorView &plain,
-                const TensorView &pooled, PoolGeometry &g) {
+bool poolGeometryOf(KernelContext &ctx, const TensorView &plain,
+                    const TensorView &pooled, PoolGeometry &g) {
   std::vector<int64_t> kernel = ctx.attrs.getInts("kernel_shape");
   std::vector<int64_t> strides = ctx.attrs.getInts("strides");
   std::vector<int64_t> pads = ctx.attrs.getInts("pads");
@@ -163,6 +177,8 @@ bool geometryOf(KernelContext &ctx, const TensorView &plain,
   return true;
 }
 
+namespace {
+
 /// A plane of `t` as f32: its own storage, or `buf` filled from it.
 const float *planeIn(const TensorView &t, int64_t plane, int64_t size,
                      std::vector<float> &buf) {
@@ -174,7 +190,8 @@ const float *planeIn(const TensorView &t, int64_t plane, int64_t size,
   return buf.data();
 }
 
-/// Runs `fn(inputs..., out)` plane by plane over the threads. `ins` are
+/// Runs `fn(inputs, out, scratch)` plane by plane over the threads (the
+/// scratch rows are the task's own, kept from plane to plane). `ins` are
 /// the operands with their plane sizes; `out` is written as f32 in place
 /// or through a buffer rounded to its type.
 template <typename Fn>
@@ -186,13 +203,14 @@ void forEachPlane(const PoolGeometry &g,
     std::vector<std::vector<float>> bufs(operands.size());
     std::vector<const float *> ptrs(operands.size());
     std::vector<float> outBuf;
+    Scratch scratch;
     for (int64_t p = b; p < e; ++p) {
       for (size_t i = 0; i < operands.size(); ++i)
         ptrs[i] = planeIn(*operands[i].first, p, operands[i].second, bufs[i]);
       bool direct = out.dtype == DType::F32;
       outBuf.resize(direct ? 0 : outSize);
       float *o = direct ? out.as<float>() + p * outSize : outBuf.data();
-      fn(ptrs, o);
+      fn(ptrs, o, scratch);
       if (!direct)
         for (int64_t i = 0; i < outSize; ++i)
           storeD(out.data, out.dtype, p * outSize + i, outBuf[i]);
@@ -202,39 +220,45 @@ void forEachPlane(const PoolGeometry &g,
 
 bool kMaxPool(KernelContext &ctx) {
   PoolGeometry g;
-  if (!geometryOf(ctx, ctx.in[0], ctx.out[0], g))
+  if (!poolGeometryOf(ctx, ctx.in[0], ctx.out[0], g))
     return false;
   forEachPlane(g, {{&ctx.in[0], g.inPlane()}}, ctx.out[0], g.outPlane(),
-               [&](auto &in, float *y) { maxPlane(g, in[0], y, nullptr); });
+               [&](auto &in, float *y, Scratch &) { maxPlane(g, in[0], y, nullptr); });
   return true;
 }
 
 bool kMaxPoolGrad(KernelContext &ctx) {
   PoolGeometry g;
-  if (!geometryOf(ctx, ctx.in[0], ctx.in[1], g))
+  if (!poolGeometryOf(ctx, ctx.in[0], ctx.in[1], g))
     return false;
+  if (g.inPlane() > INT32_MAX)
+    return ctx.fail("max_pool_grad: a plane of 2^31 elements or more is not "
+                    "supported");
   forEachPlane(g, {{&ctx.in[0], g.inPlane()}, {&ctx.in[1], g.outPlane()}},
-               ctx.out[0], g.inPlane(), [&](auto &in, float *dx) {
-                 maxGradPlane(g, in[0], in[1], dx);
+               ctx.out[0], g.inPlane(), [&](auto &in, float *dx, Scratch &s) {
+                 maxGradPlane(g, in[0], in[1], dx, s);
                });
   return true;
 }
 
 bool kAvgPool(KernelContext &ctx) {
   PoolGeometry g;
-  if (!geometryOf(ctx, ctx.in[0], ctx.out[0], g))
+  if (!poolGeometryOf(ctx, ctx.in[0], ctx.out[0], g))
     return false;
   forEachPlane(g, {{&ctx.in[0], g.inPlane()}}, ctx.out[0], g.outPlane(),
-               [&](auto &in, float *y) { avgPlane(g, in[0], y); });
+               [&](auto &in, float *y, Scratch &) { avgPlane(g, in[0], y); });
   return true;
 }
 
 bool kAvgPoolGrad(KernelContext &ctx) {
   PoolGeometry g;
-  if (!geometryOf(ctx, ctx.out[0], ctx.in[0], g))
+  if (!poolGeometryOf(ctx, ctx.out[0], ctx.in[0], g))
     return false;
   forEachPlane(g, {{&ctx.in[0], g.outPlane()}}, ctx.out[0], g.inPlane(),
-               [&](auto &in, float *dx) { avgGradPlane(g, in[0], dx); });
+               [&](auto &in, float *dx, Scratch &s) {
+                 s.f.resize(g.out[2]);
+                 avgGradPlane(g, in[0], dx, s.f.data());
+               });
   return true;
 }
 

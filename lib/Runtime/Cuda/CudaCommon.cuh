@@ -8,8 +8,8 @@
 // the CPU accumulates in double) so that the unit tests can compare them
 // element by element. One file per family (Elementwise.cu, Reduce.cu,
 // Linalg.cu, LayerNorm.cu, Losses.cu, Movement.cu, Grad.cu, Optimizers.cu,
-// Collectives.cu), each registering its kernels; CudaDevice.cu holds the
-// device and its registry.
+// Collectives.cu, Conv.cu, Pooling.cu), each registering its kernels;
+// CudaDevice.cu holds the device and its registry.
 //
 //===----------------------------------------------------------------------===//
 
@@ -237,6 +237,8 @@ void registerMovementKernels(KernelRegistry &r);    // Movement.cu
 void registerGradKernels(KernelRegistry &r);        // Grad.cu
 void registerOptimizerKernels(KernelRegistry &r);   // Optimizers.cu
 void registerCollectiveKernels(KernelRegistry &r);  // Collectives.cu
+void registerConvKernels(KernelRegistry &r);        // Conv.cu
+void registerPoolingKernels(KernelRegistry &r);     // Pooling.cu
 
 } // namespace ds::rt::cuda
 
