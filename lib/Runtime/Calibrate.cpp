@@ -34,6 +34,7 @@ namespace ds::rt {
 void CalibrationPlan::progress(const char *fmt, ...) const {
   if (rank != 0)
     return;
+  std::fprintf(stderr, "calibrate: [%.1f s] ", elapsed());
   va_list args;
   va_start(args, fmt);
   std::vfprintf(stderr, fmt, args);
@@ -465,7 +466,7 @@ RunResult calibrateMachine(const RunOptions &o, Communicator &world) {
   m.notes.push_back("host: left out; on the CPU backend host and device "
                     "memory are one (no host-device copy; offload would "
                     "free nothing)");
-  plan.progress("calibrate: %d rank(s) on %d host(s), %d thread(s) each%s\n",
+  plan.progress("%d rank(s) on %d host(s), %d thread(s) each%s\n",
                 world.size(), m.layout.nodes, plan.threads,
                 plan.quick ? " (quick)" : "");
   if (!calibrateNvme(o, plan, world, m, err) ||
@@ -476,7 +477,7 @@ RunResult calibrateMachine(const RunOptions &o, Communicator &world) {
             writeFile(o.outputPath, describe(m, plan, world.size()), err);
   if (!agree(world, ok, err))
     return fail(err);
-  plan.progress("calibrate: wrote '%s' in %.1f s\n", o.outputPath.c_str(),
+  plan.progress("wrote '%s' in %.1f s\n", o.outputPath.c_str(),
                 plan.elapsed());
   return result;
 }

@@ -123,8 +123,8 @@ int repetitionsOf(uint64_t bytes, bool quick) {
   if (quick)
     return bytes <= (64u << 10) ? 15 : 7;
   return bytes <= (64u << 10) ? 20 : bytes <= (1u << 20) ? 10
-                                 : bytes <= (16u << 20)  ? 7
-                                                         : 5;
+                                 : bytes <= (16u << 20)  ? 5
+                                                         : 3;
 }
 
 /// The calls of one repetition on this rank, for `bytes` (elements of f32,
@@ -236,13 +236,13 @@ bool measureKind(const CalibrationPlan &plan, Kind kind, const char *name,
     fit = fitAlphaBeta(samples);
     if (comm.allOk(fit.ok))
       break;
-    plan.progress("calibrate: %s: %s%s\n", name,
+    plan.progress("%s: %s%s\n", name,
                   fit.ok ? "another rank's times fit no line"
                          : fit.error.c_str(),
                   attempt < 2 ? "; measuring again" : "");
   }
   if (fit.ok)
-    plan.progress("calibrate: %s on %s: latency %.3g s, bandwidth %.3g "
+    plan.progress("%s on %s: latency %.3g s, bandwidth %.3g "
                   "B/s\n",
                   name,
                   kind == Kind::SendRecv
@@ -308,7 +308,7 @@ bool measureNvme(const CalibrationPlan &plan, const std::string &dir,
     writeBps = total / std::chrono::duration<double>(t1 - t0).count();
     readBps = total / std::chrono::duration<double>(t2 - t1).count();
   }
-  plan.progress("calibrate: nvme in '%s' (%s): write %.3g B/s, read %.3g "
+  plan.progress("nvme in '%s' (%s): write %.3g B/s, read %.3g "
                 "B/s\n",
                 dir.c_str(), store->async() ? "io_uring" : "synchronous I/O",
                 writeBps, readBps);

@@ -35,7 +35,8 @@ struct CalibrationPlan {
   bool quick = false;
   int threads = 1;
   int rank = 0;
-  /// Progress lines (stderr) come from rank 0 only.
+  /// Progress lines (stderr, "calibrate: [SECONDS s] ...") come from rank
+  /// 0 only.
   void progress(const char *fmt, ...) const
       __attribute__((format(printf, 2, 3)));
   std::chrono::steady_clock::time_point start =

@@ -85,8 +85,8 @@ def check_kernels(k, quick):
         return
     in_range(k["launch_overhead"], 1e-9, 1e-3, "kernels.launch_overhead")
     gemm = k["gemm"]
-    check(len(gemm) == (3 if quick else 7),
-          f"{len(gemm)} GEMM classes, expected {3 if quick else 7}")
+    check(len(gemm) == (3 if quick else 6),
+          f"{len(gemm)} GEMM classes, expected {3 if quick else 6}")
     bounds = [g.get("max_flops") for g in gemm]
     check(bounds[-1] is None and all(b is not None for b in bounds[:-1]),
           "only the last GEMM class has no max_flops")
