@@ -289,25 +289,25 @@ bool measureNvme(const CalibrationPlan &plan, const std::string &dir,
     return false;
   std::vector<std::vector<unsigned char>> data(
       slots, std::vector<unsigned char>(slot, 0x5a));
-  for (int round = 0; round < 2; ++round) {
+  double total = static_cast<double>(slot) * slots;
+  // Every slot written (or read), then waited for: bytes/s.
+  auto pass = [&](bool write, double &rate) {
     auto t0 = std::chrono::steady_clock::now();
     int ticket;
     for (int s = 0; s < slots; ++s)
-      if (!store->write(s, data[s].data(), slot, ticket, err))
+      if (!(write ? store->write(s, data[s].data(), slot, ticket, err)
+                  : store->read(s, data[s].data(), slot, ticket, err)))
         return false;
     if (!store->waitAll(err))
       return false;
-    auto t1 = std::chrono::steady_clock::now();
-    for (int s = 0; s < slots; ++s)
-      if (!store->read(s, data[s].data(), slot, ticket, err))
-        return false;
-    if (!store->waitAll(err))
+    rate = total / std::chrono::duration<double>(
+                       std::chrono::steady_clock::now() - t0)
+                       .count();
+    return true;
+  };
+  for (int round = 0; round < 2; ++round)
+    if (!pass(true, writeBps) || !pass(false, readBps))
       return false;
-    auto t2 = std::chrono::steady_clock::now();
-    double total = static_cast<double>(slot) * slots;
-    writeBps = total / std::chrono::duration<double>(t1 - t0).count();
-    readBps = total / std::chrono::duration<double>(t2 - t1).count();
-  }
   plan.progress("nvme in '%s' (%s): write %.3g B/s, read %.3g "
                 "B/s\n",
                 dir.c_str(), store->async() ? "io_uring" : "synchronous I/O",

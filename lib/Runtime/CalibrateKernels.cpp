@@ -275,8 +275,9 @@ bool measureMemoryBandwidth(const CalibrationPlan &plan, ComputeFigures &f,
 
 namespace {
 
-/// A family's representative call, tiny (`large` false: its time is the
-/// call's overhead) or large (out of cache; quick: smaller).
+/// A family's representative call, tiny (`large` false: operands of at
+/// most 1 KiB, its time is the call's overhead) or large (about 16 MiB per
+/// tensor; quick: 4 MiB).
 using FamilyBuilder = bool (*)(CalibrationTensors &, bool large, bool quick,
                                KernelCall &, std::string &);
 
