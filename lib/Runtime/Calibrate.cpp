@@ -471,8 +471,12 @@ RunResult calibrateMachine(const RunOptions &o, Communicator &world) {
                 plan.quick ? " (quick)" : "");
   if (!calibrateNvme(o, plan, world, m, err) ||
       !calibrateCompute(plan, world, m, err) ||
-      !calibrateLinks(plan, world, m, err))
+      !calibrateLinks(plan, world, m, err)) {
+    // A rank may have failed inside a collective the others still wait
+    // in: the caller ends them all.
+    result.abortWorld = world.size() > 1;
     return fail(err);
+  }
   bool ok = world.rank() != 0 ||
             writeFile(o.outputPath, describe(m, plan, world.size()), err);
   if (!agree(world, ok, err))

@@ -127,6 +127,12 @@ int repetitionsOf(uint64_t bytes, bool quick) {
                                                          : 3;
 }
 
+/// `bytes` rounded down to whole f32 elements, a multiple of `n` of them
+/// (the shards of all-gather and reduce-scatter).
+uint64_t bytesFor(uint64_t bytes, int n) {
+  return bytes / sizeof(float) / n * n * sizeof(float);
+}
+
 /// The calls of one repetition on this rank, for `bytes` (elements of f32,
 /// a multiple of the group size).
 struct Step {
@@ -137,7 +143,7 @@ struct Step {
 bool stepOf(Kind kind, Communicator &comm, uint64_t bytes,
             CalibrationTensors &ts, Step &step, std::string &err) {
   int n = comm.size(), rank = comm.rank();
-  int64_t count = static_cast<int64_t>(bytes / 4 / n) * n;
+  int64_t count = static_cast<int64_t>(bytesFor(bytes, n) / sizeof(float));
   auto call = [&](const char *name, std::vector<TensorView> in,
                   std::vector<TensorView> out) {
     KernelCall c;
@@ -200,7 +206,8 @@ bool timeCollective(const CalibrationPlan &plan, Kind kind,
     auto t0 = std::chrono::steady_clock::now();
     bool ok = true;
     if (kind == Kind::Broadcast)
-      ok = comm.broadcast(step.buffer.data(), step.buffer.size() * 4, 0, err);
+      ok = comm.broadcast(step.buffer.data(),
+                          step.buffer.size() * sizeof(float), 0, err);
     for (const KernelCall &c : step.calls)
       ok = ok && c(err);
     if (!ok)
@@ -230,8 +237,8 @@ bool measureKind(const CalibrationPlan &plan, Kind kind, const char *name,
       double t;
       if (!timeCollective(plan, kind, comm, bytes, t, err))
         return false;
-      samples.push_back(
-          {static_cast<double>(n - 1), factorOf(kind, n) * bytes, t});
+      double b = static_cast<double>(bytesFor(bytes, comm.size()));
+      samples.push_back({static_cast<double>(n - 1), factorOf(kind, n) * b, t});
     }
     fit = fitAlphaBeta(samples);
     if (comm.allOk(fit.ok))
