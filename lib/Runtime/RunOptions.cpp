@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <thread>
+#include <utility>
 
 namespace ds::rt {
 
@@ -216,8 +217,9 @@ std::vector<RunFlag> checkpointFlags() {
            "optimizer state)",
            toString(&O::consolidateDir),
            "--consolidate needs a checkpoint folder"),
-      flag({"-o", "--output"}, "", "", toString(&O::consolidateOut),
-           "-o needs a file"),
+      flag({"-o", "--output"}, "-o FILE",
+           "the file --consolidate or --calibrate writes",
+           toString(&O::outputPath), "-o needs a file"),
       option({"--with-optimizer-state"}, "", &O::withOptimizerState),
       flag({"--save-weights"}, "--save-weights FILE",
            "after training, write the parameters, named by their\n"
@@ -273,7 +275,8 @@ std::vector<RunFlag> runningFlags() {
       flag({"--nvme-path"}, "--nvme-path DIR",
            "NVMe offload: the folder of this run's swap files\n"
            "instead of the one the plan was compiled with\n"
-           "(each rank writes one, removed when it ends)",
+           "(each rank writes one, removed when it ends); also\n"
+           "--calibrate-nvme's",
            [](O &o, const std::string &v) {
              o.nvmePath = v;
              return v.empty() ? "--nvme-path needs a folder" : "";
@@ -303,6 +306,27 @@ std::vector<RunFlag> runningFlags() {
   };
 }
 
+/// Measuring the machine for the planner.
+std::vector<RunFlag> calibrationFlags() {
+  return {
+      option({"--calibrate"},
+             "measure this machine for the planner and write its\n"
+             "description (JSON) to -o FILE: GEMM classes, memory\n"
+             "bandwidth, kernel families; under mpirun -np N the\n"
+             "collectives too (docs/calibration.md); runs no plan",
+             &O::calibrate),
+      option({"--calibrate-quick"},
+             "with --calibrate: fewer sizes and repetitions (a\n"
+             "few seconds, for tests; rougher figures)",
+             &O::calibrateQuick),
+      option({"--calibrate-nvme"},
+             "with --calibrate: also the NVMe offload engine's\n"
+             "write and read rates, through a temporary file in\n"
+             "--nvme-path (default $TMPDIR, else /tmp)",
+             &O::calibrateNvme),
+  };
+}
+
 /// Whether argument `a` (its part before '=' is `flagPart`) is flag `f`.
 bool matches(const RunFlag &f, const std::string &a,
              const std::string &flagPart) {
@@ -319,7 +343,8 @@ bool matches(const RunFlag &f, const std::string &a,
 const std::vector<RunFlag> &runFlags() {
   static const std::vector<RunFlag> flags = [] {
     std::vector<RunFlag> all;
-    for (auto group : {trainingFlags, checkpointFlags, runningFlags})
+    for (auto group :
+         {trainingFlags, checkpointFlags, runningFlags, calibrationFlags})
       for (RunFlag &f : group())
         all.push_back(std::move(f));
     return all;
@@ -398,14 +423,52 @@ bool parseRunArguments(int argc, const char *const *argv, RunOptions &options,
   return checkRunOptions(options, err);
 }
 
+namespace {
+/// --calibrate runs no plan: the flags of a run are refused beside it.
+std::string checkCalibrateOptions(const RunOptions &o) {
+  if (!o.planPath.empty())
+    return "--calibrate measures the machine and runs no plan (got '" +
+           o.planPath + "')";
+  if (!o.consolidateDir.empty())
+    return "--calibrate and --consolidate are separate runs";
+  const std::pair<bool, const char *> planFlags[] = {
+      {o.forwardOnly, "--forward-only"}, {o.steps != 0, "--steps"},
+      {!o.dataPath.empty(), "--data"},   {!o.tokensPath.empty(), "--tokens"},
+      {!o.inputs.empty(), "--inputs"},   {!o.outputsPath.empty(), "--outputs"},
+      {!o.saveDir.empty(), "--save"},    {!o.resumeDir.empty(), "--resume"},
+      {!o.logJson.empty(), "--log-json"},
+      {!o.saveWeights.empty(), "--save-weights"},
+      {o.repeat != 1, "--repeat"},       {o.profile, "--profile"}};
+  for (const auto &[given, name] : planFlags)
+    if (given)
+      return std::string(name) +
+             " is a plan's; --calibrate takes -o, --threads, "
+             "--calibrate-quick, --calibrate-nvme and --nvme-path";
+  if (o.backend == "cuda")
+    return "--calibrate measures the CPU backend; calibrating CUDA devices "
+           "is not implemented (leave out --backend=cuda)";
+  if (o.outputPath.empty())
+    return "--calibrate needs -o FILE (the machine description to write, "
+           "JSON)";
+  return "";
+}
+} // namespace
+
 bool checkRunOptions(const RunOptions &o, std::string &err) {
-  if (!o.consolidateDir.empty()) {
-    if (o.consolidateOut.empty())
+  if (o.calibrate) {
+    err = checkCalibrateOptions(o);
+  } else if (o.calibrateQuick || o.calibrateNvme) {
+    err = std::string(o.calibrateQuick ? "--calibrate-quick"
+                                       : "--calibrate-nvme") +
+          " needs --calibrate";
+  } else if (!o.consolidateDir.empty()) {
+    if (o.outputPath.empty())
       err = "--consolidate needs -o FILE (.safetensors or .npz)";
     else if (!o.planPath.empty())
       err = "--consolidate needs no plan (got '" + o.planPath + "')";
-  } else if (!o.consolidateOut.empty()) {
-    err = "-o is for --consolidate; a plan's outputs go to --outputs";
+  } else if (!o.outputPath.empty()) {
+    err = "-o is for --consolidate or --calibrate; a plan's outputs go to "
+          "--outputs";
   } else if (o.saveEvery && o.saveDir.empty()) {
     err = "--save-every needs --save DIR";
   } else if (o.planPath.empty()) {

@@ -391,7 +391,7 @@ RunResult runPlan(const RunOptions &options, Communicator &world) {
 
 RunResult consolidate(const RunOptions &options) {
   RunResult result;
-  if (!consolidateCheckpoint(options.consolidateDir, options.consolidateOut,
+  if (!consolidateCheckpoint(options.consolidateDir, options.outputPath,
                              options.withOptimizerState, result.error))
     result.ok = false;
   return result;

@@ -4,6 +4,7 @@
 //
 //   ds-run plan.bin --forward-only --inputs in.npz --outputs out.npz
 //   mpirun -np 2 ds-run train.plan --steps 10 --data train.npz
+//   mpirun -np 2 ds-run --calibrate -o machine.json
 //
 // A thin driver over the runtime library: the flags come from the
 // RunOptions table (ds/Runtime/RunOptions.h), the run from runPlan
@@ -11,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ds/Runtime/Calibrate.h"
 #include "ds/Runtime/Comm.h"
 #include "ds/Runtime/RunOptions.h"
 #include "ds/Runtime/Runtime.h"
@@ -69,12 +71,14 @@ int run(int argc, char **argv, std::unique_ptr<Communicator> &world) {
     if (int rc = report(consolidate(options), nullptr))
       return rc;
     std::printf("consolidated '%s' into '%s'\n", options.consolidateDir.c_str(),
-                options.consolidateOut.c_str());
+                options.outputPath.c_str());
     return 0;
   }
   world = createCommunicator(err);
   if (!world)
     return report({false, err, false}, nullptr);
+  if (options.calibrate)
+    return report(calibrateMachine(options, *world), world.get());
   return report(runPlan(options, *world), world.get());
 }
 

@@ -70,6 +70,16 @@ public:
   }
   virtual bool flushSends(std::string &err) { return true; }
 
+  /// `bytes` of `data` from rank `root` to every rank (calibration measures
+  /// it; one rank has nothing to send).
+  virtual bool broadcast(void *data, uint64_t bytes, int root,
+                         std::string &err) {
+    if (size() == 1)
+      return true;
+    err = "broadcast needs MPI (start with mpirun)";
+    return false;
+  }
+
   /// Bytes handed to collectives since creation: each call adds the bytes
   /// of the buffer it reduces or fills (all-reduce: the tensor; all-gather:
   /// the gathered output; reduce-scatter: the input). ds-run compares it

@@ -42,7 +42,9 @@ struct RunOptions {
   std::string saveDir;
   int64_t saveEvery = 0;
   std::string resumeDir;
-  std::string consolidateDir, consolidateOut;
+  std::string consolidateDir;
+  /// -o FILE: what --consolidate or --calibrate writes.
+  std::string outputPath;
   bool withOptimizerState = false;
   std::string saveWeights;
   // Logging and report.
@@ -54,6 +56,10 @@ struct RunOptions {
   int64_t seed = 0;
   std::string backend = "auto"; // auto, cpu or cuda
   std::string nvmePath;
+  // Calibration (docs/calibration.md): measure the machine, run no plan.
+  bool calibrate = false;
+  bool calibrateQuick = false;
+  bool calibrateNvme = false;
 
   /// Every core.
   static int64_t defaultThreads();

@@ -40,7 +40,7 @@ struct RunResult {
 RunResult runPlan(const RunOptions &options, Communicator &world);
 
 /// --consolidate: merges the checkpoint options.consolidateDir into whole
-/// tensors in options.consolidateOut (no plan, no communicator).
+/// tensors in options.outputPath (no plan, no communicator).
 RunResult consolidate(const RunOptions &options);
 
 } // namespace ds::rt

@@ -289,6 +289,17 @@ public:
     }
     return true;
   }
+  bool broadcast(void *data, uint64_t bytes, int root,
+                 std::string &err) override {
+    if (!fitsInt(bytes, err))
+      return false;
+    if (MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_) !=
+        MPI_SUCCESS) {
+      err = "MPI_Bcast from rank " + std::to_string(root) + " failed";
+      return false;
+    }
+    return true;
+  }
   bool flushSends(std::string &err) override {
     for (PendingSend &p : sends_)
       if (MPI_Wait(&p.request, MPI_STATUS_IGNORE) != MPI_SUCCESS) {

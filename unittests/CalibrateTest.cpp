@@ -1,0 +1,125 @@
+//===- CalibrateTest.cpp - the alpha-beta fit and the calibrate flags -----===//
+//
+// Part of the ds project. The least-squares fit of collective times
+// (ds/Runtime/Calibrate.h) on synthetic points with known latency and
+// bandwidth: exact points give them back to 1e-9 relative (double
+// rounding of sums over nine points); points with +-5% deterministic noise
+// within 10% (the weighted fit's error stays below twice the noise); and
+// the fallbacks when the points cannot determine a fit. Then the flags:
+// --calibrate with its options parses, and what cannot go with it is
+// refused with one line.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ds/Runtime/Calibrate.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+using namespace ds::rt;
+
+namespace {
+
+/// t = latency * (n - 1) + f * B / bandwidth, for `ranks` and all-reduce's
+/// f, over 1 KiB .. 64 MiB; `noise` scales sample i by 1 +- noise.
+std::vector<CollectiveSample> allReduceSamples(double latency, double bw,
+                                               std::vector<int> ranks,
+                                               double noise = 0) {
+  std::vector<CollectiveSample> out;
+  int i = 0;
+  for (int n : ranks)
+    for (double b = 1024; b <= 64 * 1048576.0; b *= 4, ++i) {
+      double f = 2.0 * (n - 1) / n;
+      double t = latency * (n - 1) + f * b / bw;
+      out.push_back({double(n - 1), f * b, t * (1 + (i % 2 ? noise : -noise))});
+    }
+  return out;
+}
+
+double rel(double got, double want) { return std::fabs(got / want - 1); }
+
+TEST(AlphaBeta, ExactPointsGiveTheirLatencyAndBandwidth) {
+  for (std::vector<int> ranks :
+       {std::vector<int>{2}, std::vector<int>{8}, std::vector<int>{2, 4, 8}}) {
+    AlphaBeta fit = fitAlphaBeta(allReduceSamples(2e-5, 3e9, ranks));
+    ASSERT_TRUE(fit.ok) << fit.error;
+    EXPECT_LT(rel(fit.latency, 2e-5), 1e-9);
+    EXPECT_LT(rel(fit.bandwidth, 3e9), 1e-9);
+  }
+}
+
+TEST(AlphaBeta, NoisyPointsWithinTenPercent) {
+  AlphaBeta fit = fitAlphaBeta(allReduceSamples(5e-6, 1e10, {2, 4}, 0.05));
+  ASSERT_TRUE(fit.ok) << fit.error;
+  EXPECT_LT(rel(fit.latency, 5e-6), 0.1);
+  EXPECT_LT(rel(fit.bandwidth, 1e10), 0.1);
+}
+
+TEST(AlphaBeta, HiddenLatencyFallsBackToTheSmallestMessage) {
+  // The small messages are faster than any positive latency allows (as a
+  // noisy measurement gives): the latency becomes the smallest message's
+  // time per step, the bandwidth the rest.
+  std::vector<CollectiveSample> s = {
+      {1, 1e3, 1e-7}, {1, 1e6, 1e-3}, {1, 1e7, 1e-2}, {1, 1e8, 1e-1}};
+  AlphaBeta fit = fitAlphaBeta(s);
+  ASSERT_TRUE(fit.ok) << fit.error;
+  EXPECT_DOUBLE_EQ(fit.latency, 1e-7);
+  EXPECT_LT(rel(fit.bandwidth, 1e9), 0.01);
+}
+
+TEST(AlphaBeta, RefusesWhatCannotBeFitted) {
+  EXPECT_FALSE(fitAlphaBeta({}).ok);
+  AlphaBeta one = fitAlphaBeta({{1, 1e6, 1e-3}, {1, 1e6, 2e-3}});
+  EXPECT_FALSE(one.ok);
+  EXPECT_EQ(one.error, "fewer than two message sizes");
+  AlphaBeta falling = fitAlphaBeta({{1, 1e3, 1e-2}, {1, 1e6, 1e-3}});
+  EXPECT_FALSE(falling.ok);
+  EXPECT_EQ(falling.error, "the times do not grow with the message size");
+  AlphaBeta bad = fitAlphaBeta({{1, 1e3, 0}, {1, 1e6, 1e-3}});
+  EXPECT_FALSE(bad.ok);
+  EXPECT_EQ(bad.error, "a sample is not a positive time of a non-negative size");
+}
+
+bool parse(std::vector<const char *> args, RunOptions &o, std::string &err) {
+  args.insert(args.begin(), "ds-run");
+  RunAction action;
+  return parseRunArguments(static_cast<int>(args.size()), args.data(), o,
+                           action, err);
+}
+
+TEST(CalibrateFlags, ParseAndRefuse) {
+  RunOptions o;
+  std::string err;
+  ASSERT_TRUE(parse({"--calibrate", "--calibrate-quick", "--calibrate-nvme",
+                     "--nvme-path=/tmp", "--threads", "1", "-o", "m.json"},
+                    o, err))
+      << err;
+  EXPECT_TRUE(o.calibrate && o.calibrateQuick && o.calibrateNvme);
+  EXPECT_EQ(o.outputPath, "m.json");
+  EXPECT_EQ(o.threads, 1);
+  struct Case {
+    std::vector<const char *> args;
+    const char *error;
+  } cases[] = {
+      {{"--calibrate"},
+       "--calibrate needs -o FILE (the machine description to write, JSON)"},
+      {{"p.plan", "--calibrate", "-o", "m.json"},
+       "--calibrate measures the machine and runs no plan (got 'p.plan')"},
+      {{"--calibrate", "--forward-only", "-o", "m.json"},
+       "--forward-only is a plan's; --calibrate takes -o, --threads, "
+       "--calibrate-quick, --calibrate-nvme and --nvme-path"},
+      {{"--calibrate-nvme", "-o", "m.json"},
+       "--calibrate-nvme needs --calibrate"},
+      {{"--calibrate", "--consolidate", "ck", "-o", "m.json"},
+       "--calibrate and --consolidate are separate runs"},
+  };
+  for (const Case &c : cases) {
+    RunOptions fresh;
+    std::string e;
+    EXPECT_FALSE(parse(c.args, fresh, e)) << c.error;
+    EXPECT_EQ(e, c.error);
+  }
+}
+
+} // namespace
