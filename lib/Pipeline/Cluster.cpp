@@ -320,8 +320,11 @@ llvm::Error ClusterReader::collectives(const json::Object &k,
 
 llvm::Error ClusterReader::calibration(const json::Object &k,
                                        ::ds::ClusterSpec &c) {
+  // Provenance: ds-run --calibrate also writes "quick", "copy_bandwidth"
+  // and "notes" (docs/calibration.md); the planner reads none of them.
   if (llvm::Error e = keys(k, "calibration",
-                           {"date", "threads", "ranks", "host", "seconds"}))
+                           {"date", "threads", "ranks", "host", "seconds",
+                            "quick", "copy_bandwidth", "notes"}))
     return e;
   ::ds::ClusterSpec::Calibration &cal = c.calibration;
   cal.present = true;
