@@ -15,7 +15,9 @@
 //   input gradient W^T x dY followed by col2im, the weight gradient
 //   dY x col^T accumulated over the chunks. The chunk's dY and y are
 //   regrouped between the image-major tensor and the GEMM's channel-major
-//   columns by row copies.
+//   columns by row copies. Output rows under 16 columns (the small feature
+//   maps) gather through a per-tap index table instead of row copies. The
+//   column buffers are each thread's own, kept between calls.
 // - Pointwise (1x1 taps, strides 1, no padding) with large images: the
 //   input is its own column matrix, one GEMM per image and no im2col.
 // - Depthwise (one input channel per group): direct loops per (image,
