@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -61,15 +62,27 @@ def make(name, batch):
     raise SystemExit(f"unknown model {name}")
 
 
-def torch_times(model, inputs, steps, opt):
+def torch_times(model, inputs, steps, opt, clock=time.perf_counter):
     times = []
     for _ in range(steps):
-        t = time.perf_counter()
+        t = clock()
         opt.zero_grad()
         model(**inputs).backward()
         opt.step()
-        times.append((time.perf_counter() - t) * 1e3)
+        times.append((clock() - t) * 1e3)
     return times[1:]
+
+
+def ds_cpu_ms(args, plan, data, steps):
+    """ds-run's CPU time per step: a run of steps + 1 less a run of 1."""
+    def cpu(n):
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run([os.path.join(args.build, "bin", "ds-run"), plan, "--steps",
+                        str(n), "--data", data, "--threads", "1"], check=True,
+                       capture_output=True)
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return (r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime) * 1e3
+    return (cpu(steps + 1) - cpu(1)) / steps
 
 
 def ds_times(args, plan, data, log, steps):
@@ -121,6 +134,17 @@ def bench(args, name, work):
     best_med = min(statistics.median(t) for t in torch_all.values())
     print(f"  {'ratio ds/torch (best)':24s} {min(ds_all) / best_min:10.2f} "
           f"{statistics.median(ds_all) / best_med:10.2f}")
+    if args.threads == 1:
+        # One thread: CPU time does not count the time other processes
+        # hold the core, so it compares the two sides on a busy machine.
+        ds_cpu, torch_cpu = [], []
+        for _ in range(args.rounds):
+            ds_cpu.append(ds_cpu_ms(args, plan, data, args.steps))
+            torch_cpu += torch_times(model, inputs, args.steps + 1, opt,
+                                     time.process_time)
+        print(f"  CPU ms per step: ds-run {min(ds_cpu):.2f} (mean over each run of "
+              f"{args.steps}: fastest run), torch oneDNN {min(torch_cpu):.2f} "
+              f"(fastest step); ratio {min(ds_cpu) / min(torch_cpu):.2f}")
 
 
 def main():

@@ -420,8 +420,10 @@ void checkConv2d(const Conv2dCase &c) {
 }
 
 TEST(Kernels, ConvAndGradientsMatchNaive) {
-  // Each path of Cpu/Conv.cpp: batched im2col + GEMM (groups, strides,
-  // dilations, asymmetric pads), several chunks of images (30 images of
+  // Each path of Cpu/Conv.cpp: batched im2col + GEMM through the tap
+  // table (output rows under 16: groups, strides, dilations, asymmetric
+  // pads) and by rows (20 columns: the same with strides and dilations 2;
+  // 32 columns), several chunks of images (30 images of
   // 16 x 32 x 32 taps 3x3: 28 per 16 MiB chunk), pointwise 1x1 read in
   // place (24 x 24 = 576 positions per image) and batched (8 x 8),
   // depthwise (multiplier 1 and 2, stride 2, dilation 2, padding).
@@ -433,6 +435,7 @@ TEST(Kernels, ConvAndGradientsMatchNaive) {
       {"depthwise", 2, 6, 6, 6, 9, 9, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, true},
       {"depthwise-x2", 2, 3, 6, 3, 8, 7, 3, 3, 1, 1, 2, 2, 2, 1, 2, 3, false},
       {"1x1-stride2", 2, 4, 8, 1, 9, 9, 1, 1, 2, 2, 1, 1, 0, 0, 0, 0, false},
+      {"wide-rows", 2, 3, 4, 1, 9, 40, 3, 3, 2, 2, 2, 2, 1, 2, 2, 1, true},
   };
   for (const Conv2dCase &c : cases)
     checkConv2d(c);

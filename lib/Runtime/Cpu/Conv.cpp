@@ -15,7 +15,9 @@
 //   input gradient W^T x dY followed by col2im, the weight gradient
 //   dY x col^T accumulated over the chunks. The chunk's dY and y are
 //   regrouped between the image-major tensor and the GEMM's channel-major
-//   columns by row copies.
+//   columns by row copies. Output rows under 16 columns (the small feature
+//   maps) gather through a per-tap index table instead of row copies. The
+//   column buffers are each thread's own, kept between calls.
 // - Pointwise (1x1 taps, strides 1, no padding) with large images: the
 //   input is its own column matrix, one GEMM per image and no im2col.
 // - Depthwise (one input channel per group): direct loops per (image,
@@ -29,6 +31,8 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -53,6 +57,8 @@ namespace {
 
 /// The most floats of a chunk's column matrix (16 MiB).
 constexpr int64_t kColFloats = int64_t(1) << 22;
+/// Output rows shorter than this are gathered through a tap table.
+constexpr int64_t kTableBelow = 16;
 /// Pointwise convolutions run per image from this many output positions.
 constexpr int64_t kPointwiseOwnGemm = 512;
 
@@ -69,9 +75,27 @@ int64_t imagesPerChunk(const ConvGeometry &g) {
 /// of channels (`x`: the first image's first channel of the group); zero
 /// where a tap falls in the padding. The threads split the rows; a row's
 /// tap is worked out once for all the images.
-void im2col(const ConvGeometry &g, const float *x, int64_t images, float *col) {
+void im2col(const ConvGeometry &g, const float *x, int64_t images, float *col,
+            const int32_t *table) {
   const int64_t ld = images * g.outSize, imageStride = g.c * g.inSize;
-  const int64_t s = g.stride[2], width = g.out[2];
+  const int64_t s = g.stride[2], width = g.out[2], P = g.outSize;
+  if (table) {
+    parallelFor(g.colRows(), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const int32_t *at = table + (r % g.kSize) * P;
+        for (int64_t j = 0; j < images; ++j) {
+          const float *xc = x + j * imageStride + (r / g.kSize) * g.inSize;
+          float *dst = col + r * ld + j * P;
+          // Loads at 0 for the padding, then a select: no branch.
+          for (int64_t o = 0; o < P; ++o) {
+            float v = xc[at[o] < 0 ? 0 : at[o]];
+            dst[o] = at[o] < 0 ? 0.0f : v;
+          }
+        }
+      }
+    });
+    return;
+  }
   parallelFor(g.colRows(), 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       ConvGeometry::Tap tap = g.tapOf(r);
@@ -103,13 +127,21 @@ void im2col(const ConvGeometry &g, const float *x, int64_t images, float *col) {
 /// Adds the column matrix back into the images it came from (the adjoint
 /// of im2col); one (image, channel) plane per task, so no two threads
 /// write the same element.
-void col2im(const ConvGeometry &g, const float *col, int64_t images, float *x) {
+void col2im(const ConvGeometry &g, const float *col, int64_t images, float *x,
+            const int32_t *table) {
   const int64_t ld = images * g.outSize, imageStride = g.c * g.inSize;
   parallelFor(g.cg() * images, 1, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       int64_t ch = t / images, j = t % images;
       float *xc = x + j * imageStride + ch * g.inSize;
-      for (int64_t r = ch * g.kSize; r < (ch + 1) * g.kSize; ++r) {
+      for (int64_t r = ch * g.kSize; r < (ch + 1) * g.kSize && table; ++r) {
+        const int32_t *at = table + (r % g.kSize) * g.outSize;
+        const float *src = col + r * ld + j * g.outSize;
+        for (int64_t o = 0; o < g.outSize; ++o)
+          if (at[o] >= 0)
+            xc[at[o]] += src[o];
+      }
+      for (int64_t r = ch * g.kSize; r < (ch + 1) * g.kSize && !table; ++r) {
         ConvGeometry::Tap tap = g.tapOf(r);
         const float *src = col + r * ld + j * g.outSize;
         int64_t lo, hi, off, s = g.stride[2];
@@ -118,8 +150,12 @@ void col2im(const ConvGeometry &g, const float *col, int64_t images, float *x) {
           if (row < 0)
             return;
           float *d = xc + row + off;
-          for (int64_t ow = lo; ow < hi; ++ow)
-            d[ow * s] += src[o + ow];
+          if (s == 1)
+            for (int64_t ow = lo; ow < hi; ++ow)
+              d[ow] += src[o + ow];
+          else
+            for (int64_t ow = lo; ow < hi; ++ow)
+              d[ow * s] += src[o + ow];
         });
       }
     }
@@ -164,11 +200,24 @@ struct GemmWork {
   int64_t K, P, per;
   bool direct;
   float *col, *rows;
+  /// With output rows shorter than kTableBelow: per tap and output
+  /// position, the input position read (-1: padding), for im2col and
+  /// col2im to gather by (per-row copies cost more than they move there).
+  std::vector<int32_t> table;
   explicit GemmWork(const ConvGeometry &g)
       : K(g.colRows()), P(g.outSize), per(imagesPerChunk(g)),
         direct(g.pointwise() && per == 1),
         col(direct ? nullptr : scratch(0, K * per * P)),
-        rows(per > 1 ? scratch(1, g.mg() * per * P) : nullptr) {}
+        rows(per > 1 ? scratch(1, g.mg() * per * P) : nullptr) {
+    if (direct || g.out[2] >= kTableBelow || g.inSize >= INT32_MAX)
+      return;
+    table.resize(g.kSize * P);
+    for (int64_t t = 0; t < g.kSize; ++t)
+      g.forTaps(t, [&](int64_t o, int64_t i) {
+        table[t * P + o] = static_cast<int32_t>(i);
+      });
+  }
+  const int32_t *tapTable() const { return table.empty() ? nullptr : table.data(); }
 };
 
 /// Calls fn(n0, b, gi) for every chunk of b images from n0 and group gi.
@@ -187,7 +236,7 @@ void gemmForward(const ConvGeometry &g, const float *X, const float *W,
     const float *xg = X + (n0 * g.c + gi * g.cg()) * g.inSize;
     float *yg = Y + (n0 * g.m + gi * g.mg()) * P;
     if (!w.direct)
-      im2col(g, xg, b, w.col);
+      im2col(g, xg, b, w.col, w.tapTable());
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g.mg(), b * P, K,
                 1.0f, W + gi * g.mg() * K, K, w.direct ? xg : w.col, b * P,
                 0.0f, b > 1 ? w.rows : yg, b * P);
@@ -211,7 +260,7 @@ void gemmGradInput(const ConvGeometry &g, const float *DY, const float *W,
                 W + gi * g.mg() * K, K, b > 1 ? w.rows : dyg, b * P, 0.0f,
                 w.direct ? dxg : w.col, b * P);
     if (!w.direct)
-      col2im(g, w.col, b, dxg);
+      col2im(g, w.col, b, dxg, w.tapTable());
   });
 }
 
@@ -225,7 +274,7 @@ void gemmGradWeight(const ConvGeometry &g, const float *X, const float *DY,
     const float *xg = X + (n0 * g.c + gi * g.cg()) * g.inSize;
     const float *dyg = DY + (n0 * g.m + gi * g.mg()) * P;
     if (!w.direct)
-      im2col(g, xg, b, w.col);
+      im2col(g, xg, b, w.col, w.tapTable());
     if (b > 1)
       regroup(dyg, w.rows, g.mg(), b, P, g.m * P, true, nullptr);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g.mg(), K, b * P, 1.0f,
