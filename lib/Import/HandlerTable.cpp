@@ -56,6 +56,7 @@ const HandlerTable &onnx_import::handlerTable() {
     registerLossHandlers(t);
     registerTrainingDomainHandlers(t);
     registerPoolingHandlers(t);
+    registerBatchNormHandlers(t);
     return t;
   }();
   return table;
