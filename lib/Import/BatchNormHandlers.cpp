@@ -22,7 +22,8 @@
 // and divides by the global count.
 //
 // The running statistics: when input 3 and 4 are initializers (buffers),
-// their new values are step results that write them (`ds.update`), by
+// their new values are step results that write them (`ds.update`; only
+// when the compile trains: ImportOptions::updateRunningStats), by
 // torch's rule running = m * running + (1 - m) * batch with m the ONNX
 // momentum (torch's 1 - momentum) and the unbiased batch variance for
 // running_var, as torch updates them. The node's own outputs 1 and 2 keep
@@ -213,8 +214,11 @@ LogicalResult batchNorm(NodeContext &n) {
   outs.push_back(bn.momentum(n.input(4), var, m));
   outs.resize(std::min<size_t>(outs.size(), n.numOutputs()));
 
-  // The buffers' new values (torch's rule: the unbiased variance).
+  // The buffers' new values (torch's rule: the unbiased variance); a
+  // compile that does not train leaves them as they are.
   std::string meanName = bufferName(n, 3), varName = bufferName(n, 4);
+  if (!n.importer.options.updateRunningStats)
+    return n.bind(outs);
   auto &updates = n.importer.stateUpdates;
   for (const std::string &name : {meanName, varName})
     if (!name.empty() && llvm::any_of(updates, [&](const auto &u) {

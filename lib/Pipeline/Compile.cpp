@@ -160,6 +160,7 @@ mlir::ds::importModel(MLIRContext &context, const TrainingOptions &options,
   importOptions.lossName = options.lossName;
   importOptions.runTrainingInfo = options.trainingInfo;
   importOptions.allowEvalExport = options.allowEvalExport;
+  importOptions.updateRunningStats = options.training() || options.trainingInfo;
   for (const std::string &spec : options.inputShapes) {
     std::string err = parseInputShape(spec, importOptions);
     if (!err.empty())

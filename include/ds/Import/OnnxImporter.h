@@ -33,6 +33,10 @@ struct ImportOptions {
   /// "training", or BatchNormalization without training_mode=1) instead of
   /// refusing it (--allow-eval-export).
   bool allowEvalExport = false;
+  /// Training-mode BatchNormalization writes its running statistics (the
+  /// initializers) as results of the step; off for a forward-only or
+  /// --emit-grads compile, which leaves them as they are.
+  bool updateRunningStats = true;
 };
 
 /// Parses `spec` of the form `NAME:4x64` (a scalar is `NAME:scalar`) into
