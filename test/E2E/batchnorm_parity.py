@@ -22,7 +22,9 @@ within 2% of torch's f32 losses, running variances within 2% relative
 and running means within 2% of the running standard deviation. --resume: 3
 steps, a checkpoint, 3 more from it: the 6-step run's losses, weights and
 running stats bit for bit. --extra=--recompute=full: the same numbers (the
-recomputed forward does not update the running stats again).
+recomputed forward does not update the running stats again). --accum K:
+--grad-accum=K against torch's K micro-batches per step (the running
+stats move once per micro-batch forward, as torch's do).
 
 --eval: the model exported in eval mode (torch.onnx.export, running
 statistics set away from 0 and 1) and compiled with --allow-eval-export:
@@ -92,17 +94,23 @@ def make(kind):
     return model, {"x": x, "labels": labels}
 
 
-def torch_run(model, inputs, optimizer):
+def torch_run(model, inputs, optimizer, accum=1):
+    """STEPS optimizer steps, each of `accum` micro-batches (the same batch)
+    whose mean gradient it applies; every forward updates the running
+    statistics. Returns the steps' mean losses and the state."""
     model.train()
     opt = (torch.optim.Adam(model.parameters(), lr=LR) if optimizer == "adam"
            else torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM))
     losses = []
     for _ in range(STEPS):
         opt.zero_grad()
-        loss = model(**inputs)
-        loss.backward()
+        total = 0.0
+        for _ in range(accum):
+            loss = model(**inputs)
+            (loss / accum).backward()
+            total += float(loss) / accum
         opt.step()
-        losses.append(float(loss))
+        losses.append(total)
     return losses, {k: v.detach().numpy().copy() for k, v in model.state_dict().items()
                     if not k.endswith("num_batches_tracked")}
 
@@ -247,6 +255,7 @@ def main():
     ap.add_argument("--mpirun", default="")
     ap.add_argument("--sync", action="store_true")
     ap.add_argument("--eval", action="store_true")
+    ap.add_argument("--accum", type=int, default=1)
     ap.add_argument("--extra", action="append", default=[])
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
@@ -260,8 +269,8 @@ def main():
     elif args.ranks > 1:
         ranks_main(args, run, model, inputs, problems)
     else:
-        run.compile(run.w("model.onnx"), run.w("train.plan"))
-        want, trained = torch_run(model, inputs, args.optimizer)
+        run.compile(run.w("model.onnx"), run.w("train.plan"), f"--grad-accum={args.accum}")
+        want, trained = torch_run(model, inputs, args.optimizer, args.accum)
         got, weights = run.train(run.w("train.plan"), "train", run.w("data.npz"))
         worst = max(abs(d - t) / abs(t) for d, t in zip(got, want)) if got else 1.0
         tol, stol, wtol = (1e-4, 1e-5, 1e-4) if args.precision == "fp32" else (2e-2,) * 3
@@ -278,7 +287,8 @@ def main():
             problems.append(f"running stats differ from torch's by {serr:.1e} relative")
         if args.resume:
             check_resume(run, run.w("train.plan"), run.w("data.npz"), (), got, weights, problems)
-        print(f"{args.model} {args.optimizer} {args.precision}{''.join(' ' + e for e in args.extra)}: "
+        print(f"{args.model} {args.optimizer} {args.precision}{''.join(' ' + e for e in args.extra)}"
+              f"{' --grad-accum=%d' % args.accum if args.accum > 1 else ''}: "
               f"{STEPS} steps, worst loss rel error {worst:.1e} (tol {tol:g}), weights "
               f"{worst_w:.1e}, running stats {serr:.1e} rel (tol {stol:g})"
               + ("; checkpoint resumed bit-exact" if args.resume else ""))
