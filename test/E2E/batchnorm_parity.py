@@ -116,18 +116,19 @@ def torch_run(model, inputs, optimizer, accum=1):
 
 
 class Run:
+    """ds-opt and ds-run on files in the work folder."""
+
     def __init__(self, args):
         self.args = args
         self.w = lambda f: os.path.join(args.work, f)
 
     def compile(self, onnx_path, plan, *extra):
-        flags = [f"--optimizer={self.args.optimizer}", f"--lr={LR}"]
-        if self.args.optimizer == "sgd":
-            flags.append(f"--momentum={MOMENTUM}")
-        if self.args.precision != "fp32":
-            flags.append(f"--precision={self.args.precision}")
-        r = subprocess.run([self.args.ds_opt, onnx_path, *flags, *self.args.extra, *extra,
-                            "-o", plan], capture_output=True, text=True)
+        a = self.args
+        flags = {"adam": [], "sgd": [f"--momentum={MOMENTUM}"]}[a.optimizer]
+        flags += [] if a.precision == "fp32" else [f"--precision={a.precision}"]
+        cmd = [a.ds_opt, onnx_path, f"--optimizer={a.optimizer}", f"--lr={LR}", *flags]
+        r = subprocess.run(cmd + a.extra + list(extra) + ["-o", plan],
+                           capture_output=True, text=True)
         if r.returncode:
             sys.exit(r.stderr)
 

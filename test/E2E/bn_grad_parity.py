@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Step-0 gradients through BatchNormalization in training mode: ds
 (ds-opt --emit-grads + ds-run) against PyTorch's autograd, per parameter
-(grad_parity.check).
+(grad_parity.check); every model of MODELS, or those named.
 
 Models (torch 1.13, TRAINING export, opset 17): a layer without bias (its
 weight's gradient carries dX of the BatchNorm), the BatchNorm, tanh, a
@@ -56,40 +56,34 @@ class BnNet(nn.Module):
         return F.cross_entropy(self.head(h.flatten(1)), y)
 
 
-def setup(which, work):
+def check(which, args):
+    """One model's step-0 gradients against torch's (grad_parity.check)."""
     torch.manual_seed(0)
     rng = np.random.RandomState(5)
-    shape = (4,) + MODELS[which][2]
     # Away from mean 0 / variance 1, so that the normalization matters.
-    x = (rng.randn(*shape) * 1.7 + 0.4).astype(np.float32)
+    x = (rng.randn(4, *MODELS[which][2]) * 1.7 + 0.4).astype(np.float32)
     y = rng.randint(0, 5, size=4).astype(np.int64)
-    features = MODELS[which][0]()(torch.from_numpy(x))[0].numel()
-    model = BnNet(which, features)
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    model = BnNet(which, MODELS[which][0]()(xt)[0].numel())
     # Scale and bias away from 1 and 0, so that their gradients are tested.
     with torch.no_grad():
         if model.bn.affine:
             model.bn.weight.uniform_(0.5, 1.5)
             model.bn.bias.uniform_(-0.5, 0.5)
+    work = os.path.join(args.work, which)
+    os.makedirs(work, exist_ok=True)
     path = os.path.join(work, which + ".onnx")
-    grad_parity.export(model, (torch.from_numpy(x), torch.from_numpy(y)), path,
-                       ["x", "y"])
-    feeds = {"x": x, "y": y}
-    return model, path, feeds, lambda: model(torch.from_numpy(x),
-                                             torch.from_numpy(y))
-
-
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ds-opt", required=True)
-    ap.add_argument("--ds-run", required=True)
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--model", required=True, choices=list(MODELS))
-    args = ap.parse_args()
-    os.makedirs(args.work, exist_ok=True)
-    model, path, feeds, forward = setup(args.model, args.work)
-    ok = grad_parity.check(args.model, model, path, feeds, forward, args, TOL)
-    sys.exit(0 if ok else 1)
+    grad_parity.export(model, (xt, yt), path, ["x", "y"])
+    sub = argparse.Namespace(ds_opt=args.ds_opt, ds_run=args.ds_run, work=work)
+    return grad_parity.check(which, model, path, {"x": x, "y": y},
+                             lambda: model(xt, yt), sub, TOL)
 
 
 if __name__ == "__main__":
-    main()
+    ap = argparse.ArgumentParser()
+    for flag in ("--ds-opt", "--ds-run", "--work"):
+        ap.add_argument(flag, required=True)
+    ap.add_argument("models", nargs="*", default=list(MODELS))
+    opts = ap.parse_args()
+    results = [check(name, opts) for name in opts.models]
+    sys.exit(0 if all(results) else 1)
