@@ -223,7 +223,7 @@ def ranks_main(args, run, model, inputs, problems):
     mpi = args.mpirun.split() + ["-np", str(n)]
     b, wn = run.train(run.w("n.plan"), "n", run.w("data.npz"), mpi)
     loss_err = max(abs(p - q) / abs(p) for p, q in zip(a, b))
-    serr = stat_err(wn, w1)
+    serr = stat_err(wn, w1, scaled=args.precision != "fp32")
     tol = 1e-5 if args.precision == "fp32" else 2e-2
     label = (f"{args.model} {args.optimizer} {args.precision} ZeRO-{args.zero}, {n} ranks "
              f"{'--sync-batchnorm' if args.sync else 'per-rank statistics'} against 1")
