@@ -300,7 +300,8 @@ static void markTrainable(func::FuncOp func, ArrayRef<unsigned> paramArgs,
       targets.insert(v);
   for (unsigned arg : paramArgs) {
     Value start = func.getArgument(arg);
-    if (!isa<FloatType>(cast<ShapedType>(start.getType()).getElementType()))
+    if (!isa<FloatType>(cast<ShapedType>(start.getType()).getElementType()) ||
+        func.getArgAttr(arg, "ds.running_stat"))
       continue;
     SmallVector<Value> work{start};
     llvm::DenseSet<Value> seen{start};
@@ -394,6 +395,12 @@ FailureOr<OwningOpRef<ModuleOp>> Importer::run() {
     if (failed(algorithmUpdates))
       return failure();
     updates = std::move(*algorithmUpdates);
+  }
+  for (auto &update : stateUpdates) {
+    if (llvm::any_of(updates, [&](const auto &u) { return u.first == update.first; }))
+      return error() << "initializer '" << update.first
+                     << "' is updated both by training_info and by the graph";
+    updates.push_back(update);
   }
 
   FailureOr<GraphOutputs> outputs = collectOutputs();

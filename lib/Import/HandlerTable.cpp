@@ -57,6 +57,7 @@ const HandlerTable &onnx_import::handlerTable() {
     registerTrainingDomainHandlers(t);
     registerPoolingHandlers(t);
     registerRecurrentHandlers(t); // LSTM, GRU (rnn family)
+    registerBatchNormHandlers(t);
     return t;
   }();
   return table;

@@ -125,6 +125,10 @@ public:
   /// Initializers held as parameter arguments, for reading their data when
   /// a node needs a constant (a Dropout ratio, a Range bound).
   llvm::DenseMap<Value, const onnx::TensorProto *> paramData;
+  /// State the step writes besides the optimizer's: (initializer name, new
+  /// value), e.g. BatchNormalization's running statistics. They become
+  /// `ds.update` results like training_info's updates.
+  SmallVector<std::pair<std::string, Value>> stateUpdates;
 
 private:
   // The phases of run() (GraphImporter.cpp).
@@ -323,6 +327,7 @@ void registerLossHandlers(HandlerTable &table);
 void registerTrainingDomainHandlers(HandlerTable &table);
 void registerPoolingHandlers(HandlerTable &table);
 void registerRecurrentHandlers(HandlerTable &table); // LSTM, GRU
+void registerBatchNormHandlers(HandlerTable &table);
 
 } // namespace mlir::ds::onnx_import
 

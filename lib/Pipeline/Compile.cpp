@@ -162,6 +162,7 @@ mlir::ds::importModel(MLIRContext &context, const TrainingOptions &options,
   importOptions.runTrainingInfo = options.trainingInfo;
   importOptions.allowEvalExport = options.allowEvalExport;
   importOptions.batchSize = options.configMicroBatch;
+  importOptions.updateRunningStats = options.training() || options.trainingInfo;
   for (const std::string &spec : options.inputShapes) {
     std::string err = parseInputShape(spec, importOptions);
     if (!err.empty())

@@ -441,7 +441,8 @@ bool config::readDsExtensions(Reader &r, const std::string &key, const Value &v)
   const Object *o = r.object(v, key);
   if (!o || !r.checkKeys(
                 *o, key,
-                {"recompute", "device_memory", "offload", "sequence_parallel"}))
+                {"recompute", "device_memory", "offload", "sequence_parallel",
+                 "sync_batchnorm", "freeze", "trainable"}))
     return false;
   for (const auto &dkv : *o) {
     std::string dk = key + "." + dkv.first.str();

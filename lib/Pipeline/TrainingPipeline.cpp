@@ -78,6 +78,11 @@ void mlir::ds::addPartitionPasses(OpPassManager &pm, const TrainingOptions &o) {
   }
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
+  if (o.syncBatchnorm && o.dataParallelSize() > 1) {
+    SyncBatchNormPassOptions sb;
+    sb.size = o.dataParallelSize();
+    pm.addNestedPass<func::FuncOp>(createSyncBatchNormPass(sb));
+  }
   if (o.tensorParallel > 1) {
     TensorParallelPassOptions tp;
     tp.size = o.tensorParallel;

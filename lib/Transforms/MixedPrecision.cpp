@@ -5,9 +5,9 @@
 // Runs on the forward pass, before autodiff. Trainable parameters become
 // 16-bit arguments (the optimizer pass adds their f32 master copies), and
 // every float op computes in 16 bits, except the ops marked Ds_F32Island
-// (softmax, LayerNorm, losses, reductions), whose 16-bit operands are cast
-// up to f32. Other f32 values (inputs, buffers, constants) are cast down
-// once. Graph results keep their types. Autodiff then differentiates
+// (softmax, LayerNorm, losses, reductions) or `ds.f32_island` (the parts of
+// BatchNormalization), whose 16-bit operands are cast up to f32. Other f32
+// values (inputs, buffers, constants) are cast down once. Graph results keep their types. Autodiff then differentiates
 // through the casts: gradients flow, and reach each weight, in 16 bits.
 //
 //===----------------------------------------------------------------------===//
@@ -113,7 +113,10 @@ struct MixedPrecisionPass : impl::MixedPrecisionPassBase<MixedPrecisionPass> {
       if (!isa<DsDialect>(op->getDialect()) ||
           op->hasTrait<OpTrait::ConstantLike>() || isa<CastOp>(op))
         continue;
-      bool island = op->hasTrait<DsF32Island>();
+      // `ds.f32_island`: an op of a composition the importer keeps in f32
+      // (BatchNormalization's statistics and running-stat updates).
+      bool island =
+          op->hasTrait<DsF32Island>() || op->hasAttr("ds.f32_island");
       Type compute = island ? Type(b.getF32Type()) : half;
       bool anyFloat = false;
       for (Value r : op->getResults())

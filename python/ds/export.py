@@ -105,6 +105,33 @@ def metadata(model, model_proto):
     }
 
 
+def _check_batchnorm(model):
+    """BatchNorm with momentum=None (a cumulative average over
+    num_batches_tracked) exports as ONNX momentum 0, which means "keep the
+    last batch's statistics": refuse it rather than train it wrong."""
+    import torch
+    for name, m in model.named_modules():
+        if (isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
+                and m.track_running_stats and m.momentum is None):
+            raise ValueError(
+                "ds.export: %s (%s) has momentum=None (a cumulative moving "
+                "average), which ONNX cannot express; set a momentum (torch's "
+                "default is 0.1)" % (name or "the model", type(m).__name__))
+
+
+def _restore_buffer_initializers(model, proto, saved):
+    """Tracing ran one training-mode forward, which moved BatchNorm's
+    running statistics before torch wrote them as initializers: write the
+    buffers' values from before the export instead."""
+    from onnx import numpy_helper
+    for i, init in enumerate(proto.graph.initializer):
+        if init.name in saved:
+            value = saved[init.name].detach().cpu().numpy()
+            if value.shape == tuple(init.dims):
+                proto.graph.initializer[i].CopyFrom(
+                    numpy_helper.from_array(value, init.name))
+
+
 def export(model, inputs, path, opset=17):
     """Exports `model`'s training step to the ONNX file `path`.
 
@@ -125,7 +152,10 @@ def export(model, inputs, path, opset=17):
     # running statistics and dropout would draw from the generator. Both are
     # put back, so exporting leaves the module and the RNG as they were.
     was_training = model.training
+    _check_batchnorm(model)
     saved_buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    saved_buffers_by_name = [(n, b.detach().clone())
+                             for n, b in model.named_buffers()]
     rng = torch.get_rng_state()
     model.train()
     try:
@@ -143,6 +173,7 @@ def export(model, inputs, path, opset=17):
                 b.copy_(value)
         torch.set_rng_state(rng)
     proto = onnx.load_from_string(buf.getvalue())
+    _restore_buffer_initializers(model, proto, dict(saved_buffers_by_name))
     if len(proto.graph.output) != 1:
         raise ValueError("ds.export: model(**inputs) must return the scalar "
                          "loss alone (got %d outputs)" % len(proto.graph.output))

@@ -7,7 +7,10 @@ types and element types with the onnx package and:
   * skips it, with the reason, when an op is not one `ds-opt --list-onnx-ops`
     prints or an element type is not one ds computes in (f32, f16, bf16,
     i64, i32, bool);
-  * otherwise runs `ds-opt model.onnx --emit=summary`, which must succeed.
+  * otherwise runs `ds-opt model.onnx --emit=summary --allow-eval-export`,
+    which must succeed (node tests check one op's forward: BatchNormalization
+    without training_mode, an eval-mode export ds refuses for training, is
+    imported as inference BatchNormalization).
 
 ds plans static shapes, so an input that only gives a shape (Reshape's
 `shape`, Slice's `starts`...) must be a compile-time constant. The node
@@ -142,7 +145,7 @@ def run_one(ds_opt, name, path, tmp):
     if bound:
         path = os.path.join(tmp, name + ".onnx")
         onnx.save(model, path)
-    proc = subprocess.run([ds_opt, path, "--emit=summary"],
+    proc = subprocess.run([ds_opt, path, "--emit=summary", "--allow-eval-export"],
                           capture_output=True, text=True, timeout=120)
     err = proc.stderr.strip().splitlines()
     return proc.returncode, (err[0] if err else ""), bound

@@ -36,6 +36,10 @@ struct ImportOptions {
   /// The batch of the data inputs whose leading dimension the export left
   /// dynamic (a config's train_micro_batch_size_per_gpu); 0: none.
   int64_t batchSize = 0;
+  /// Training-mode BatchNormalization writes its running statistics (the
+  /// initializers) as results of the step; off for a forward-only or
+  /// --emit-grads compile, which leaves them as they are.
+  bool updateRunningStats = true;
 };
 
 /// Parses `spec` of the form `NAME:4x64` (a scalar is `NAME:scalar`) into

@@ -507,4 +507,34 @@ def TrainableSetPass : Pass<"ds-trainable-set", "ModuleOp"> {
   ];
 }
 
+def SyncBatchNormPass : Pass<"ds-sync-batchnorm", "func::FuncOp"> {
+  let summary = "BatchNormalization statistics over the data-parallel ranks";
+  let description = [{
+    The importer spells a training-mode BatchNormalization with two partial
+    sums over the rank's batch (`ds.reduce_sum` marked `ds.batch_stat`: the
+    sum and the centered sum of squares) and divisions by the count (`ds.div`
+    by a constant, marked `ds.batch_count` = 0, or 1 for the unbiased
+    variance's n - 1). With `size` data-parallel ranks this pass sums each
+    partial sum over data-parallel group 0 (`ds.all_reduce` "sum", an f32
+    island) and divides by the global count, `size * n - offset`: every
+    rank normalizes with the global batch's mean and (two-pass, centered)
+    variance and updates the running statistics with them, as PyTorch's
+    SyncBatchNorm does. The gradient of the all-reduce is the all-reduce of
+    the gradients, so the backward pass sums the two gradient reductions over
+    the ranks too. Runs before autodiff; `size` 1 changes nothing.
+
+    ```mlir
+    %s = ds.reduce_sum %x {axes = array<i64: 0>, ds.batch_stat, keepdims = true} : ...
+    %m = ds.div %s, %n {ds.batch_count = 0 : i64} : ...   // %n = 8
+    // becomes, with size = 2
+    %s = ds.reduce_sum %x {axes = array<i64: 0>, ds.batch_stat, keepdims = true} : ...
+    %g = ds.all_reduce %s {group = 0 : i64, reduction = "sum"} : ...
+    %m = ds.div %g, %n2 {ds.batch_count = 0 : i64} : ...  // %n2 = 16
+    ```
+  }];
+  let options = [
+    Option<"size", "size", "int64_t", "1", "data-parallel ranks">,
+  ];
+}
+
 #endif // DS_TRANSFORMS_PASSES_TD

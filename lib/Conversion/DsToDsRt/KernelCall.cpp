@@ -60,6 +60,9 @@ FailureOr<KernelCall> prepareKernelCall(Operation *op, LoweringState &state,
   call.params = NamedAttrList(op->getAttrDictionary());
   call.params.erase("ds.recompute"); // a compiler mark, not a kernel parameter
   call.params.erase("ds.needs_grad");
+  // BatchNormalization's marks (lib/Import/BatchNormHandlers.cpp).
+  for (StringRef mark : {"ds.f32_island", "ds.batch_stat", "ds.batch_count"})
+    call.params.erase(mark);
   // Offload: a host op's results live in the host arena.
   call.onHost = call.params.erase("ds.on_host") != nullptr;
   hostResults |= call.onHost;

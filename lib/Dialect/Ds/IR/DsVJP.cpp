@@ -493,6 +493,16 @@ LogicalResult vjp(TpIdentityOp op, OpBuilder &b, ValueRange gs, Grads &out) {
                                     op.getGroupAttr())});
   return success();
 }
+/// A sum (or mean) over the ranks in the forward pass (--sync-batchnorm's
+/// statistics): each rank's input reaches every rank's result, so its
+/// gradient is the same reduction of the result gradients.
+LogicalResult vjp(AllReduceOp op, OpBuilder &b, ValueRange gs, Grads &out) {
+  auto g = AllReduceOp::create(b, op.getLoc(), gs[0], op.getReductionAttr(),
+                               op.getGroupAttr());
+  g->setDiscardableAttrs(op->getDiscardableAttrDictionary());
+  out.assign({g});
+  return success();
+}
 LogicalResult vjp(TpAllReduceOp op, OpBuilder &b, ValueRange gs, Grads &out) {
   out.assign({gs[0]});
   return success();
@@ -712,4 +722,5 @@ void ds::detail::attachVJPModels(MLIRContext &ctx) {
   attach<ActivationOp>(ctx);
   attach<MaxPoolOp, AvgPoolOp>(ctx);
   attach<ConvOp, ConvGradInputOp>(ctx);
+  attach<AllReduceOp>(ctx);
 }
