@@ -1,0 +1,82 @@
+#!/usr/bin/python3
+"""Writes small ONNX models for the misc family's import tests (issue 22:
+DOUBLE literals, TopK, Einsum, EmbeddingBag's graph).
+
+    gen_misc_models.py NAME OUT.onnx      write model NAME
+    gen_misc_models.py --list             list the names
+
+Built with onnx.helper (gen_models.py's helpers), so that the refusals are
+tested on exactly the node forms named.
+"""
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gen_models import F, I64, const, make, vi  # noqa: E402
+
+D = TensorProto.DOUBLE
+MODELS = {}
+
+
+def model(fn):
+    MODELS[fn.__name__.replace("_", "-")] = fn
+    return fn
+
+
+def _double_then(consumer_nodes, value, out_elt=F):
+    nodes = [const("c", np.asarray(value, np.float64))] + consumer_nodes
+    return make(nodes, [vi("x", F, [2, 3])], [vi("y", out_elt, [2, 3])])
+
+
+@model
+def double_clip():
+    """torch.clamp(x, min=0.25): Constant(double) -> Cast(FLOAT) -> Clip."""
+    return _double_then([
+        helper.make_node("Cast", ["c"], ["cf"], name="cast", to=F),
+        helper.make_node("Clip", ["x", "cf", ""], ["y"], name="clip")], 0.25)
+
+
+@model
+def double_mul():
+    """A DOUBLE scalar straight into a float op (as torch's Where gets it)."""
+    return _double_then([helper.make_node("Mul", ["x", "c"], ["y"], name="mul")],
+                        0.1)
+
+
+@model
+def double_tensor():
+    return _double_then([helper.make_node("Mul", ["x", "c"], ["y"], name="mul")],
+                        [0.5, 2.0, 3.0])
+
+
+@model
+def double_to_int():
+    nodes = [const("c", np.asarray(2.0, np.float64)),
+             helper.make_node("Cast", ["c"], ["ci"], name="cast", to=I64),
+             helper.make_node("Cast", ["ci"], ["cf"], name="cast2", to=F),
+             helper.make_node("Mul", ["x", "cf"], ["y"], name="mul")]
+    return make(nodes, [vi("x", F, [2, 3])], [vi("y", F, [2, 3])])
+
+
+@model
+def double_overflow():
+    return _double_then([
+        helper.make_node("Cast", ["c"], ["cf"], name="cast", to=F),
+        helper.make_node("Mul", ["x", "cf"], ["y"], name="mul")], 1e300)
+
+
+def main():
+    if len(sys.argv) == 2 and sys.argv[1] == "--list":
+        print("\n".join(sorted(MODELS)))
+        return
+    if len(sys.argv) != 3 or sys.argv[1] not in MODELS:
+        sys.exit(f"usage: {sys.argv[0]} NAME OUT.onnx | --list")
+    onnx.save_model(MODELS[sys.argv[1]](), sys.argv[2])
+
+
+if __name__ == "__main__":
+    main()
