@@ -56,6 +56,8 @@ const HandlerTable &onnx_import::handlerTable() {
     registerLossHandlers(t);
     registerTrainingDomainHandlers(t);
     registerPoolingHandlers(t);
+    // Misc family (issue 22).
+    registerEinsumHandlers(t);
     return t;
   }();
   return table;

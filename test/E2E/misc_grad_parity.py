@@ -9,6 +9,10 @@ Models:
                 Constants (torch.clamp(min=), clamp(min, max), clamp_min
                 inside F.normalize, torch.where with a scalar) and as FLOAT
                 ones (pow 2.0, division by a Python float)
+  einsum        attention by einsum ("bhqd,bhkd->bhqk", "bhqk,bhkd->bhqd"),
+                a batched matmul, an ellipsis, batch + contraction, an outer
+                product, a reduction, three operands, a transpose, an
+                implicit output, a diagonal and a trace
 Tolerance: per parameter max |ds - torch| / max |torch| <= 1e-5 (f32 both
 sides, sums in another order) and the loss within 1e-5 relative, unless a
 model states its own below.
@@ -48,9 +52,39 @@ class DoubleConst(nn.Module):
         return F.cross_entropy(self.head(a + b + c + d + e), y)
 
 
+class EinsumNet(nn.Module):
+    """Attention by einsum and the other patterns torch code writes."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(8, 24)
+        self.w = nn.Parameter(torch.randn(8, 6) * 0.3)
+        self.u = nn.Parameter(torch.randn(5) * 0.3)
+        self.m = nn.Parameter(torch.randn(6, 6) * 0.3)
+
+    def forward(self, x, y):
+        b, t, _ = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, 2, 4).permute(2, 0, 3, 1, 4)
+        s = torch.einsum("bhqd,bhkd->bhqk", q, k) * 0.5
+        o = torch.einsum("bhqk,bhkd->bhqd", s.softmax(-1), v)
+        o = o.transpose(1, 2).reshape(b, t, 8)
+        h = torch.einsum("btd,de->bte", o, self.w)          # batched matmul
+        h = torch.einsum("...ij,jk->...ik", h, self.m)      # ellipsis
+        g = torch.einsum("bte,bte->be", h, h)               # batch + contract
+        outer = torch.einsum("i,j->ij", g.mean(0), self.u)  # outer product
+        r = torch.einsum("ij->i", outer)                    # reduction
+        z = torch.einsum("be,e,ef->bf", g, r, self.m)       # three operands
+        z = torch.einsum("bf->fb", z).t()                   # transpose
+        z = z + torch.einsum("ji", h[:, 0].t())             # implicit output
+        z = z + torch.einsum("ii->i", self.m) + torch.einsum("ii", self.m)
+        logits = z[:, :5]                                   # diagonal, trace
+        return F.cross_entropy(logits, y)
+
+
 # name: (module factory, input features, classes, batch, tolerance)
 MODELS = {
     "double-const": (DoubleConst, 12, 5, 8, TOL),
+    "einsum": (EinsumNet, (3, 8), 5, 4, TOL),
 }
 
 
@@ -59,7 +93,8 @@ def setup(which, work):
     rng = np.random.RandomState(5)
     make, n_in, classes, batch, tol = MODELS[which]
     model = make()
-    x = rng.randn(batch, n_in).astype(np.float32)
+    n_in = n_in if isinstance(n_in, tuple) else (n_in,)
+    x = rng.randn(batch, *n_in).astype(np.float32)
     y = rng.randint(0, classes, size=batch).astype(np.int64)
     feeds = {"x": x, "y": y}
     path = os.path.join(work, which + ".onnx")

@@ -69,6 +69,50 @@ def double_overflow():
         helper.make_node("Mul", ["x", "cf"], ["y"], name="mul")], 1e300)
 
 
+def _einsum(eq, shapes, out_shape, elt=F):
+    names = ["a", "b", "c"][:len(shapes)]
+    nodes = [helper.make_node("Einsum", names, ["y"], name="einsum",
+                              equation=eq)]
+    return make(nodes, [vi(n, elt, s) for n, s in zip(names, shapes)],
+                [vi("y", elt, out_shape)])
+
+
+@model
+def einsum_attention():
+    return _einsum("bhqd,bhkd->bhqk", [[2, 4, 8, 16], [2, 4, 6, 16]],
+                   [2, 4, 8, 6])
+
+
+@model
+def einsum_outer():
+    return _einsum("i,j->ij", [[3], [5]], [3, 5])
+
+
+@model
+def einsum_diagonal():
+    return _einsum("ii->i", [[4, 4]], [4])
+
+
+@model
+def einsum_size_mismatch():
+    return _einsum("ij,ij->i", [[2, 3], [2, 4]], [2])
+
+
+@model
+def einsum_bad_output():
+    return _einsum("ij->k", [[2, 3]], [2])
+
+
+@model
+def einsum_repeated_output():
+    return _einsum("ij->ii", [[2, 3]], [2, 2])
+
+
+@model
+def einsum_int():
+    return _einsum("ij->ji", [[2, 3]], [3, 2], I64)
+
+
 def main():
     if len(sys.argv) == 2 and sys.argv[1] == "--list":
         print("\n".join(sorted(MODELS)))
