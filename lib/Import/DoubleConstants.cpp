@@ -91,7 +91,8 @@ LogicalResult Importer::resolveDoubleInputs(const onnx::NodeProto &node,
                                             SmallVectorImpl<Value> &inputs) {
   FloatType elt;
   bool searched = false;
-  for (auto [i, name] : llvm::enumerate(node.input())) {
+  for (int i = 0; i < node.input_size(); ++i) {
+    const std::string &name = node.input(i);
     auto it = doubleScalars.find(name);
     if (name.empty() || it == doubleScalars.end())
       continue;

@@ -58,6 +58,8 @@ const HandlerTable &onnx_import::handlerTable() {
     registerPoolingHandlers(t);
     // Misc family (issue 22).
     registerEinsumHandlers(t);
+    registerTopKHandlers(t);
+    registerLoopHandlers(t);
     return t;
   }();
   return table;

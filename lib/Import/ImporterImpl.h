@@ -341,6 +341,7 @@ void registerPoolingHandlers(HandlerTable &table);
 // Misc family (issue 22): TopK, Einsum, EmbeddingBag's graph.
 void registerTopKHandlers(HandlerTable &table);
 void registerEinsumHandlers(HandlerTable &table);
+void registerLoopHandlers(HandlerTable &table);
 
 } // namespace mlir::ds::onnx_import
 

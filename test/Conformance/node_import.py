@@ -38,6 +38,7 @@ SHAPE_OPERANDS = {
     "ReduceMax": [1], "ReduceMin": [1], "ReduceL2": [1],
     "ReduceLogSumExp": [1], "CumSum": [1], "Trilu": [1], "ConstantOfShape": [0],
     "Range": [0, 1, 2], "Dropout": [1, 2], "Clip": [1, 2], "Pad": [1, 2],
+    "TopK": [1], "Loop": [0, 1],  # misc family (a Loop is unrolled)
 }
 
 # Models of supported ops in a form ds refuses by design, with the reason.

@@ -13,6 +13,11 @@ Models:
                 a batched matmul, an ellipsis, batch + contraction, an outer
                 product, a reduction, three operands, a transpose, an
                 implicit output, a diagonal and a trace
+  topk          torch.topk's values (largest along the features, smallest
+                along the batch) and its indices through torch.gather (no
+                gradient through the indices)
+  ebag-*        nn.EmbeddingBag with 2-D input (bags of 5): sum, sum with
+                per_sample_weights, mean, max
 Tolerance: per parameter max |ds - torch| / max |torch| <= 1e-5 (f32 both
 sides, sums in another order) and the loss within 1e-5 relative, unless a
 model states its own below.
@@ -81,10 +86,53 @@ class EinsumNet(nn.Module):
         return F.cross_entropy(logits, y)
 
 
+class TopKNet(nn.Module):
+    """TopK values (largest along the features, smallest along the batch)
+    and its indices used by a gather (MoE-style routing)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(12, 16)
+        self.other = nn.Linear(12, 16)
+        self.head = nn.Linear(4 + 4 + 16, 5)
+
+    def forward(self, x, y):
+        h = torch.tanh(self.inp(x))
+        v, idx = torch.topk(h, 4, dim=1)
+        w, _ = torch.topk(h, 3, dim=0, largest=False)
+        routed = torch.gather(self.other(x), 1, idx)
+        z = torch.cat([v, routed, w.sum(0, keepdim=True).expand(h.shape[0], 16)], 1)
+        return F.cross_entropy(self.head(z), y)
+
+
+class EmbeddingBagNet(nn.Module):
+    """nn.EmbeddingBag on 2-D input (bags of one length), as torch exports
+    it: a Loop over the bags, unrolled by ds."""
+
+    def __init__(self, mode, weighted):
+        super().__init__()
+        self.bag = nn.EmbeddingBag(20, 8, mode=mode)
+        self.weighted = weighted
+        self.head = nn.Linear(8, 5)
+
+    def forward(self, idx, y, psw=None):
+        h = self.bag(idx, per_sample_weights=psw)
+        return F.cross_entropy(self.head(torch.tanh(h)), y)
+
+
+def ebag(mode, weighted=False):
+    return lambda: EmbeddingBagNet(mode, weighted)
+
+
 # name: (module factory, input features, classes, batch, tolerance)
 MODELS = {
     "double-const": (DoubleConst, 12, 5, 8, TOL),
     "einsum": (EinsumNet, (3, 8), 5, 4, TOL),
+    "topk": (TopKNet, 12, 5, 8, TOL),
+    "ebag-sum": (ebag("sum"), None, 5, 6, TOL),
+    "ebag-sum-weighted": (ebag("sum", True), None, 5, 6, TOL),
+    "ebag-mean": (ebag("mean"), None, 5, 6, TOL),
+    "ebag-max": (ebag("max"), None, 5, 6, TOL),
 }
 
 
@@ -93,13 +141,21 @@ def setup(which, work):
     rng = np.random.RandomState(5)
     make, n_in, classes, batch, tol = MODELS[which]
     model = make()
-    n_in = n_in if isinstance(n_in, tuple) else (n_in,)
-    x = rng.randn(batch, *n_in).astype(np.float32)
     y = rng.randint(0, classes, size=batch).astype(np.int64)
-    feeds = {"x": x, "y": y}
+    if which.startswith("ebag"):
+        # Bags of 5 indices into 20 rows: repeats within a bag (max mode's
+        # ties are then one row: its gradient is the same either way).
+        feeds = {"idx": rng.randint(0, 20, size=(batch, 5)).astype(np.int64),
+                 "y": y}
+        if model.weighted:
+            feeds["psw"] = rng.rand(batch, 5).astype(np.float32)
+    else:
+        n_in = n_in if isinstance(n_in, tuple) else (n_in,)
+        feeds = {"x": rng.randn(batch, *n_in).astype(np.float32), "y": y}
     path = os.path.join(work, which + ".onnx")
-    ds.export(model, {k: torch.from_numpy(v) for k, v in feeds.items()}, path)
-    forward = lambda: model(torch.from_numpy(x), torch.from_numpy(y))
+    tensors = {k: torch.from_numpy(v) for k, v in feeds.items()}
+    ds.export(model, tensors, path)
+    forward = lambda: model(**tensors)
     return model, path, feeds, forward, tol
 
 

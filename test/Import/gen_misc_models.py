@@ -113,6 +113,88 @@ def einsum_int():
     return _einsum("ij->ji", [[2, 3]], [3, 2], I64)
 
 
+@model
+def topk():
+    nodes = [const("k", np.array([2], np.int64)),
+             helper.make_node("TopK", ["x", "k"], ["v", "i"], name="topk",
+                              axis=-1, largest=0)]
+    return make(nodes, [vi("x", F, [3, 5])], [vi("v", F, [3, 2]),
+                                               vi("i", I64, [3, 2])])
+
+
+@model
+def topk_runtime_k():
+    nodes = [helper.make_node("TopK", ["x", "k"], ["v", "i"], name="topk")]
+    return make(nodes, [vi("x", F, [3, 5]), vi("k", I64, [1])],
+                [vi("v", F, [3, None]), vi("i", I64, [3, None])])
+
+
+@model
+def topk_k_too_large():
+    nodes = [const("k", np.array([6], np.int64)),
+             helper.make_node("TopK", ["x", "k"], ["v", "i"], name="topk")]
+    return make(nodes, [vi("x", F, [3, 5])], [vi("v", F, [3, 6]),
+                                               vi("i", I64, [3, 6])])
+
+
+def _loop_body():
+    """A body adding the iteration number (as float) to a carried value
+    and scanning it out."""
+    nodes = [helper.make_node("Cast", ["it"], ["itf"], to=F),
+             helper.make_node("Add", ["acc_in", "itf"], ["acc_out"]),
+             helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+             helper.make_node("Identity", ["acc_out"], ["scan"])]
+    return helper.make_graph(
+        nodes, "body",
+        [vi("it", I64, []), vi("cond_in", TensorProto.BOOL, []),
+         vi("acc_in", F, [2])],
+        [vi("cond_out", TensorProto.BOOL, []), vi("acc_out", F, [2]),
+         vi("scan", F, [2])])
+
+
+@model
+def loop_carried():
+    nodes = [const("m", np.array(3, np.int64)),
+             const("c", np.array(True)),
+             helper.make_node("Loop", ["m", "c", "x"], ["acc", "scans"],
+                              name="loop", body=_loop_body())]
+    return make(nodes, [vi("x", F, [2])], [vi("acc", F, [2]),
+                                            vi("scans", F, [3, 2])])
+
+
+@model
+def loop_while():
+    nodes = [const("c", np.array(True)),
+             helper.make_node("Loop", ["", "c", "x"], ["acc", "scans"],
+                              name="loop", body=_loop_body())]
+    return make(nodes, [vi("x", F, [2])], [vi("acc", F, [2]),
+                                            vi("scans", F, [None, 2])])
+
+
+@model
+def embedding_bag_offsets():
+    """torch 1.13's export of nn.EmbeddingBag(mode='sum') with offsets."""
+    import tempfile
+    import torch
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
+        os.path.dirname(os.path.abspath(__file__)))), "python"))
+    import ds
+
+    class Bag(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bag = torch.nn.EmbeddingBag(10, 4, mode="sum")
+
+        def forward(self, idx, offsets):
+            return self.bag(idx, offsets).sum()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "bag.onnx")
+        ds.export(Bag(), {"idx": torch.tensor([1, 2, 3, 4, 5, 6, 7]),
+                          "offsets": torch.tensor([0, 3])}, path)
+        return onnx.load(path)
+
+
 def main():
     if len(sys.argv) == 2 and sys.argv[1] == "--list":
         print("\n".join(sorted(MODELS)))
