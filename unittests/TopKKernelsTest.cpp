@@ -16,6 +16,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <numeric>
 #include <random>
 
 using namespace ds::rt;
@@ -29,10 +31,8 @@ struct TopKCase {
 };
 
 int64_t count(const std::vector<int64_t> &shape) {
-  int64_t n = 1;
-  for (int64_t d : shape)
-    n *= d;
-  return n;
+  return std::accumulate(shape.begin(), shape.end(), int64_t{1},
+                         std::multiplies<int64_t>());
 }
 
 /// Whether a comes before b (written out, not Support/TopK.h's helper).

@@ -161,15 +161,14 @@ def setup(which, work):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--ds-opt", required=True)
-    ap.add_argument("--ds-run", required=True)
-    ap.add_argument("--work", required=True)
+    for flag in ("--ds-opt", "--ds-run", "--work"):
+        ap.add_argument(flag, required=True)
     ap.add_argument("--model", required=True, choices=list(MODELS))
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     model, path, feeds, forward, tol = setup(args.model, args.work)
-    ok = grad_parity.check(args.model, model, path, feeds, forward, args, tol)
-    sys.exit(0 if ok else 1)
+    sys.exit(0 if grad_parity.check(args.model, model, path, feeds, forward,
+                                    args, tol) else 1)
 
 
 if __name__ == "__main__":

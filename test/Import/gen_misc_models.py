@@ -196,12 +196,13 @@ def embedding_bag_offsets():
 
 
 def main():
-    if len(sys.argv) == 2 and sys.argv[1] == "--list":
+    args = sys.argv[1:]
+    if args == ["--list"]:
         print("\n".join(sorted(MODELS)))
-        return
-    if len(sys.argv) != 3 or sys.argv[1] not in MODELS:
+    elif len(args) == 2 and args[0] in MODELS:
+        onnx.save_model(MODELS[args[0]](), args[1])
+    else:
         sys.exit(f"usage: {sys.argv[0]} NAME OUT.onnx | --list")
-    onnx.save_model(MODELS[sys.argv[1]](), sys.argv[2])
 
 
 if __name__ == "__main__":

@@ -54,6 +54,17 @@ struct TopKGeometry {
     k = kk;
     return k >= 1 && k <= n;
   }
+  /// Sets it for ds.topk_grad: `grad` (rank `rank`) is the result `whole`
+  /// with k along `axis`; false when they do not fit.
+  bool setGrad(const int64_t *whole, const int64_t *grad, int64_t rank,
+               int64_t axis) {
+    if (axis < 0 || axis >= rank)
+      return false;
+    for (int64_t d = 0; d < rank; ++d)
+      if (d != axis && whole[d] != grad[d])
+        return false;
+    return set(whole, rank, axis, grad[axis]);
+  }
   DS_TOPK_HD int64_t rows() const { return outer * inner; }
   /// Element j along the axis of row r, in the whole tensor (width `len`
   /// along the axis: n for the input, k for the selection).

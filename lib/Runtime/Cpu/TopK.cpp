@@ -59,14 +59,23 @@ bool kTopK(KernelContext &ctx) {
   return true;
 }
 
+/// ds.topk_grad's rows: the incoming gradient is the result's shape with
+/// k along the axis.
+bool gradGeometry(KernelContext &ctx, TopKGeometry &g) {
+  const TensorView &dy = ctx.in[0], &dx = ctx.out[0];
+  int64_t axis = ctx.attrs.getInt("axis", -1);
+  if (dx.rank() == dy.rank() &&
+      g.setGrad(dx.shape.data(), dy.shape.data(), dx.rank(), axis))
+    return true;
+  return ctx.fail("topk_grad: the gradient does not fit the result along "
+                  "axis " + std::to_string(axis));
+}
+
 bool kTopKGrad(KernelContext &ctx) {
   const TensorView &dy = ctx.in[0], &idx = ctx.in[1];
   TensorView &dx = ctx.out[0];
-  int64_t axis = ctx.attrs.getInt("axis", -1);
-  if (axis < 0 || axis >= dy.rank() || dx.rank() != dy.rank())
-    return ctx.fail("topk_grad: axis out of range");
   TopKGeometry g;
-  if (!geometryOf(ctx, dx, g, dy.shape[axis]))
+  if (!gradGeometry(ctx, g))
     return false;
   constexpr int64_t kNone = std::numeric_limits<int64_t>::min();
   std::atomic<int64_t> bad{kNone};

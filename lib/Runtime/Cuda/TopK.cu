@@ -80,12 +80,12 @@ bool kTopK(KernelContext &ctx) {
 bool kTopKGrad(KernelContext &ctx) {
   const TensorView &dy = ctx.in[0], &idx = ctx.in[1];
   TensorView &dx = ctx.out[0];
-  int64_t axis = ctx.attrs.getInt("axis", -1);
-  if (axis < 0 || axis >= dy.rank() || dx.rank() != dy.rank())
-    return ctx.fail("topk_grad: axis out of range");
   TopKGeometry g;
-  if (!g.set(dx.shape.data(), dx.rank(), axis, dy.shape[axis]))
-    return ctx.fail("topk_grad: the gradient does not fit the result");
+  if (dx.rank() != dy.rank() ||
+      !g.setGrad(dx.shape.data(), dy.shape.data(), dx.rank(),
+                 ctx.attrs.getInt("axis", -1)))
+    return ctx.fail("topk_grad: the gradient does not fit the result along "
+                    "the axis");
   IndexCheck bad;
   if (!bad.reset(ctx))
     return false;
