@@ -456,6 +456,26 @@ TEST(Cuda, ConvAndPooling) {
   }
 }
 
+// TopK (misc family): both select in Support/TopK.h's order, so values
+// and indices agree exactly; the gradient adds one value per position.
+TEST(Cuda, TopK) {
+  for (DType t : {DType::F32, DType::BF16})
+    for (int64_t largest : {1, 0}) {
+      std::vector<Attr> attrs = {I("axis", 1), I("k", 3), I("largest", largest)};
+      EXPECT_EQ(compare("topk", {random(t, {4, 37, 5}, 101)},
+                        {empty(t, {4, 3, 5}), empty(DType::I64, {4, 3, 5})},
+                        attrs),
+                0)
+          << dtypeName(t) << " largest " << largest;
+    }
+  Tensor idx = empty(DType::I64, {4, 3, 5});
+  for (int64_t i = 0; i < idx.numel(); ++i)
+    storeD(idx.host.data(), DType::I64, i, (i / 5 % 3) * 11 + i % 2);
+  EXPECT_EQ(compare("topk_grad", {random(DType::F32, {4, 3, 5}, 102), idx},
+                    {empty(DType::F32, {4, 37, 5})}, {I("axis", 1)}),
+            0);
+}
+
 TEST(Cuda, EveryKernelTested) {
   // The kernels above, so that a new CUDA kernel needs a test here.
   std::vector<std::string> tested = {
@@ -471,7 +491,8 @@ TEST(Cuda, EveryKernelTested) {
       "adam", "sgd", "onnx_update", "all_reduce", "all_gather",
       "reduce_scatter", "check_overflow", "wait", "activation",
       "activation_grad", "conv", "conv_grad_input", "conv_grad_weight",
-      "max_pool", "max_pool_grad", "avg_pool", "avg_pool_grad"};
+      "max_pool", "max_pool_grad", "avg_pool", "avg_pool_grad", "topk",
+      "topk_grad"};
   // Pipeline and tensor parallelism run on the CPU backend only so far
   // (the CUDA backend refuses stage and tensor-parallel plans): their
   // kernels have no CUDA twin yet.

@@ -45,9 +45,12 @@ Location Importer::nodeLoc(const onnx::NodeProto &node, size_t index) {
 
 LogicalResult Importer::importNode(const onnx::NodeProto &node, size_t index) {
   Location loc = nodeLoc(node, index);
+  FailureOr<bool> deferred = deferDoubleConstant(node, loc);
+  if (failed(deferred) || *deferred)
+    return success(succeeded(deferred));
   SmallVector<Value> inputs;
   for (const std::string &in : node.input()) {
-    if (in.empty()) {
+    if (in.empty() || doubleScalars.contains(in)) {
       inputs.push_back(Value());
       continue;
     }
@@ -59,6 +62,9 @@ LogicalResult Importer::importNode(const onnx::NodeProto &node, size_t index) {
              << "' is not defined before it";
     inputs.push_back(it->second);
   }
+  if (!doubleScalars.empty() &&
+      failed(resolveDoubleInputs(node, loc, inputs)))
+    return failure();
   NodeContext n(*this, node, loc, std::move(inputs));
   const std::string &domain = node.domain();
   const Handler *handler = handlerTable().lookup(domain, node.op_type());

@@ -58,6 +58,10 @@ const HandlerTable &onnx_import::handlerTable() {
     registerPoolingHandlers(t);
     registerRecurrentHandlers(t); // LSTM, GRU (rnn family)
     registerBatchNormHandlers(t);
+    // Misc family (issue 22).
+    registerEinsumHandlers(t);
+    registerTopKHandlers(t);
+    registerLoopHandlers(t);
     return t;
   }();
   return table;

@@ -130,6 +130,22 @@ public:
   /// `ds.update` results like training_info's updates.
   SmallVector<std::pair<std::string, Value>> stateUpdates;
 
+  // DOUBLE scalar constants (Python number literals), built at each
+  // consumer in its float type (DoubleConstants.cpp).
+  struct DoubleScalar {
+    double value;
+    int64_t rank;
+  };
+  llvm::StringMap<DoubleScalar> doubleScalars;
+  llvm::StringMap<llvm::DenseMap<Type, Value>> doubleConstants;
+  /// Holds back a DOUBLE scalar Constant node (true), refuses a DOUBLE
+  /// tensor, leaves any other node to its handler (false).
+  FailureOr<bool> deferDoubleConstant(const onnx::NodeProto &node,
+                                      Location loc);
+  /// Builds the node's DOUBLE scalar inputs in its float type.
+  LogicalResult resolveDoubleInputs(const onnx::NodeProto &node, Location loc,
+                                    SmallVectorImpl<Value> &inputs);
+
 private:
   // The phases of run() (GraphImporter.cpp).
   LogicalResult readOpset();
@@ -328,6 +344,10 @@ void registerTrainingDomainHandlers(HandlerTable &table);
 void registerPoolingHandlers(HandlerTable &table);
 void registerRecurrentHandlers(HandlerTable &table); // LSTM, GRU
 void registerBatchNormHandlers(HandlerTable &table);
+// Misc family (issue 22): TopK, Einsum, EmbeddingBag's graph.
+void registerTopKHandlers(HandlerTable &table);
+void registerEinsumHandlers(HandlerTable &table);
+void registerLoopHandlers(HandlerTable &table);
 
 } // namespace mlir::ds::onnx_import
 

@@ -91,6 +91,9 @@ static const KernelSignature kSignatures[] = {
     {"max_pool_grad", 2, 2, 1, 1},
     {"avg_pool", 1, 1, 1, 1},
     {"avg_pool_grad", 1, 1, 1, 1},
+    // Misc family
+    {"topk", 1, 1, 2, 2},
+    {"topk_grad", 2, 2, 1, 1},
     // Tensor and sequence parallelism
     {"vocab_gather", 2, 2, 1, 1},
     {"tp_rows", 1, 1, 1, 1},

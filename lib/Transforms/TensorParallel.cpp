@@ -26,10 +26,14 @@ namespace mlir::ds {
 
 namespace {
 
+/// An op that computes each element from the same element of its operands
+/// (the Ds_Elementwise trait: arithmetic, ds.activation, comparisons,
+/// casts, selects), so that it runs on each rank's slice of the width as
+/// it is. Collectives carry the trait too (they combine the same element
+/// over ranks) but are not local.
 bool isElementwise(Operation *op) {
-  return isa<AddOp, SubOp, MulOp, DivOp, PowOp, MaxOp, MinOp, NegOp, AbsOp,
-             ExpOp, LogOp, SqrtOp, ReciprocalOp, ErfOp, TanhOp, SigmoidOp,
-             ReluOp, CastOp>(op);
+  return op->hasTrait<DsElementwise>() && !isa<CollectiveOpInterface>(op) &&
+         !isa<TpIdentityOp>(op);
 }
 
 /// A weight operand of a matmul: a trainable parameter argument used

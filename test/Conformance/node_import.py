@@ -43,6 +43,7 @@ SHAPE_OPERANDS = {
     "Range": [0, 1, 2], "Dropout": [1, 2], "Clip": [1, 2], "Pad": [1, 2],
     # rnn family: sequence_lens (all entries the full length) is constant.
     "LSTM": [4], "GRU": [4],
+    "TopK": [1], "Loop": [0, 1],  # misc family (a Loop is unrolled)
 }
 
 # Models of supported ops in a form ds refuses by design, with the reason.

@@ -39,6 +39,7 @@ void registerOptimizerKernels(KernelRegistry &r);   // Optimizers.cpp
 void registerCollectiveKernels(KernelRegistry &r);  // Collectives.cpp
 void registerPipelineKernels(KernelRegistry &r);    // Pipeline.cpp
 void registerPoolingKernels(KernelRegistry &r);     // Pooling.cpp
+void registerTopKKernels(KernelRegistry &r);        // TopK.cpp (misc family)
 
 /// The copy kernel (Movement.cpp), also a collective's local contribution.
 bool kCopy(KernelContext &ctx);

@@ -239,6 +239,7 @@ void registerOptimizerKernels(KernelRegistry &r);   // Optimizers.cu
 void registerCollectiveKernels(KernelRegistry &r);  // Collectives.cu
 void registerConvKernels(KernelRegistry &r);        // Conv.cu
 void registerPoolingKernels(KernelRegistry &r);     // Pooling.cu
+void registerTopKKernels(KernelRegistry &r);        // TopK.cu (misc family)
 
 } // namespace ds::rt::cuda
 

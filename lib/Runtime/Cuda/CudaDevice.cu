@@ -30,7 +30,8 @@ const KernelRegistry &cudaKernels() {
       {registerElementwiseKernels, registerLinalgKernels,
        registerMovementKernels, registerReduceKernels, registerLayerNormKernels,
        registerLossKernels, registerGradKernels, registerOptimizerKernels,
-       registerCollectiveKernels, registerConvKernels, registerPoolingKernels});
+       registerCollectiveKernels, registerConvKernels, registerPoolingKernels,
+       registerTopKKernels});
   return registry;
 }
 

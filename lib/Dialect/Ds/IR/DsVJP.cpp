@@ -317,6 +317,17 @@ LogicalResult vjp(AvgPoolOp op, OpBuilder &b, ValueRange gs, Grads &out) {
   return success();
 }
 
+/// TopK (misc family): the values' gradient added at the selected
+/// positions; the indices have none.
+LogicalResult vjp(TopKOp op, OpBuilder &b, ValueRange gs, Grads &out) {
+  Value dx;
+  if (gs[0])
+    dx = TopKGradOp::create(b, op.getLoc(), op.getInput().getType(), gs[0],
+                            op.getIndices(), op.getAxisAttr());
+  out.assign({dx});
+  return success();
+}
+
 LogicalResult vjp(MatMulOp op, OpBuilder &b, ValueRange gs, Grads &out) {
   Location l = op.getLoc();
   auto ta = tensorType(op.getLhs()), tb = tensorType(op.getRhs());
@@ -721,6 +732,7 @@ void ds::detail::attachVJPModels(MLIRContext &ctx) {
          SpReduceScatterOp, SpSliceOp>(ctx);
   attach<ActivationOp>(ctx);
   attach<MaxPoolOp, AvgPoolOp>(ctx);
+  attach<TopKOp>(ctx); // misc family
   attach<ConvOp, ConvGradInputOp>(ctx);
   attach<AllReduceOp>(ctx);
 }

@@ -363,6 +363,51 @@ def Ds_AvgPoolGradOp : Ds_Op<"avg_pool_grad", [Pure]> {
 }
 
 //===----------------------------------------------------------------------===//
+// TopK (misc family, issue 22; lib/Dialect/Ds/IR/DsTopK.cpp)
+//===----------------------------------------------------------------------===//
+
+def Ds_TopKOp : Ds_Op<"topk", [Pure]> {
+  let summary = "the k largest (or smallest) elements along an axis";
+  let description = [{
+    ONNX's TopK with a constant `k`: `values` and `indices` have the
+    input's shape with `k` along `axis`. The elements come in order (the
+    largest first, or with `largest = false` the smallest first); among
+    equal values the lower index comes first, and a NaN counts as larger
+    than any number (PyTorch's order). The VJP is `ds.topk_grad`, which
+    adds the gradient of `values` at the positions `indices` names; the
+    indices have no gradient.
+
+    ```mlir
+    %v, %i = ds.topk %x {axis = 1 : i64, k = 2 : i64}
+        : tensor<3x4xf32> -> (tensor<3x2xf32>, tensor<3x2xi64>)
+    ```
+  }];
+  let arguments = (ins Ds_FloatTensor:$input, I64Attr:$k, I64Attr:$axis,
+                       DefaultValuedAttr<BoolAttr, "true">:$largest);
+  let results = (outs Ds_FloatTensor:$values, Ds_IndexTensor:$indices);
+  let assemblyFormat = [{
+    $input attr-dict `:` type($input) `->` `(` type($values) `,` type($indices) `)`
+  }];
+  let hasVerifier = 1;
+}
+
+def Ds_TopKGradOp : Ds_Op<"topk_grad", [Pure]> {
+  let summary = "the gradient of ds.topk";
+  let description = [{
+    A zero tensor of the ds.topk input's shape (the result type) with each
+    element of `grad` (shaped as the values) added at the position along
+    `axis` that the same element of `indices` names.
+  }];
+  let arguments = (ins Ds_FloatTensor:$grad, Ds_IndexTensor:$indices,
+                       I64Attr:$axis);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = [{
+    $grad `,` $indices attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
 // Linear algebra and normalization
 //===----------------------------------------------------------------------===//
 
