@@ -56,6 +56,7 @@ const HandlerTable &onnx_import::handlerTable() {
     registerLossHandlers(t);
     registerTrainingDomainHandlers(t);
     registerPoolingHandlers(t);
+    registerSpatialHandlers(t);
     return t;
   }();
   return table;

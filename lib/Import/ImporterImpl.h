@@ -322,6 +322,7 @@ void registerShapeHandlers(HandlerTable &table);
 void registerLossHandlers(HandlerTable &table);
 void registerTrainingDomainHandlers(HandlerTable &table);
 void registerPoolingHandlers(HandlerTable &table);
+void registerSpatialHandlers(HandlerTable &table); // Resize, Pad, InstanceNorm
 
 } // namespace mlir::ds::onnx_import
 

@@ -91,6 +91,9 @@ static const KernelSignature kSignatures[] = {
     {"max_pool_grad", 2, 2, 1, 1},
     {"avg_pool", 1, 1, 1, 1},
     {"avg_pool_grad", 1, 1, 1, 1},
+    // Spatial: resize
+    {"resize", 1, 1, 1, 1},
+    {"resize_grad", 1, 1, 1, 1},
     // Tensor and sequence parallelism
     {"vocab_gather", 2, 2, 1, 1},
     {"tp_rows", 1, 1, 1, 1},
@@ -208,6 +211,13 @@ std::vector<int64_t> Attrs::getInts(const char *name) const {
   if (!a || a->value_case() != plan::Attribute::kInts)
     return {};
   return {a->ints().values().begin(), a->ints().values().end()};
+}
+
+std::vector<double> Attrs::getFloats(const char *name) const {
+  const plan::Attribute *a = find(ins, name);
+  if (!a || a->value_case() != plan::Attribute::kFloats)
+    return {};
+  return {a->floats().values().begin(), a->floats().values().end()};
 }
 
 } // namespace ds::rt

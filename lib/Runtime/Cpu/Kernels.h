@@ -34,6 +34,7 @@ void registerOptimizerKernels(KernelRegistry &r);   // Optimizers.cpp
 void registerCollectiveKernels(KernelRegistry &r);  // Collectives.cpp
 void registerPipelineKernels(KernelRegistry &r);    // Pipeline.cpp
 void registerPoolingKernels(KernelRegistry &r);     // Pooling.cpp
+void registerResizeKernels(KernelRegistry &r);      // Resize.cpp (spatial)
 
 /// The copy kernel (Movement.cpp), also a collective's local contribution.
 bool kCopy(KernelContext &ctx);

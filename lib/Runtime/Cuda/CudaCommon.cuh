@@ -237,6 +237,7 @@ void registerMovementKernels(KernelRegistry &r);    // Movement.cu
 void registerGradKernels(KernelRegistry &r);        // Grad.cu
 void registerOptimizerKernels(KernelRegistry &r);   // Optimizers.cu
 void registerCollectiveKernels(KernelRegistry &r);  // Collectives.cu
+void registerResizeKernels(KernelRegistry &r);      // Resize.cu (spatial)
 
 } // namespace ds::rt::cuda
 

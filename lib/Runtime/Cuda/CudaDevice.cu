@@ -30,7 +30,7 @@ const KernelRegistry &cudaKernels() {
       {registerElementwiseKernels, registerLinalgKernels,
        registerMovementKernels, registerReduceKernels, registerLayerNormKernels,
        registerLossKernels, registerGradKernels, registerOptimizerKernels,
-       registerCollectiveKernels});
+       registerCollectiveKernels, registerResizeKernels});
   return registry;
 }
 

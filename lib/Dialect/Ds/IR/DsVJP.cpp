@@ -317,6 +317,15 @@ LogicalResult vjp(AvgPoolOp op, OpBuilder &b, ValueRange gs, Grads &out) {
   return success();
 }
 
+/// Resize: the adjoint of the sampling (Support/Resize.h).
+LogicalResult vjp(ResizeOp op, OpBuilder &b, ValueRange gs, Grads &out) {
+  out.assign({ResizeGradOp::create(
+      b, op.getLoc(), op.getInput().getType(), gs[0], op.getModeAttr(),
+      op.getCoordinateTransformationModeAttr(), op.getNearestModeAttr(),
+      op.getScalesAttr())});
+  return success();
+}
+
 LogicalResult vjp(MatMulOp op, OpBuilder &b, ValueRange gs, Grads &out) {
   Location l = op.getLoc();
   auto ta = tensorType(op.getLhs()), tb = tensorType(op.getRhs());
@@ -712,4 +721,5 @@ void ds::detail::attachVJPModels(MLIRContext &ctx) {
   attach<ActivationOp>(ctx);
   attach<MaxPoolOp, AvgPoolOp>(ctx);
   attach<ConvOp, ConvGradInputOp>(ctx);
+  attach<ResizeOp>(ctx); // spatial
 }
