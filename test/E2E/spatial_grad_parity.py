@@ -117,12 +117,21 @@ def main():
     ap.add_argument("--ds-opt", required=True)
     ap.add_argument("--ds-run", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--model", required=True, choices=list(MODELS))
+    ap.add_argument("--models", nargs="+", choices=list(MODELS),
+                    default=list(MODELS))
     args = ap.parse_args()
-    os.makedirs(args.work, exist_ok=True)
-    model, path, feeds, forward = setup(args.model, args.work)
-    ok = grad_parity.check(args.model, model, path, feeds, forward, args, TOL)
-    sys.exit(0 if ok else 1)
+    failed = []
+    root = args.work
+    for which in args.models:
+        # grad_parity.check writes its files into args.work: one per model.
+        args.work = os.path.join(root, which)
+        os.makedirs(args.work, exist_ok=True)
+        model, path, feeds, forward = setup(which, args.work)
+        if not grad_parity.check(which, model, path, feeds, forward, args, TOL):
+            failed.append(which)
+    print(f"{len(args.models) - len(failed)} of {len(args.models)} models pass"
+          + (f"; failed: {' '.join(failed)}" if failed else ""))
+    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":

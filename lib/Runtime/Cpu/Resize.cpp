@@ -14,7 +14,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Kernels.h"
-#include "ds/Support/Resize.h"
+#include "ResizeGeometry.h"
 
 #include <algorithm>
 #include <vector>
@@ -35,26 +35,6 @@ struct TapTables {
   }
 };
 
-/// The geometry of an instruction from the resize's input and output
-/// shapes (for the gradient: its result and its incoming gradient).
-bool geometryOf(KernelContext &ctx, const TensorView &in,
-                const TensorView &out, ResizeGeometry &g) {
-  std::vector<double> scales = ctx.attrs.getFloats("scales");
-  int nd = static_cast<int>(in.rank()) - 2;
-  if (out.rank() != in.rank() || static_cast<int>(scales.size()) != nd ||
-      !g.set(in.shape.data(), out.shape.data(), nd, scales.data()))
-    return ctx.fail("resize: scales and shapes do not match (rank " +
-                    std::to_string(in.rank()) + ", " +
-                    std::to_string(scales.size()) + " scales)");
-  std::string mode = ctx.attrs.getString("mode");
-  std::string coord = ctx.attrs.getString("coordinate_transformation_mode");
-  std::string nearest = ctx.attrs.getString("nearest_mode");
-  if (!g.rule.set(mode.c_str(), coord.c_str(), nearest.c_str()))
-    return ctx.fail("resize: unknown mode '" + mode + "', '" + coord +
-                    "' or '" + nearest + "'");
-  return true;
-}
-
 /// The taps of dimension `d` as (index, weight) pairs: one for nearest or
 /// a zero second weight, two otherwise.
 int tapsOf(const ResizeTap &t, int64_t idx[2], float w[2]) {
@@ -67,67 +47,64 @@ int tapsOf(const ResizeTap &t, int64_t idx[2], float w[2]) {
   return 2;
 }
 
-/// One plane of the forward: y[o] = sum of the taps' products.
-void resizePlane(const ResizeGeometry &g, const TapTables &t, const float *x,
-                 float *y) {
+/// One output element's taps: per dimension, up to two (index, weight).
+struct ElementTaps {
+  int64_t idx[kMaxResizeDims][2];
+  float w[kMaxResizeDims][2];
+  int n[kMaxResizeDims];
+};
+
+/// Calls fn(taps, outputIndex) for every output element of a plane, in
+/// order.
+template <typename Fn>
+void forEachOutput(const ResizeGeometry &g, const TapTables &t, Fn fn) {
+  ElementTaps e;
+  int64_t o = 0;
   for (int64_t o0 = 0; o0 < g.out[0]; ++o0) {
-    int64_t i0[2];
-    float w0[2];
-    int n0 = tapsOf(t.dim[0][o0], i0, w0);
+    e.n[0] = tapsOf(t.dim[0][o0], e.idx[0], e.w[0]);
     for (int64_t o1 = 0; o1 < g.out[1]; ++o1) {
-      int64_t i1[2];
-      float w1[2];
-      int n1 = tapsOf(t.dim[1][o1], i1, w1);
-      float *row = y + (o0 * g.out[1] + o1) * g.out[2];
-      for (int64_t o2 = 0; o2 < g.out[2]; ++o2) {
-        int64_t i2[2];
-        float w2[2];
-        int n2 = tapsOf(t.dim[2][o2], i2, w2);
-        float acc0 = 0.0f;
-        for (int a = 0; a < n0; ++a) {
-          float acc1 = 0.0f;
-          for (int b = 0; b < n1; ++b) {
-            const float *src = x + (i0[a] * g.in[1] + i1[b]) * g.in[2];
-            float acc2 = 0.0f;
-            for (int c = 0; c < n2; ++c)
-              acc2 += w2[c] * src[i2[c]];
-            acc1 += w1[b] * acc2;
-          }
-          acc0 += w0[a] * acc1;
-        }
-        row[o2] = acc0;
+      e.n[1] = tapsOf(t.dim[1][o1], e.idx[1], e.w[1]);
+      for (int64_t o2 = 0; o2 < g.out[2]; ++o2, ++o) {
+        e.n[2] = tapsOf(t.dim[2][o2], e.idx[2], e.w[2]);
+        fn(e, o);
       }
     }
   }
+}
+
+/// One plane of the forward: y[o] = sum of the taps' products.
+void resizePlane(const ResizeGeometry &g, const TapTables &t, const float *x,
+                 float *y) {
+  forEachOutput(g, t, [&](const ElementTaps &e, int64_t o) {
+    float acc0 = 0.0f;
+    for (int a = 0; a < e.n[0]; ++a) {
+      float acc1 = 0.0f;
+      for (int b = 0; b < e.n[1]; ++b) {
+        const float *src = x + (e.idx[0][a] * g.in[1] + e.idx[1][b]) * g.in[2];
+        float acc2 = 0.0f;
+        for (int c = 0; c < e.n[2]; ++c)
+          acc2 += e.w[2][c] * src[e.idx[2][c]];
+        acc1 += e.w[1][b] * acc2;
+      }
+      acc0 += e.w[0][a] * acc1;
+    }
+    y[o] = acc0;
+  });
 }
 
 /// One plane of the gradient: dx[taps] += weight * dy[o].
 void resizeGradPlane(const ResizeGeometry &g, const TapTables &t,
                      const float *dy, float *dx) {
   std::fill(dx, dx + g.inPlane(), 0.0f);
-  for (int64_t o0 = 0; o0 < g.out[0]; ++o0) {
-    int64_t i0[2];
-    float w0[2];
-    int n0 = tapsOf(t.dim[0][o0], i0, w0);
-    for (int64_t o1 = 0; o1 < g.out[1]; ++o1) {
-      int64_t i1[2];
-      float w1[2];
-      int n1 = tapsOf(t.dim[1][o1], i1, w1);
-      const float *row = dy + (o0 * g.out[1] + o1) * g.out[2];
-      for (int64_t o2 = 0; o2 < g.out[2]; ++o2) {
-        int64_t i2[2];
-        float w2[2];
-        int n2 = tapsOf(t.dim[2][o2], i2, w2);
-        for (int a = 0; a < n0; ++a)
-          for (int b = 0; b < n1; ++b) {
-            float *dst = dx + (i0[a] * g.in[1] + i1[b]) * g.in[2];
-            float scaled = w0[a] * w1[b] * row[o2];
-            for (int c = 0; c < n2; ++c)
-              dst[i2[c]] += w2[c] * scaled;
-          }
+  forEachOutput(g, t, [&](const ElementTaps &e, int64_t o) {
+    for (int a = 0; a < e.n[0]; ++a)
+      for (int b = 0; b < e.n[1]; ++b) {
+        float *dst = dx + (e.idx[0][a] * g.in[1] + e.idx[1][b]) * g.in[2];
+        float scaled = e.w[0][a] * e.w[1][b] * dy[o];
+        for (int c = 0; c < e.n[2]; ++c)
+          dst[e.idx[2][c]] += e.w[2][c] * scaled;
       }
-    }
-  }
+  });
 }
 
 /// Runs `fn(in, out)` plane by plane over the threads, widening 16-bit
@@ -158,7 +135,7 @@ void forEachPlane(int64_t planes, const TensorView &in, int64_t inSize,
 
 bool kResize(KernelContext &ctx) {
   ResizeGeometry g;
-  if (!geometryOf(ctx, ctx.in[0], ctx.out[0], g))
+  if (!resizeGeometryOf(ctx, ctx.in[0], ctx.out[0], g))
     return false;
   TapTables t(g);
   forEachPlane(g.planes, ctx.in[0], g.inPlane(), ctx.out[0], g.outPlane(),
@@ -168,7 +145,7 @@ bool kResize(KernelContext &ctx) {
 
 bool kResizeGrad(KernelContext &ctx) {
   ResizeGeometry g;
-  if (!geometryOf(ctx, ctx.out[0], ctx.in[0], g))
+  if (!resizeGeometryOf(ctx, ctx.out[0], ctx.in[0], g))
     return false;
   TapTables t(g);
   forEachPlane(g.planes, ctx.in[0], g.outPlane(), ctx.out[0], g.inPlane(),

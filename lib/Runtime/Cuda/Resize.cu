@@ -12,8 +12,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "../ResizeGeometry.h"
 #include "CudaCommon.cuh"
-#include "ds/Support/Resize.h"
 
 namespace ds::rt::cuda {
 namespace {
@@ -86,25 +86,9 @@ __global__ void resizeGradKernel(ResizeGeometry g, Inverse inv,
   }
 }
 
-bool geometryOf(KernelContext &ctx, const TensorView &in,
-                const TensorView &out, ResizeGeometry &g) {
-  std::vector<double> scales = ctx.attrs.getFloats("scales");
-  int nd = static_cast<int>(in.rank()) - 2;
-  if (out.rank() != in.rank() || static_cast<int>(scales.size()) != nd ||
-      !g.set(in.shape.data(), out.shape.data(), nd, scales.data()))
-    return ctx.fail("resize: scales and shapes do not match");
-  std::string mode = ctx.attrs.getString("mode");
-  std::string coord = ctx.attrs.getString("coordinate_transformation_mode");
-  std::string nearest = ctx.attrs.getString("nearest_mode");
-  if (!g.rule.set(mode.c_str(), coord.c_str(), nearest.c_str()))
-    return ctx.fail("resize: unknown mode '" + mode + "', '" + coord +
-                    "' or '" + nearest + "'");
-  return true;
-}
-
 bool kResize(KernelContext &ctx) {
   ResizeGeometry g;
-  if (!geometryOf(ctx, ctx.in[0], ctx.out[0], g))
+  if (!resizeGeometryOf(ctx, ctx.in[0], ctx.out[0], g))
     return false;
   int64_t n = g.planes * g.outPlane();
   resizeKernel<<<blocksFor(n), 256, 0, gStream>>>(
@@ -115,7 +99,7 @@ bool kResize(KernelContext &ctx) {
 
 bool kResizeGrad(KernelContext &ctx) {
   ResizeGeometry g;
-  if (!geometryOf(ctx, ctx.out[0], ctx.in[0], g))
+  if (!resizeGeometryOf(ctx, ctx.out[0], ctx.in[0], g))
     return false;
   // The inverse tap tables, built on the host.
   Inverse inv;
