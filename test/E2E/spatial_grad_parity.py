@@ -105,18 +105,15 @@ def setup(which, work):
             if "norm" in name:
                 p.add_(0.3 * torch.randn(p.shape))
     path = os.path.join(work, which + ".onnx")
-    grad_parity.export(model, (torch.from_numpy(x), torch.from_numpy(y)), path,
-                       ["x", "y"])
-    feeds = {"x": x, "y": y}
-    return model, path, feeds, lambda: model(torch.from_numpy(x),
-                                             torch.from_numpy(y))
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    grad_parity.export(model, (xt, yt), path, ["x", "y"])
+    return model, path, {"x": x, "y": y}, lambda: model(xt, yt)
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--ds-opt", required=True)
-    ap.add_argument("--ds-run", required=True)
-    ap.add_argument("--work", required=True)
+    for flag in ("--ds-opt", "--ds-run", "--work"):
+        ap.add_argument(flag, required=True)
     ap.add_argument("--models", nargs="+", choices=list(MODELS),
                     default=list(MODELS))
     args = ap.parse_args()
