@@ -7,12 +7,14 @@ skip, per-pixel cross entropy), exported with ds.export:
   --variant adam | sgd   ds against torch.optim (Adam; SGD with momentum):
                          each step's loss within 1e-4 relative (f32 both
                          sides; sums in other orders)
-  --variant zero3        ZeRO-3 on 2 ranks against 1 rank: losses within
+  --variant zero1|zero2|zero3
+                         ZeRO-1/2/3 on 2 ranks against 1 rank: losses within
                          1e-5 relative (GroupNorm / InstanceNorm are per
                          sample, so a split batch changes nothing but
                          summation order)
-  --variant bf16         --precision=bf16 against torch f32: losses within
-                         2% relative (bf16 keeps 8 mantissa bits)
+  --variant bf16 | fp16  --precision=bf16 (fp16, with the dynamic loss
+                         scaler) against torch f32: losses within 2%
+                         relative (bf16 keeps 8 mantissa bits)
   --variant recompute    --recompute=full against no recompute: the same
                          losses bit for bit
 """
@@ -104,7 +106,8 @@ def main():
     ap.add_argument("--mpirun", default="mpirun")
     ap.add_argument("--work", required=True)
     ap.add_argument("--variant", required=True,
-                    choices=["adam", "sgd", "zero3", "bf16", "recompute"])
+                    choices=["adam", "sgd", "zero1", "zero2", "zero3", "bf16",
+                             "fp16", "recompute"])
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     torch.manual_seed(0)
@@ -122,9 +125,9 @@ def main():
     if v in ("adam", "sgd"):
         got = run_ds(args, path, data, v, flags)
         ok = compare(f"tiny-unet/{v}", got, torch_losses(model, inputs, opt), 1e-4)
-    elif v == "bf16":
-        got = run_ds(args, path, data, v, flags + ["--precision=bf16"])
-        ok = compare("tiny-unet/bf16", got, torch_losses(model, inputs, opt), 2e-2)
+    elif v in ("bf16", "fp16"):
+        got = run_ds(args, path, data, v, flags + [f"--precision={v}"])
+        ok = compare(f"tiny-unet/{v}", got, torch_losses(model, inputs, opt), 2e-2)
     elif v == "recompute":
         want = run_ds(args, path, data, "plain", flags)
         got = run_ds(args, path, data, v, flags + ["--recompute=full"])
@@ -134,10 +137,10 @@ def main():
         torch.manual_seed(0)
         ds.export(TinyUNet(), batch(2), half)
         want = run_ds(args, path, data, "one", flags)
-        got = run_ds(args, half, data, "zero3",
-                     flags + ["--world-size=2", "--zero=3"],
+        got = run_ds(args, half, data, v,
+                     flags + ["--world-size=2", f"--zero={v[-1]}"],
                      prefix=args.mpirun.split() + ["-np", "2"])
-        ok = compare("tiny-unet/zero3", got, want, 1e-5)
+        ok = compare(f"tiny-unet/{v}", got, want, 1e-5)
     sys.exit(0 if ok else 1)
 
 
