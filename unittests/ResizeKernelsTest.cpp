@@ -118,10 +118,10 @@ TensorView view(void *data, DType t, std::vector<int64_t> shape) {
 
 void run(const char *name, const ResizeCase &c, TensorView in, TensorView out) {
   ds::plan::Instruction ins;
-  for (auto [key, value] : {std::pair<const char *, const std::string *>{
-                                "mode", &c.mode},
-                            {"coordinate_transformation_mode", &c.coord},
-                            {"nearest_mode", &c.nearest}}) {
+  for (auto [key, value] :
+       {std::pair<const char *, const std::string *>{"mode", &c.mode},
+        {"coordinate_transformation_mode", &c.coord},
+        {"nearest_mode", &c.nearest}}) {
     auto *a = ins.add_attributes();
     a->set_name(key);
     a->set_s(*value);
@@ -149,21 +149,38 @@ std::vector<ResizeCase> cases() {
   std::vector<ResizeCase> cs;
   for (const char *coord : {"half_pixel", "pytorch_half_pixel", "align_corners",
                             "asymmetric", "tf_half_pixel_for_nn"}) {
-    cs.push_back({{2, 3, 5, 6}, {2, 3, 10, 12}, {2, 2}, "linear", coord, "floor"});
-    cs.push_back({{1, 2, 7, 4}, {1, 2, 3, 9}, {3.0 / 7, 2.25}, "linear", coord,
+    cs.push_back(
+        {{2, 3, 5, 6}, {2, 3, 10, 12}, {2, 2}, "linear", coord, "floor"});
+    cs.push_back({{1, 2, 7, 4},
+                  {1, 2, 3, 9},
+                  {3.0 / 7, 2.25},
+                  "linear",
+                  coord,
                   "floor"});
     for (const char *nearest :
          {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"})
-      cs.push_back({{2, 2, 4, 5}, {2, 2, 8, 3}, {2, 0.6}, "nearest", coord,
-                    nearest});
+      cs.push_back(
+          {{2, 2, 4, 5}, {2, 2, 8, 3}, {2, 0.6}, "nearest", coord, nearest});
   }
   cs.push_back({{2, 3, 7}, {2, 3, 10}, {1.5}, "linear", "half_pixel", "floor"});
-  cs.push_back({{1, 2, 3, 4, 3}, {1, 2, 6, 8, 6}, {2, 2, 2}, "linear",
-                "half_pixel", "floor"});
-  cs.push_back({{1, 2, 3, 4, 3}, {1, 2, 3, 8, 1}, {1, 2, 0.5}, "nearest",
-                "asymmetric", "floor"});
-  cs.push_back({{1, 1, 1, 4}, {1, 1, 1, 1}, {1, 0.25}, "linear",
-                "pytorch_half_pixel", "floor"});
+  cs.push_back({{1, 2, 3, 4, 3},
+                {1, 2, 6, 8, 6},
+                {2, 2, 2},
+                "linear",
+                "half_pixel",
+                "floor"});
+  cs.push_back({{1, 2, 3, 4, 3},
+                {1, 2, 3, 8, 1},
+                {1, 2, 0.5},
+                "nearest",
+                "asymmetric",
+                "floor"});
+  cs.push_back({{1, 1, 1, 4},
+                {1, 1, 1, 1},
+                {1, 0.25},
+                "linear",
+                "pytorch_half_pixel",
+                "floor"});
   return cs;
 }
 
@@ -204,8 +221,8 @@ TEST(ResizeKernels, MatchNaiveSampling) {
 }
 
 TEST(ResizeKernels, SixteenBitOperands) {
-  ResizeCase c{{2, 3, 5, 6}, {2, 3, 10, 12}, {2, 2}, "linear", "half_pixel",
-               "floor"};
+  ResizeCase c{{2, 3, 5, 6}, {2, 3, 10, 12}, {2, 2},
+               "linear",     "half_pixel",   "floor"};
   std::mt19937 gen(7);
   std::normal_distribution<float> d;
   std::vector<float> x(count(c.in)), y(count(c.out)), back(count(c.out));

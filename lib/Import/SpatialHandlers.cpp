@@ -35,7 +35,7 @@ namespace {
 /// What a Resize / Upsample node asks for, once checked.
 struct ResizeAttrs {
   std::string mode, coord, nearest;
-  SmallVector<double> scales;   // one per spatial dimension
+  SmallVector<double> scales;    // one per spatial dimension
   SmallVector<int64_t> outShape; // the whole result shape
 };
 
@@ -71,11 +71,12 @@ LogicalResult resolveShape(NodeContext &n, ArrayRef<double> scales,
                      << (sizes.empty() ? "scales" : "sizes") << ", got "
                      << (sizes.empty() ? scales.size() : sizes.size());
   for (size_t d = 0; d < rank; ++d) {
-    int64_t out = sizes.empty() ? ::ds::resizedSize(in[d], scales[d]) : sizes[d];
+    int64_t out =
+        sizes.empty() ? ::ds::resizedSize(in[d], scales[d]) : sizes[d];
     if (!sizes.empty() ? sizes[d] < 1 : !(scales[d] > 0.0) || out < 1)
       return n.error() << "dimension " << d << " resizes to nothing (scale "
-                       << (sizes.empty() ? scales[d] : 0.0) << ", size "
-                       << out << ")";
+                       << (sizes.empty() ? scales[d] : 0.0) << ", size " << out
+                       << ")";
     if (d < 2 && out != in[d])
       return n.error() << "resizing dimension " << d
                        << " (batch or channel) is not supported";
@@ -118,9 +119,9 @@ LogicalResult checkResizeAttrs(NodeContext &n, ResizeAttrs &a) {
 
 LogicalResult emitResize(NodeContext &n, const ResizeAttrs &a) {
   OpBuilder &b = n.builder();
-  return n.emit<ResizeOp>(n.tensor(a.outShape, n.elementTypeOf(0)),
-                          n.input(0), b.getStringAttr(a.mode),
-                          b.getStringAttr(a.coord), b.getStringAttr(a.nearest),
+  return n.emit<ResizeOp>(n.tensor(a.outShape, n.elementTypeOf(0)), n.input(0),
+                          b.getStringAttr(a.mode), b.getStringAttr(a.coord),
+                          b.getStringAttr(a.nearest),
                           b.getDenseF64ArrayAttr(a.scales));
 }
 
@@ -151,7 +152,8 @@ LogicalResult resize(NodeContext &n) {
       return failure();
     sizes = *s;
   } else if (nonEmpty(n, scalesAt)) {
-    FailureOr<SmallVector<double>> s = constFloats(n, scalesAt, "Resize's scales");
+    FailureOr<SmallVector<double>> s =
+        constFloats(n, scalesAt, "Resize's scales");
     if (failed(s))
       return failure();
     scales = *s;
@@ -191,7 +193,6 @@ LogicalResult upsample(NodeContext &n) {
     return failure();
   return emitResize(n, a);
 }
-
 
 //===----------------------------------------------------------------------===//
 // Pad
@@ -314,8 +315,8 @@ LogicalResult pad(NodeContext &n) {
     int64_t begin = pads[axis], end = pads[rank + axis], size = in[axis];
     if (size + begin + end < 1)
       return n.error() << "pads " << begin << " and " << end
-                       << " leave nothing of axis " << axis << " (size "
-                       << size << ")";
+                       << " leave nothing of axis " << axis << " (size " << size
+                       << ")";
     if (mode == "reflect" && (begin >= size || end >= size))
       return n.error() << "reflect pads " << begin << " and " << end
                        << " of axis " << axis
@@ -390,8 +391,7 @@ LogicalResult instanceNorm(NodeContext &n) {
   if (!isSplatOf(n, n.input(2), 0.0))
     y = AddOp::create(b, n.loc, flat, y,
                       ReshapeOp::create(b, n.loc, perChannel, n.input(2)));
-  return n.bind(
-      Value(ReshapeOp::create(b, n.loc, n.input(0).getType(), y)));
+  return n.bind(Value(ReshapeOp::create(b, n.loc, n.input(0).getType(), y)));
 }
 
 } // namespace

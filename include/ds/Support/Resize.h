@@ -42,7 +42,12 @@ enum class ResizeCoord : int {
   Asymmetric,       // x / scale
   TfHalfPixelForNn, // (x + 0.5) / scale
 };
-enum class ResizeNearest : int { RoundPreferFloor, RoundPreferCeil, Floor, Ceil };
+enum class ResizeNearest : int {
+  RoundPreferFloor,
+  RoundPreferCeil,
+  Floor,
+  Ceil
+};
 
 /// The names, as the attributes (and ONNX) spell them.
 inline constexpr const char *kResizeModeNames[] = {"nearest", "linear"};
@@ -106,7 +111,8 @@ DS_RESIZE_HD inline double resizeSource(ResizeCoord c, int64_t o, int64_t in,
     // the output size when sizes were given (scale = out / in), and what
     // torch uses whenever in * scale is whole.
     double len = static_cast<double>(in) * scale;
-    if (std::fabs(len - static_cast<double>(out)) < 1e-9 * static_cast<double>(out))
+    if (std::fabs(len - static_cast<double>(out)) <
+        1e-9 * static_cast<double>(out))
       len = static_cast<double>(out);
     return len > 1.0 ? x * static_cast<double>(in - 1) / (len - 1.0) : 0.0;
   }
@@ -124,8 +130,7 @@ DS_RESIZE_HD inline int64_t resizeClamp(int64_t i, int64_t in) {
 
 /// The taps of output index `o` (see resizeSource for the arguments).
 DS_RESIZE_HD inline ResizeTap resizeTap(const ResizeRule &r, int64_t o,
-                                        int64_t in, int64_t out,
-                                        double scale) {
+                                        int64_t in, int64_t out, double scale) {
   double x = resizeSource(r.coord, o, in, out, scale);
   ResizeTap t;
   double lo = std::floor(x);

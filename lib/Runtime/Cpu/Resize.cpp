@@ -119,7 +119,8 @@ void forEachPlane(int64_t planes, const TensorView &in, int64_t inSize,
       if (in.dtype != DType::F32) {
         inBuf.resize(inSize);
         for (int64_t i = 0; i < inSize; ++i)
-          inBuf[i] = static_cast<float>(loadD(in.data, in.dtype, p * inSize + i));
+          inBuf[i] =
+              static_cast<float>(loadD(in.data, in.dtype, p * inSize + i));
         x = inBuf.data();
       }
       bool direct = out.dtype == DType::F32;
@@ -148,10 +149,9 @@ bool kResizeGrad(KernelContext &ctx) {
   if (!resizeGeometryOf(ctx, ctx.out[0], ctx.in[0], g))
     return false;
   TapTables t(g);
-  forEachPlane(g.planes, ctx.in[0], g.outPlane(), ctx.out[0], g.inPlane(),
-               [&](const float *dy, float *dx) {
-                 resizeGradPlane(g, t, dy, dx);
-               });
+  forEachPlane(
+      g.planes, ctx.in[0], g.outPlane(), ctx.out[0], g.inPlane(),
+      [&](const float *dy, float *dx) { resizeGradPlane(g, t, dy, dx); });
   return true;
 }
 

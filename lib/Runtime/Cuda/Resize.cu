@@ -21,8 +21,8 @@ namespace {
 /// Per dimension, the outputs that read each input index: entries
 /// [start[i], start[i + 1]) of (out, weight). Offsets into one buffer.
 struct Inverse {
-  int64_t start[kMaxResizeDims] = {};  // offset of the dimension's starts
-  int64_t entry[kMaxResizeDims] = {};  // offset of its entries
+  int64_t start[kMaxResizeDims] = {}; // offset of the dimension's starts
+  int64_t entry[kMaxResizeDims] = {}; // offset of its entries
 };
 
 __global__ void resizeKernel(ResizeGeometry g, const void *x, int xt, void *y,
@@ -126,7 +126,8 @@ bool kResizeGrad(KernelContext &ctx) {
     }
     starts.push_back(count);
   }
-  size_t sb = starts.size() * sizeof(int64_t), ob = outs.size() * sizeof(int64_t),
+  size_t sb = starts.size() * sizeof(int64_t),
+         ob = outs.size() * sizeof(int64_t),
          wb = weights.size() * sizeof(float);
   Scratch tables(sb + ob + wb);
   if (!tables.p)

@@ -38,8 +38,8 @@ LogicalResult verifyResize(Operation *op, StringRef mode, StringRef coord,
   if (nd < 1 || nd > ::ds::kMaxResizeDims)
     return op->emitOpError("expects 1 to 3 spatial dimensions, got ") << nd;
   if (static_cast<int64_t>(scales.size()) != nd)
-    return op->emitOpError("expects ") << nd << " scales, got "
-                                       << scales.size();
+    return op->emitOpError("expects ")
+           << nd << " scales, got " << scales.size();
   if (llvm::any_of(scales, [](double s) { return !(s > 0.0); }))
     return op->emitOpError("expects positive scales");
   if (resized.getRank() != input.getRank() ||
