@@ -84,14 +84,18 @@ struct Attr {
   int64_t i = 0;
   double f = 0;
   std::vector<int64_t> ints;
-  int kind = 0; // 0 int, 1 float, 2 ints, 3 string
+  int kind = 0; // 0 int, 1 float, 2 ints, 3 string, 4 floats
   std::string s;
+  std::vector<double> floats = {};
 };
 
 Attr I(const char *n, int64_t v) { return {n, v, 0, {}, 0, ""}; }
 Attr F(const char *n, double v) { return {n, 0, v, {}, 1, ""}; }
 Attr L(const char *n, std::vector<int64_t> v) { return {n, 0, 0, std::move(v), 2, ""}; }
 Attr S(const char *n, const char *v) { return {n, 0, 0, {}, 3, v}; }
+Attr FL(const char *n, std::vector<double> v) {
+  return {n, 0, 0, {}, 4, "", std::move(v)};
+}
 
 /// Runs `name` on the CPU and on the device; returns the worst relative
 /// error over the outputs (all but a GEMM's workspace).
@@ -107,6 +111,9 @@ double compare(const char *name, std::vector<Tensor> ins,
       pa->set_f(a.f);
     else if (a.kind == 3)
       pa->set_s(a.s);
+    else if (a.kind == 4)
+      for (double v : a.floats)
+        pa->mutable_floats()->add_values(v);
     else
       for (int64_t v : a.ints)
         pa->mutable_ints()->add_values(v);
@@ -234,6 +241,38 @@ TEST(Cuda, Activations) {
                         {empty(t, {257})}, attrs),
                 tol(t, false))
           << kind << " gradient " << dtypeName(t);
+    }
+}
+
+TEST(Cuda, Resize) {
+  struct Case {
+    std::vector<int64_t> in, out;
+    std::vector<double> scales;
+    const char *mode, *coord, *nearest;
+  };
+  const Case cases[] = {
+      {{2, 3, 5, 6}, {2, 3, 10, 12}, {2, 2}, "linear", "half_pixel", "floor"},
+      {{2, 3, 5, 6}, {2, 3, 9, 4}, {1.8, 0.7}, "linear", "align_corners", "floor"},
+      {{2, 3, 7}, {2, 3, 10}, {1.5}, "linear", "pytorch_half_pixel", "floor"},
+      {{1, 2, 3, 4, 3}, {1, 2, 6, 8, 6}, {2, 2, 2}, "linear", "half_pixel", "floor"},
+      {{2, 3, 5, 6}, {2, 3, 10, 3}, {2, 0.5}, "nearest", "asymmetric", "floor"},
+      {{2, 3, 5, 6}, {2, 3, 8, 9}, {1.6, 1.5}, "nearest", "half_pixel",
+       "round_prefer_ceil"},
+  };
+  for (const Case &c : cases)
+    for (DType t : {DType::F32, DType::BF16}) {
+      std::vector<Attr> attrs = {S("mode", c.mode),
+                                 S("coordinate_transformation_mode", c.coord),
+                                 S("nearest_mode", c.nearest),
+                                 FL("scales", c.scales)};
+      EXPECT_LE(compare("resize", {random(t, c.in, 19)}, {empty(t, c.out)},
+                        attrs),
+                tol(t, true))
+          << c.mode << " " << c.coord << " " << dtypeName(t);
+      EXPECT_LE(compare("resize_grad", {random(t, c.out, 20)},
+                        {empty(t, c.in)}, attrs),
+                tol(t, true))
+          << c.mode << " " << c.coord << " gradient " << dtypeName(t);
     }
 }
 
@@ -492,7 +531,7 @@ TEST(Cuda, EveryKernelTested) {
       "reduce_scatter", "check_overflow", "wait", "activation",
       "activation_grad", "conv", "conv_grad_input", "conv_grad_weight",
       "max_pool", "max_pool_grad", "avg_pool", "avg_pool_grad", "topk",
-      "topk_grad"};
+      "topk_grad", "resize", "resize_grad"};
   // Pipeline and tensor parallelism run on the CPU backend only so far
   // (the CUDA backend refuses stage and tensor-parallel plans): their
   // kernels have no CUDA twin yet.

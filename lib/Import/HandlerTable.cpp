@@ -62,6 +62,7 @@ const HandlerTable &onnx_import::handlerTable() {
     registerEinsumHandlers(t);
     registerTopKHandlers(t);
     registerLoopHandlers(t);
+    registerSpatialHandlers(t);
     return t;
   }();
   return table;

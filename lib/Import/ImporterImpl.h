@@ -348,6 +348,7 @@ void registerBatchNormHandlers(HandlerTable &table);
 void registerTopKHandlers(HandlerTable &table);
 void registerEinsumHandlers(HandlerTable &table);
 void registerLoopHandlers(HandlerTable &table);
+void registerSpatialHandlers(HandlerTable &table); // Resize, Pad, InstanceNorm
 
 } // namespace mlir::ds::onnx_import
 

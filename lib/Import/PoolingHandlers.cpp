@@ -6,9 +6,9 @@
 // GlobalAveragePool as ds.avg_pool (a global pooling is a window of the
 // whole plane). auto_pad is resolved to explicit pads here; the output
 // size rule is include/ds/Support/Pooling.h's. MaxPool's Indices output
-// and a column-major storage_order are refused. Pad (constant mode) is
-// here too, as ds.concat with constant blocks: torch exports AvgPool's
-// count_include_pad=True as Pad then AveragePool.
+// and a column-major storage_order are refused. (Pad, which torch emits
+// before AveragePool for count_include_pad=True, is in
+// SpatialHandlers.cpp.)
 //
 //===----------------------------------------------------------------------===//
 
@@ -166,64 +166,10 @@ LogicalResult averagePool(NodeContext &n) {
   return emitAvgPool(n, *p, n.intAttr("count_include_pad", 0) != 0);
 }
 
-/// Pad, constant mode: along each padded axis, ds.concat of a block of the
-/// fill value, the tensor and another block.
-LogicalResult pad(NodeContext &n) {
-  if (failed(n.expectInputs(1, 3)) || failed(n.requireFloat(0)))
-    return failure();
-  if (n.stringAttr("mode", "constant") != "constant")
-    return n.error() << "only constant padding is supported";
-  SmallVector<int64_t> pads;
-  double fill = n.floatAttr("value", 0.0f);
-  if (n.opset() < 11) {
-    pads = n.intsAttr("pads").value_or(SmallVector<int64_t>());
-  } else {
-    FailureOr<SmallVector<int64_t>> p = n.constInts(1, "Pad's pads");
-    if (failed(p))
-      return failure();
-    pads = *p;
-    if (n.input(2)) {
-      FailureOr<double> v = n.constFloat(2, "Pad's constant_value");
-      if (failed(v))
-        return failure();
-      fill = *v;
-    }
-  }
-  size_t rank = n.shape(0).size();
-  if (pads.size() != 2 * rank || llvm::any_of(pads, [](int64_t p) { return p < 0; }))
-    return n.error() << "expects " << 2 * rank << " non-negative pads";
-  OpBuilder &b = n.builder();
-  Type elt = n.elementTypeOf(0);
-  Value cur = n.input(0);
-  for (size_t axis = 0; axis < rank; ++axis) {
-    if (pads[axis] == 0 && pads[rank + axis] == 0)
-      continue;
-    SmallVector<int64_t> shape(cast<ShapedType>(cur.getType()).getShape());
-    SmallVector<Value> parts;
-    for (int64_t size : {pads[axis], int64_t(-1), pads[rank + axis]}) {
-      if (size < 0) {
-        parts.push_back(cur);
-        continue;
-      }
-      if (size == 0)
-        continue;
-      shape[axis] = size;
-      auto type = RankedTensorType::get(shape, elt);
-      parts.push_back(n.constant(
-          type, DenseElementsAttr::get(type, b.getFloatAttr(elt, fill))));
-    }
-    shape[axis] = n.shape(0)[axis] + pads[axis] + pads[rank + axis];
-    cur = ConcatOp::create(b, n.loc, n.tensor(shape, elt), parts,
-                           b.getI64IntegerAttr(axis));
-  }
-  return n.bind(cur);
-}
-
 } // namespace
 
 void registerPoolingHandlers(HandlerTable &t) {
   t.add("MaxPool", maxPool);
-  t.add("Pad", pad);
   t.add("AveragePool", averagePool);
   t.add("GlobalMaxPool", [](NodeContext &n) {
     return failed(poolInput(n)) ? failure() : emitMaxPool(n, globalWindow(n));

@@ -94,6 +94,9 @@ static const KernelSignature kSignatures[] = {
     // Misc family
     {"topk", 1, 1, 2, 2},
     {"topk_grad", 2, 2, 1, 1},
+    // Spatial: resize
+    {"resize", 1, 1, 1, 1},
+    {"resize_grad", 1, 1, 1, 1},
     // Tensor and sequence parallelism
     {"vocab_gather", 2, 2, 1, 1},
     {"tp_rows", 1, 1, 1, 1},
@@ -211,6 +214,13 @@ std::vector<int64_t> Attrs::getInts(const char *name) const {
   if (!a || a->value_case() != plan::Attribute::kInts)
     return {};
   return {a->ints().values().begin(), a->ints().values().end()};
+}
+
+std::vector<double> Attrs::getFloats(const char *name) const {
+  const plan::Attribute *a = find(ins, name);
+  if (!a || a->value_case() != plan::Attribute::kFloats)
+    return {};
+  return {a->floats().values().begin(), a->floats().values().end()};
 }
 
 } // namespace ds::rt

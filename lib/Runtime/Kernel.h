@@ -56,6 +56,7 @@ public:
   double getFloat(const char *name, double dflt = 0) const;
   std::string getString(const char *name, const std::string &dflt = "") const;
   std::vector<int64_t> getInts(const char *name) const;
+  std::vector<double> getFloats(const char *name) const;
 
 private:
   const plan::Instruction *ins;

@@ -44,14 +44,25 @@ SHAPE_OPERANDS = {
     # rnn family: sequence_lens (all entries the full length) is constant.
     "LSTM": [4], "GRU": [4],
     "TopK": [1], "Loop": [0, 1],  # misc family (a Loop is unrolled)
+    "Resize": [1, 2, 3], "Upsample": [1],
 }
 
 # Models of supported ops in a form ds refuses by design, with the reason.
 REFUSED_FORMS = {
     "test_maxpool_with_argmax_2d_precomputed_pads": "MaxPool's Indices output",
     "test_maxpool_with_argmax_2d_precomputed_strides": "MaxPool's Indices output",
-    "test_edge_pad": "Pad mode other than constant",
-    "test_reflect_pad": "Pad mode other than constant",
+    # Resize: cubic mode and tf_crop_and_resize are refused at import.
+    **{name: "Resize mode cubic" for name in (
+        "test_resize_downsample_scales_cubic",
+        "test_resize_downsample_scales_cubic_A_n0p5_exclude_outside",
+        "test_resize_downsample_scales_cubic_align_corners",
+        "test_resize_downsample_sizes_cubic",
+        "test_resize_upsample_scales_cubic",
+        "test_resize_upsample_scales_cubic_A_n0p5_exclude_outside",
+        "test_resize_upsample_scales_cubic_align_corners",
+        "test_resize_upsample_scales_cubic_asymmetric",
+        "test_resize_upsample_sizes_cubic")},
+    "test_resize_tf_crop_and_resize": "Resize tf_crop_and_resize",
 }
 
 

@@ -40,6 +40,7 @@ void registerCollectiveKernels(KernelRegistry &r);  // Collectives.cpp
 void registerPipelineKernels(KernelRegistry &r);    // Pipeline.cpp
 void registerPoolingKernels(KernelRegistry &r);     // Pooling.cpp
 void registerTopKKernels(KernelRegistry &r);        // TopK.cpp (misc family)
+void registerResizeKernels(KernelRegistry &r);      // Resize.cpp (spatial)
 
 /// The copy kernel (Movement.cpp), also a collective's local contribution.
 bool kCopy(KernelContext &ctx);

@@ -23,7 +23,7 @@ const KernelRegistry &cpuKernels() {
        registerMovementKernels, registerReduceKernels, registerGradKernels,
        registerTensorParallelKernels, registerOptimizerKernels,
        registerCollectiveKernels, registerPipelineKernels,
-       registerPoolingKernels, registerTopKKernels});
+       registerPoolingKernels, registerTopKKernels, registerResizeKernels});
   return registry;
 }
 

@@ -240,6 +240,7 @@ void registerCollectiveKernels(KernelRegistry &r);  // Collectives.cu
 void registerConvKernels(KernelRegistry &r);        // Conv.cu
 void registerPoolingKernels(KernelRegistry &r);     // Pooling.cu
 void registerTopKKernels(KernelRegistry &r);        // TopK.cu (misc family)
+void registerResizeKernels(KernelRegistry &r);      // Resize.cu (spatial)
 
 } // namespace ds::rt::cuda
 

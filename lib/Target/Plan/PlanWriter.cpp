@@ -97,6 +97,9 @@ LogicalResult addAttribute(pb::Instruction &ins, NamedAttribute attr,
   else if (auto arr = dyn_cast<DenseI64ArrayAttr>(v))
     for (int64_t x : arr.asArrayRef())
       a->mutable_ints()->add_values(x);
+  else if (auto farr = dyn_cast<DenseF64ArrayAttr>(v))
+    for (double x : farr.asArrayRef())
+      a->mutable_floats()->add_values(x);
   else
     return op->emitOpError("attribute '")
            << attr.getName() << "' of unsupported kind " << v;

@@ -328,6 +328,15 @@ LogicalResult vjp(TopKOp op, OpBuilder &b, ValueRange gs, Grads &out) {
   return success();
 }
 
+/// Resize: the adjoint of the sampling (Support/Resize.h).
+LogicalResult vjp(ResizeOp op, OpBuilder &b, ValueRange gs, Grads &out) {
+  out.assign({ResizeGradOp::create(
+      b, op.getLoc(), op.getInput().getType(), gs[0], op.getModeAttr(),
+      op.getCoordinateTransformationModeAttr(), op.getNearestModeAttr(),
+      op.getScalesAttr())});
+  return success();
+}
+
 LogicalResult vjp(MatMulOp op, OpBuilder &b, ValueRange gs, Grads &out) {
   Location l = op.getLoc();
   auto ta = tensorType(op.getLhs()), tb = tensorType(op.getRhs());
@@ -735,4 +744,5 @@ void ds::detail::attachVJPModels(MLIRContext &ctx) {
   attach<TopKOp>(ctx); // misc family
   attach<ConvOp, ConvGradInputOp>(ctx);
   attach<AllReduceOp>(ctx);
+  attach<ResizeOp>(ctx); // spatial
 }

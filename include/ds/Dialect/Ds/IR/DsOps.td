@@ -407,6 +407,53 @@ def Ds_TopKGradOp : Ds_Op<"topk_grad", [Pure]> {
   let hasVerifier = 1;
 }
 
+// Spatial: resize (sampling rule: include/ds/Support/Resize.h)
+//===----------------------------------------------------------------------===//
+
+def Ds_ResizeOp : Ds_Op<"resize", [Pure]> {
+  let summary = "nearest or linear resampling of the spatial dimensions";
+  let description = [{
+    ONNX's Resize (and Upsample) in the `nearest` and `linear` modes over
+    1 to 3 spatial dimensions of an (N, C, spatial...) tensor; N and C are
+    kept. `coordinate_transformation_mode` is one of `half_pixel`,
+    `pytorch_half_pixel`, `align_corners`, `asymmetric`,
+    `tf_half_pixel_for_nn`; `nearest_mode` one of `round_prefer_floor`,
+    `round_prefer_ceil`, `floor`, `ceil`; `scales` the scale of each
+    spatial dimension that the coordinate mapping divides by (the given
+    scale, or output / input size when ONNX gave sizes). Linear mode
+    blends the two neighbours of each dimension, clamped to the input. The
+    VJP is `ds.resize_grad`.
+
+    ```mlir
+    %y = ds.resize %x {mode = "linear", coordinate_transformation_mode =
+        "half_pixel", nearest_mode = "floor", scales = array<f64: 2.0, 2.0>}
+        : tensor<1x2x4x4xf32> -> tensor<1x2x8x8xf32>
+    ```
+  }];
+  let arguments = (ins Ds_FloatTensor:$input, StrAttr:$mode,
+                       StrAttr:$coordinate_transformation_mode,
+                       StrAttr:$nearest_mode, DenseF64ArrayAttr:$scales);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Ds_ResizeGradOp : Ds_Op<"resize_grad", [Pure]> {
+  let summary = "the gradient of ds.resize (its adjoint)";
+  let description = [{
+    Each element of `grad` (shaped as the resize's result) added, with the
+    forward's weights, to the input elements it was sampled from; the
+    result has the resize's input shape. The attributes are the
+    `ds.resize`'s.
+  }];
+  let arguments = (ins Ds_FloatTensor:$grad, StrAttr:$mode,
+                       StrAttr:$coordinate_transformation_mode,
+                       StrAttr:$nearest_mode, DenseF64ArrayAttr:$scales);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = "$grad attr-dict `:` type($grad) `->` type($result)";
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Linear algebra and normalization
 //===----------------------------------------------------------------------===//
