@@ -168,14 +168,14 @@ def ZeroPass : Pass<"ds-zero", "func::FuncOp"> {
     Option<"stage", "stage", "int64_t", "0", "ZeRO stage, 0 to 3">,
     Option<"persistenceThreshold", "param-persistence-threshold", "int64_t",
            "0", "stage 3: parameters with fewer elements stay whole">,
-    Option<"reduceBucketSize", "reduce-bucket-size", "int64_t", "500000000",
+    Option<"reduceBucketSize", "reduce-bucket-size", "int64_t", "20000000",
            "gradients reduced by one collective, in elements (DeepSpeed's "
            "reduce_bucket_size)">,
     Option<"commDtype", "comm-dtype", "std::string", "\"fp32\"",
            "element type of the gradient collectives: fp32, bf16 or fp16 "
            "(a gradient is cast to it before its reduction and back after)">,
     Option<"prefetchBucketSize", "prefetch-bucket-size", "int64_t",
-           "50000000",
+           "20000000",
            "stage 3: parameters gathered by one collective, in elements "
            "(DeepSpeed's stage3_prefetch_bucket_size)">,
   ];
@@ -238,7 +238,7 @@ def OptimizerPass : Pass<"ds-optimizer", "func::FuncOp"> {
     Option<"gradAccum", "grad-accum", "int64_t", "1",
            "micro-batches whose mean gradient makes one update">,
     Option<"allgatherBucketSize", "allgather-bucket-size", "int64_t",
-           "500000000",
+           "20000000",
            "ZeRO stages 1-2: updated shards gathered by one collective, in "
            "elements (DeepSpeed's allgather_bucket_size)">,
   ];
