@@ -16,7 +16,9 @@
 //   - greedy by breadth with best fit (Pisarchyk and Lee's "greedy by
 //     breadth"): the steps by the bytes live at them, fullest first, and at
 //     each the blocks live there not yet placed, by size: the fullest
-//     steps, which decide the arena, are packed first.
+//     steps, which decide the arena, are packed first;
+// and each best-fit order is improved by moving the blocks that end at the
+// top of its arena to the front and placing again (a few rounds).
 //
 //===----------------------------------------------------------------------===//
 
@@ -206,17 +208,38 @@ int64_t livePeak(const std::vector<Block> &blocks) {
   return peak;
 }
 
+/// Improves a best-fit order: the blocks that reach the top of the arena
+/// move to the front (they were placed too late to find room low down),
+/// and the order is placed again, at most `rounds` times; the smallest
+/// arena is kept.
+Assignment promoteTop(const std::vector<Block> &blocks,
+                      std::vector<size_t> order, Assignment placed,
+                      int64_t floor, int rounds) {
+  Assignment best = placed;
+  for (int r = 0; r < rounds && best.bytes > floor; ++r) {
+    std::vector<size_t> top, rest;
+    for (size_t i : order)
+      (placed.offsets[i] + blocks[i].bytes == placed.bytes ? top : rest)
+          .push_back(i);
+    if (std::equal(top.begin(), top.end(), order.begin()))
+      break; // already first: nothing to promote
+    order = std::move(top);
+    order.insert(order.end(), rest.begin(), rest.end());
+    placed = bestFit(blocks, order, best.strategy);
+    if (placed.bytes < best.bytes)
+      best = placed;
+  }
+  return best;
+}
+
 Assignment assign(const std::vector<Block> &blocks) {
   Assignment best = firstFitInOrder(blocks);
-  auto keep = [&](Assignment a) {
-    if (a.bytes < best.bytes)
-      best = std::move(a);
-  };
+  const int64_t floor = livePeak(blocks);
   auto span = [&](size_t i) { return blocks[i].last - blocks[i].first; };
   std::vector<size_t> all(blocks.size());
   std::iota(all.begin(), all.end(), 0);
   // By size; among equal sizes the longest-lived first, or the earliest.
-  // (Which tie order packs better depends on the program: both are tried.)
+  // (Which order packs better depends on the program: all are tried.)
   std::vector<size_t> sizeLife = all, sizeFirst = all, life = all;
   std::sort(sizeLife.begin(), sizeLife.end(), [&](size_t a, size_t b) {
     if (blocks[a].bytes != blocks[b].bytes)
@@ -239,13 +262,20 @@ Assignment assign(const std::vector<Block> &blocks) {
       return blocks[a].bytes > blocks[b].bytes;
     return a < b;
   });
-  keep(bestFit(blocks, sizeLife, "greedy by size, best fit"));
-  keep(bestFit(blocks, sizeFirst, "greedy by size, best fit"));
-  keep(bestFit(blocks, life, "greedy by lifetime, best fit"));
-  keep(bestFit(blocks, byBreadth(blocks, sizeFirst),
-               "greedy by breadth, best fit"));
-  keep(bestFit(blocks, byBreadth(blocks, sizeLife),
-               "greedy by breadth, best fit"));
+  std::vector<std::pair<std::vector<size_t>, const char *>> orders = {
+      {sizeLife, "greedy by size, best fit"},
+      {sizeFirst, "greedy by size, best fit"},
+      {life, "greedy by lifetime, best fit"},
+      {byBreadth(blocks, sizeFirst), "greedy by breadth, best fit"},
+      {byBreadth(blocks, sizeLife), "greedy by breadth, best fit"}};
+  for (auto &[order, name] : orders) {
+    if (best.bytes <= floor)
+      break; // no arena is smaller than the live peak
+    Assignment placed = bestFit(blocks, order, name);
+    placed = promoteTop(blocks, order, placed, floor, /*rounds=*/8);
+    if (placed.bytes < best.bytes)
+      best = std::move(placed);
+  }
   return best;
 }
 
