@@ -2,7 +2,7 @@
 # The memory plan's arena against the most bytes live at once (issue 23
 # item 7): for the bundled GPT (the README's main job and ZeRO-3 bf16 on 8
 # ranks) and the GPT-2-small shape (ZeRO 0-3, bf16, 8 ranks, DeepSpeed's
-# 5e8/5e7 buckets and ds-opt's 2e7 defaults), prints the arena, the live
+# 5e8/5e7 buckets and ds-opt's 2e7 defaults; fp32 at ZeRO 0 and 3), prints the arena, the live
 # peak, their ratio and ds-opt's wall time. Plan only (no run).
 #
 #   bench/arena_ratio.sh [--medium]    # --medium: GPT-2-medium too (1.5 GB export)
@@ -42,6 +42,9 @@ for z in 0 1 2 3; do
   row "GPT-2-small ZeRO-$z bf16 8 ranks, buckets 5e8/5e7" "$SMALL" --optimizer=adamw --precision=bf16 --zero=$z --world-size=8 \
     --reduce-bucket-size=500000000 --allgather-bucket-size=500000000 --prefetch-bucket-size=50000000
   row "GPT-2-small ZeRO-$z bf16 8 ranks, default buckets" "$SMALL" --optimizer=adamw --precision=bf16 --zero=$z --world-size=8
+done
+for z in 0 3; do
+  row "GPT-2-small ZeRO-$z fp32 8 ranks, default buckets" "$SMALL" --optimizer=adam --zero=$z --world-size=8
 done
 if [ "${1:-}" = "--medium" ]; then
   MEDIUM=$(export_size gpt2-medium)

@@ -10,14 +10,14 @@ split or recompute; measured differences are far below the bound).
 Each layout is (ranks, ds-opt flags); the global batch is 8 rows of 32
 tokens, each rank takes 8 / data-parallel ranks of them.
 """
-import argparse
 import json
 import os
 import shutil
 import subprocess
 import sys
 
-import numpy as np
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ckpt_resume import setup  # noqa: E402  (the same tools, folder and data)
 
 LAYOUTS = {
     "1 rank": (1, []),
@@ -42,18 +42,7 @@ TOL = 1e-5
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ds-opt", required=True)
-    ap.add_argument("--ds-run", required=True)
-    ap.add_argument("--mpirun", required=True)
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--onnx", required=True)
-    args = ap.parse_args()
-    os.makedirs(args.work, exist_ok=True)
-    w = lambda f: os.path.join(args.work, f)
-    rng = np.random.RandomState(1)
-    np.savez(w("data.npz"), idx=rng.randint(0, 128, size=(3 * 8, 32)),
-             targets=rng.randint(0, 128, size=(3 * 8, 32)))
+    args, w = setup()
     plans = {}
     for i, (name, (ranks, flags)) in enumerate(LAYOUTS.items()):
         tp = 2 if "--tensor-parallel=2" in flags else 1
@@ -67,7 +56,7 @@ def main():
 
     def run(name, *extra):
         ranks, plan = plans[name]
-        cmd = [args.ds_run, plan, "--data", w("data.npz"), "--threads", "1", *extra]
+        cmd = [args.ds_run, plan, "--data", w("data3.npz"), "--threads", "1", *extra]
         if ranks > 1:
             cmd = args.mpirun.split() + ["-np", str(ranks)] + cmd
         return subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)
