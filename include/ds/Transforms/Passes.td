@@ -450,10 +450,13 @@ def PlanMemoryPass : Pass<"dsrt-plan-memory", "func::FuncOp"> {
     Gives every `dsrt.alloc` an `offset` in one arena and sets the function's
     `dsrt.arena_bytes` (the planned peak). A buffer lives from the op that
     first writes it to the last op that reads it or a view of it (graph
-    outputs to the end). Ops are visited in order: outputs are placed
-    first-fit (64-byte aligned), then buffers that died are freed. An output
-    takes the storage of an `inplace` input that dies at the same kernel and
-    has its size. The pass checks its own result: no two buffers that are
+    outputs to the end). An output takes the storage of an `inplace` input
+    that dies at the same kernel and has its size (one block of the arena).
+    Blocks (64-byte aligned) get the offsets of the smallest of first fit in
+    program order and best fit greedy by size, lifetime and breadth, each
+    improved by moving the blocks that reach the top to the front
+    (lib/Transforms/ArenaAssign.cpp). `dsrt.arena_bytes` is the end of the
+    highest buffer. The pass checks its own result: no two buffers that are
     live at once overlap.
   }];
 }
