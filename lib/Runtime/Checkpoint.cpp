@@ -76,6 +76,8 @@ std::string shardName(int rank) {
 
 struct Manifest {
   uint64_t plan = 0;
+  std::string optimizer; // the optimizer's kind ("": a forward plan, or
+                         // a checkpoint older than this line)
   int world = 0, stage = 0;
   int tensorParallel = 1; // ranks per tensor-parallel group (ZeRO shards
                           // are over world / tensorParallel ranks)
@@ -138,6 +140,8 @@ bool readManifest(const std::string &stepDir, Manifest &m, std::string &err) {
       std::string h;
       ls >> h;
       m.plan = std::strtoull(h.c_str(), nullptr, 16);
+    } else if (key == "optimizer") {
+      ls >> m.optimizer;
     } else if (key == "world_size") {
       ls >> m.world;
     } else if (key == "zero_stage") {
@@ -377,9 +381,31 @@ void cutInto(const Executor::Storage &st, const HostTensor &t, int rank,
                 std::min(shardBytes, t.data.size() - first));
 }
 
-/// Loads a checkpoint saved with another world size or stage into this
-/// rank's storage: every tensor rebuilt whole, then cut by this plan's
-/// partition. The tensors must be the same (names, kinds, types, shapes).
+/// A checkpoint resumes only under the optimizer that saved it (a
+/// checkpoint from before the manifest named it is checked by its tensors
+/// alone).
+bool sameOptimizer(const std::string &stepDir, const Manifest &m,
+                   const PlanInfo &info, std::string &err) {
+  if (m.optimizer.empty() || m.optimizer == info.optimizer)
+    return true;
+  err = "checkpoint '" + stepDir + "' was saved with the optimizer '" +
+        m.optimizer + "', this plan trains with '" +
+        (info.optimizer.empty() ? std::string("none") : info.optimizer) + "'";
+  return false;
+}
+
+/// What a manifest's tensor or a plan's storage is, for an error message.
+std::string tensorText(const std::string &kind, DType dtype,
+                       const std::vector<int64_t> &shape) {
+  return kind + " " + dtypeName(dtype) + " " + shapeText(shape);
+}
+
+/// Loads a checkpoint saved by another plan of the same model and
+/// optimizer (another world size, ZeRO stage, tensor- or pipeline-parallel
+/// layout, recompute choice or buckets) into this rank's storage: every
+/// tensor rebuilt whole, then cut by this plan's partition. The tensors
+/// must be the same (names, kinds, types, whole shapes): the first that
+/// differs is named.
 bool loadRepartitioned(const std::string &stepDir, const Manifest &m,
                        Executor &exec, int rank, int tensorParallel,
                        std::string &err) {
@@ -387,23 +413,32 @@ bool loadRepartitioned(const std::string &stepDir, const Manifest &m,
   std::map<std::string, const Manifest::Tensor *> byName;
   for (const Manifest::Tensor &t : m.tensors)
     byName[t.name] = &t;
+  const std::string refused = "checkpoint '" + stepDir +
+                              "' holds another model or optimizer state: ";
+  std::set<std::string> ours;
   for (const Executor::Storage &st : storage) {
+    ours.insert(st.name);
     auto it = byName.find(st.name);
     const char *kind = st.state ? "state" : st.trainable ? "param" : "buffer";
-    if (it == byName.end() || it->second->kind != kind ||
-        it->second->dtype != st.dtype ||
-        it->second->shape != st.wholeShape()) {
-      err = "checkpoint '" + stepDir + "' was saved by another plan (its "
-            "tensors differ from this plan's at '" + st.name + "')";
+    std::string want = tensorText(kind, st.dtype, st.wholeShape());
+    if (it == byName.end()) {
+      err = refused + "it has no '" + st.name + "' (this plan's " + want + ")";
+      return false;
+    }
+    std::string have =
+        tensorText(it->second->kind, it->second->dtype, it->second->shape);
+    if (have != want) {
+      err = refused + "'" + st.name + "' is " + have + " there, " + want +
+            " in this plan";
       return false;
     }
   }
-  if (byName.size() != storage.size()) {
-    err = "checkpoint '" + stepDir + "' was saved by another plan (it holds " +
-          std::to_string(byName.size()) + " tensors, this plan " +
-          std::to_string(storage.size()) + ")";
-    return false;
-  }
+  for (const Manifest::Tensor &t : m.tensors)
+    if (!ours.count(t.name)) {
+      err = refused + "it has '" + t.name + "' (" +
+            tensorText(t.kind, t.dtype, t.shape) + "), which this plan has not";
+      return false;
+    }
   std::vector<std::pair<std::string, HostTensor>> whole;
   if (!wholeTensors(stepDir, m, true, whole, err))
     return false;
@@ -480,6 +515,8 @@ bool saveCheckpoint(const std::string &dir, Executor &exec, Communicator &comm,
   if (comm.rank() == 0) {
     std::string text = std::string(kMagic) + "\n";
     text += "plan " + hex(info.planHash) + "\n";
+    if (!info.optimizer.empty())
+      text += "optimizer " + info.optimizer + "\n";
     text += "world_size " + std::to_string(comm.size()) + "\n";
     if (info.tensorParallel > 1)
       text += "tensor_parallel " + std::to_string(info.tensorParallel) + "\n";
@@ -526,15 +563,11 @@ bool loadCheckpoint(const std::string &dir, Executor &exec, int rank,
   if (!resolve(dir, stepDir, err) || !readManifest(stepDir, m, err))
     return false;
   if (m.plan != info.planHash) {
-    // The same model compiled for another world size or ZeRO stage is
-    // re-partitioned; any other plan is refused.
-    if (m.world == info.worldSize && m.stage == info.zeroStage &&
-        m.tensorParallel == std::max(1, info.tensorParallel)) {
-      err = "checkpoint '" + stepDir + "' was saved by another plan (plan "
-            "checksum " + hex(m.plan) + ", this plan's " + hex(info.planHash) +
-            ")";
+    // Another plan of the same model and optimizer (world size, ZeRO
+    // stage, layout, recompute, buckets, learning rate) is re-partitioned;
+    // another optimizer or other tensors are refused.
+    if (!sameOptimizer(stepDir, m, info, err))
       return false;
-    }
     if (!loadRepartitioned(stepDir, m, exec, rank,
                            std::max(1, info.tensorParallel), err))
       return false;
@@ -598,7 +631,8 @@ bool loadPipelineCheckpoint(const std::string &dir, Executor &exec, int rank,
   for (size_t k = 0; k < sources.size(); ++k) {
     std::string stepDir;
     Manifest m;
-    if (!resolve(sources[k], stepDir, err) || !readManifest(stepDir, m, err)) {
+    if (!resolve(sources[k], stepDir, err) || !readManifest(stepDir, m, err) ||
+        !sameOptimizer(stepDir, m, info, err)) {
       if (stages)
         err = "stage " + std::to_string(k) + ": " + err;
       return false;

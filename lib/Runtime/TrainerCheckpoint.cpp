@@ -212,9 +212,8 @@ bool resumeRun(RunContext &ctx, TrainState &ts) {
   if (ctx.lead)
     std::printf("resumed from '%s' at step %lld%s\n", resumeDir.c_str(),
                 static_cast<long long>(done),
-                repartitioned ? " (saved with another world size, "
-                                "ZeRO stage or pipeline layout: "
-                                "re-partitioned)"
+                repartitioned ? " (saved by another plan of the same model "
+                                "and optimizer: re-partitioned)"
                               : "");
   return true;
 }

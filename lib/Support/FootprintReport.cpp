@@ -190,6 +190,11 @@ void reportArena(std::string &out, const Footprint &f) {
                   f.peakNode.empty() ? "" : "')");
     out += line;
     std::snprintf(line, sizeof line,
+                  "    arena / live peak: %.4f (the arena's planned bytes over "
+                  "the most bytes live at once; the rest is fragmentation)\n",
+                  f.arenaOverLive());
+    out += line;
+    std::snprintf(line, sizeof line,
                   "    by kind (overlaps counted once each): saved activations "
                   "%llu, collective buffers %llu, kernel workspace %llu, other "
                   "transients (gradients, activations in flight, gathered "
@@ -428,6 +433,7 @@ std::string formatFootprintJson(const Footprint &f) {
   kv("kernel", jsonString(f.peakKernel));
   kv("node", jsonString(f.peakNode));
   kv("live_bytes", f.liveAtPeak);
+  kv("arena_over_live", f.arenaOverLive());
   kv("saved_activation_bytes", f.savedAtPeak);
   kv("collective_buffer_bytes", f.commAtPeak);
   kv("workspace_bytes", f.workspaceAtPeak);

@@ -168,63 +168,98 @@ PipeSimulation simulatePipeline(const std::vector<std::vector<PipeStep>> &s,
   return out;
 }
 
+namespace {
+/// Disjoint half-open byte ranges per space, kept merged.
+class RangeSet {
+public:
+  void add(int space, uint64_t begin, uint64_t end) {
+    auto &m = spaces[space];
+    auto it = m.upper_bound(begin);
+    if (it != m.begin() && std::prev(it)->second >= begin)
+      --it;
+    while (it != m.end() && it->first <= end) {
+      begin = std::min(begin, it->first);
+      end = std::max(end, it->second);
+      it = m.erase(it);
+    }
+    m[begin] = end;
+  }
+  /// The parts of [begin, end) this set covers.
+  std::vector<std::pair<uint64_t, uint64_t>> covered(int space, uint64_t begin,
+                                                     uint64_t end) const {
+    std::vector<std::pair<uint64_t, uint64_t>> out;
+    auto sit = spaces.find(space);
+    if (sit == spaces.end())
+      return out;
+    const auto &m = sit->second;
+    auto it = m.upper_bound(begin);
+    if (it != m.begin())
+      --it;
+    for (; it != m.end() && it->first < end; ++it)
+      if (it->second > begin)
+        out.push_back({std::max(begin, it->first), std::min(end, it->second)});
+    return out;
+  }
+  std::vector<ByteRange> ranges() const {
+    std::vector<ByteRange> out;
+    for (const auto &[space, m] : spaces)
+      for (const auto &[b, e] : m)
+        out.push_back({space, b, e});
+    return out;
+  }
+
+private:
+  std::map<int, std::map<uint64_t, uint64_t>> spaces;
+};
+} // namespace
+
 std::vector<ByteRange> stashRanges(const plan::Plan &p, int split) {
   const plan::Program &prog = p.programs(0);
   int n = prog.instructions_size();
-  // Per buffer: written before the split, and read at or after it (an
-  // in-place kernel reads its output as an input); outputs are read at the
-  // end.
-  std::vector<char> before(p.buffers_size(), 0), after(p.buffers_size(), 0);
+  // A byte is stashed when the backward section (or ds-run, reading the
+  // outputs after the step) reads it before writing it and the forward
+  // section wrote it: what forward left there is needed. Views share their
+  // source's bytes, so the test is by bytes, not by buffer.
+  auto inArena = [&](uint32_t id) {
+    if (id >= static_cast<uint32_t>(p.buffers_size()))
+      return false;
+    plan::Space s = p.buffers(id).space();
+    return s == plan::ARENA || s == plan::HOST_ARENA;
+  };
+  RangeSet before, after, keep;
+  auto read = [&](uint32_t id) {
+    if (!inArena(id))
+      return;
+    const plan::Buffer &b = p.buffers(id);
+    int space = static_cast<int>(b.space());
+    for (auto [lo, hi] : before.covered(space, b.offset(), b.offset() + b.bytes())) {
+      // Less what the backward section wrote since the split.
+      uint64_t at = lo;
+      for (auto [wlo, whi] : after.covered(space, lo, hi)) {
+        if (wlo > at)
+          keep.add(space, at, wlo);
+        at = std::max(at, whi);
+      }
+      if (at < hi)
+        keep.add(space, at, hi);
+    }
+  };
   for (int i = 0; i < n; ++i) {
     const plan::Instruction &ins = prog.instructions(i);
-    if (i < split)
-      for (uint32_t id : ins.outputs())
-        before[id] = 1;
     if (i >= split)
       for (uint32_t id : ins.inputs())
-        after[id] = 1;
+        read(id);
+    for (uint32_t id : ins.outputs())
+      if (inArena(id)) {
+        const plan::Buffer &b = p.buffers(id);
+        (i < split ? before : after)
+            .add(static_cast<int>(b.space()), b.offset(),
+                 b.offset() + b.bytes());
+      }
   }
   for (const plan::Value &v : p.outputs())
-    after[v.buffer()] = 1;
-  // Views share their source's bytes: whole ranges, merged per space.
-  std::vector<ByteRange> raw;
-  for (int id = 0; id < p.buffers_size(); ++id) {
-    const plan::Buffer &b = p.buffers(id);
-    if ((b.space() != plan::ARENA && b.space() != plan::HOST_ARENA) ||
-        !after[id])
-      continue;
-    raw.push_back({static_cast<int>(b.space()), b.offset(),
-                   b.offset() + b.bytes()});
-  }
-  // A range counts when some buffer over its bytes was written before the
-  // split: keep the ranges of buffers read after the split that overlap a
-  // buffer written before it.
-  std::vector<ByteRange> written;
-  for (int id = 0; id < p.buffers_size(); ++id) {
-    const plan::Buffer &b = p.buffers(id);
-    if ((b.space() == plan::ARENA || b.space() == plan::HOST_ARENA) &&
-        before[id])
-      written.push_back({static_cast<int>(b.space()), b.offset(),
-                         b.offset() + b.bytes()});
-  }
-  std::vector<ByteRange> keep;
-  for (const ByteRange &r : raw)
-    for (const ByteRange &w : written)
-      if (w.space == r.space && w.begin < r.end && r.begin < w.end)
-        keep.push_back({r.space, std::max(r.begin, w.begin),
-                        std::min(r.end, w.end)});
-  std::sort(keep.begin(), keep.end(), [](const ByteRange &a, const ByteRange &b) {
-    return a.space != b.space ? a.space < b.space : a.begin < b.begin;
-  });
-  std::vector<ByteRange> merged;
-  for (const ByteRange &r : keep) {
-    if (!merged.empty() && merged.back().space == r.space &&
-        r.begin <= merged.back().end)
-      merged.back().end = std::max(merged.back().end, r.end);
-    else
-      merged.push_back(r);
-  }
-  return merged;
+    read(v.buffer());
+  return keep.ranges();
 }
 
 } // namespace ds

@@ -272,20 +272,32 @@ int64_t savedActivations(const plan::Plan &p, const plan::Program &prog,
 }
 
 /// Arena tensors' live ranges: the first and last instruction that
-/// touches each buffer, and the first that writes it (-1: none).
+/// touches each buffer (a graph output: the last instruction), the last
+/// that touches it, and the instruction that wrote it (-1: none). A view
+/// first read under its own id reads what the last write over the same
+/// bytes left: it is live, and written, from that write.
 struct LiveRanges {
-  std::vector<int> first, last, writer;
+  std::vector<int> first, last, touched, writer;
 };
 
 LiveRanges liveRanges(const plan::Plan &p, const plan::Program &prog) {
   const size_t nb = p.buffers_size();
   LiveRanges r{std::vector<int>(nb, -1), std::vector<int>(nb, -1),
-               std::vector<int>(nb, -1)};
+               std::vector<int>(nb, -1), std::vector<int>(nb, -1)};
+  std::map<std::pair<uint64_t, uint64_t>, int> lastWrite;
+  auto key = [&](uint32_t id) {
+    return std::make_pair(static_cast<uint64_t>(p.buffers(id).offset()),
+                          static_cast<uint64_t>(p.buffers(id).bytes()));
+  };
   auto touch = [&](uint32_t id, int i, bool write) {
     if (id >= nb || p.buffers(id).space() != plan::ARENA)
       return;
-    if (r.first[id] < 0)
+    if (r.first[id] < 0) {
       r.first[id] = i;
+      auto it = lastWrite.find(key(id));
+      if (!write && it != lastWrite.end())
+        r.first[id] = r.writer[id] = it->second;
+    }
     r.last[id] = std::max(r.last[id], i);
     if (write && r.writer[id] < 0)
       r.writer[id] = i;
@@ -293,9 +305,17 @@ LiveRanges liveRanges(const plan::Plan &p, const plan::Program &prog) {
   for (int i = 0; i < prog.instructions_size(); ++i) {
     for (uint32_t id : prog.instructions(i).inputs())
       touch(id, i, false);
-    for (uint32_t id : prog.instructions(i).outputs())
+    for (uint32_t id : prog.instructions(i).outputs()) {
       touch(id, i, true);
+      if (id < nb && p.buffers(id).space() == plan::ARENA)
+        lastWrite[key(id)] = i;
+    }
   }
+  r.touched = r.last;
+  // Graph outputs live to the end: ds-run reads them after the step.
+  for (const plan::Value &v : p.outputs())
+    if (v.buffer() < nb && r.first[v.buffer()] >= 0)
+      r.last[v.buffer()] = prog.instructions_size() - 1;
   return r;
 }
 
@@ -383,7 +403,7 @@ void addArenaPeak(const plan::Plan &p, const plan::Program &prog,
   };
   auto saved = [&](uint32_t id) {
     return boundary >= 0 && live.writer[id] >= 0 &&
-           live.writer[id] < boundary && live.last[id] >= boundary;
+           live.writer[id] < boundary && live.touched[id] >= boundary;
   };
   auto isComm = [&](uint32_t id) { return !saved(id) && comm[id]; };
   auto isWork = [&](uint32_t id) {

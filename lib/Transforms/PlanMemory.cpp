@@ -6,6 +6,8 @@
 
 #include "ds/Transforms/Passes.h"
 
+#include "ArenaAssign.h"
+
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/STLExtras.h"
@@ -21,58 +23,16 @@ namespace {
 
 using dsrt::AllocOp;
 
-/// First-fit allocator over [0, infinity) with coalescing free blocks.
-class Arena {
-public:
-  int64_t allocate(int64_t bytes) {
-    bytes = align(bytes);
-    for (auto it = free.begin(); it != free.end(); ++it) {
-      if (it->second < bytes)
-        continue;
-      int64_t offset = it->first, size = it->second;
-      free.erase(it);
-      if (size > bytes)
-        free[offset + bytes] = size - bytes;
-      return offset;
-    }
-    int64_t offset = end;
-    // Grow from a free block that touches the end, if any.
-    if (!free.empty()) {
-      auto last = std::prev(free.end());
-      if (last->first + last->second == end) {
-        offset = last->first;
-        free.erase(last);
-      }
-    }
-    end = offset + bytes;
-    peak = std::max(peak, end);
-    return offset;
-  }
-  void release(int64_t offset, int64_t bytes) {
-    bytes = align(bytes);
-    auto it = free.emplace(offset, bytes).first;
-    auto next = std::next(it);
-    if (next != free.end() && it->first + it->second == next->first) {
-      it->second += next->second;
-      free.erase(next);
-    }
-    if (it != free.begin()) {
-      auto prev = std::prev(it);
-      if (prev->first + prev->second == it->first) {
-        prev->second += it->second;
-        free.erase(it);
-      }
-    }
-  }
-  static int64_t align(int64_t bytes) {
-    return (bytes + dsrt::kAlignment - 1) / dsrt::kAlignment *
-           dsrt::kAlignment;
-  }
-  int64_t peak = 0;
+int64_t alignBytes(int64_t bytes) {
+  return (bytes + dsrt::kAlignment - 1) / dsrt::kAlignment * dsrt::kAlignment;
+}
 
-private:
-  std::map<int64_t, int64_t> free;
-  int64_t end = 0;
+/// Buffers that share bytes through in-place reuse: one block of the
+/// arena, live from its first buffer's first write to its last buffer's
+/// last read.
+struct Group {
+  arena::Block block;
+  bool host = false;
 };
 
 /// Checks that buffers live at the same time never share bytes, except an
@@ -150,17 +110,78 @@ checkDisjoint(ArrayRef<AllocOp> allocs,
 }
 
 struct PlanMemoryPass : impl::PlanMemoryPassBase<PlanMemoryPass> {
+  llvm::DenseMap<Operation *, int64_t> step, firstUse, lastUse;
+  SmallVector<AllocOp> allocs;
+  // The block each alloc belongs to; buffers an in-place kernel handed on.
+  llvm::DenseMap<Operation *, size_t> groupOf;
+  std::vector<Group> groups;
+  llvm::DenseSet<Operation *> handedOver;
+  SmallVector<std::pair<Operation *, Operation *>> inplacePairs;
+
   void runOnOperation() override {
+    // The pass object runs on every function in turn: fresh state each.
+    step.clear();
+    firstUse.clear();
+    lastUse.clear();
+    allocs.clear();
+    groupOf.clear();
+    groups.clear();
+    handedOver.clear();
+    inplacePairs.clear();
     func::FuncOp func = getOperation();
+    computeLifetimes(func);
+    for (Operation &op : func.getBody().front())
+      formGroups(op);
+    OpBuilder b(func.getContext());
+    for (AllocOp a : allocs)
+      if (!groupOf.count(a)) {
+        a.emitOpError("is never written");
+        return signalPassFailure();
+      }
+
+    // Two arenas: the device's, and the host's (offload).
+    llvm::DenseMap<Operation *, int64_t> offset;
+    int64_t arenaBytes[2] = {0, 0};
+    for (bool host : {false, true}) {
+      std::vector<arena::Block> blocks;
+      std::vector<size_t> ids;
+      for (size_t g = 0; g < groups.size(); ++g)
+        if (groups[g].host == host) {
+          blocks.push_back(groups[g].block);
+          ids.push_back(g);
+        }
+      arena::Assignment placed = arena::assign(blocks);
+      std::vector<int64_t> groupOffset(groups.size(), 0);
+      for (size_t k = 0; k < ids.size(); ++k)
+        groupOffset[ids[k]] = placed.offsets[k];
+      // The arena's size: the end of its highest buffer (ds-run measures
+      // the same; the last buffer's alignment padding is not needed).
+      for (AllocOp a : allocs)
+        if (groups[groupOf[a]].host == host) {
+          offset[a] = groupOffset[groupOf[a]];
+          arenaBytes[host] =
+              std::max(arenaBytes[host],
+                       offset[a] + dsrt::bufferBytes(a.getType()));
+        }
+    }
+    for (AllocOp a : allocs)
+      a.setOffsetAttr(b.getI64IntegerAttr(offset[a]));
+    func->setAttr(dsrt::kArenaBytes, b.getI64IntegerAttr(arenaBytes[0]));
+    if (arenaBytes[1] > 0)
+      func->setAttr("dsrt.host_arena_bytes",
+                    b.getI64IntegerAttr(arenaBytes[1]));
+    if (failed(checkNoOverlap(offset)))
+      return signalPassFailure();
+  }
+
+  /// Lifetimes of arena allocs: [first use, last read], views included;
+  /// graph outputs live to the end.
+  void computeLifetimes(func::FuncOp func) {
     Block &body = func.getBody().front();
-    llvm::DenseMap<Operation *, int64_t> step;
     int64_t n = 0;
     for (Operation &op : body)
       step[&op] = n++;
     int64_t end = n;
-
-    // Lifetimes of arena allocs: [first write, last read], views included.
-    llvm::DenseMap<Operation *, int64_t> firstUse, lastUse;
     std::function<void(Value, AllocOp)> visit = [&](Value v, AllocOp root) {
       for (Operation *user : v.getUsers()) {
         if (auto view = dyn_cast<dsrt::ViewOp>(user)) {
@@ -177,92 +198,81 @@ struct PlanMemoryPass : impl::PlanMemoryPassBase<PlanMemoryPass> {
           l->second = std::max(l->second, s);
       }
     };
-    SmallVector<AllocOp> allocs;
     func.walk([&](AllocOp alloc) {
       allocs.push_back(alloc);
       visit(alloc.getResult(), alloc);
     });
+  }
 
-    // Two arenas: the device's, and the host's (offload).
-    Arena arena, hostArena;
-    auto arenaOf = [&](AllocOp a) -> Arena & {
-      return a->hasAttr("dsrt.host") ? hostArena : arena;
-    };
-    llvm::DenseMap<Operation *, int64_t> offset;
-    llvm::DenseMap<int64_t, SmallVector<AllocOp>> dyingAt;
-    for (AllocOp a : allocs)
-      if (lastUse.count(a))
-        dyingAt[lastUse[a]].push_back(a);
-    llvm::DenseSet<Operation *> handedOver;
-    SmallVector<std::pair<Operation *, Operation *>> inplacePairs;
+  /// The dying input an elementwise kernel's first output may take (same
+  /// arena, same bytes, dying here, not handed on already); null if none.
+  AllocOp inplaceSource(dsrt::KernelOp kernel, AllocOp alloc, int64_t s) {
+    int64_t bytes = dsrt::bufferBytes(alloc.getType());
+    ArrayRef<int64_t> candidates = *kernel.getInplace();
+    for (int64_t in : candidates) {
+      auto src = dyn_cast_or_null<AllocOp>(dsrt::rootOf(kernel.getIns()[in]));
+      if (!src || !groupOf.count(src) || handedOver.count(src) ||
+          src->hasAttr("dsrt.host") != alloc->hasAttr("dsrt.host") ||
+          lastUse.lookup(src) != s ||
+          dsrt::bufferBytes(src.getType()) != bytes)
+        continue;
+      // Another input reading the same storage under another shape (a
+      // broadcast view) could see elements already overwritten.
+      Value chosen = kernel.getIns()[in];
+      bool otherView = llvm::any_of(kernel.getIns(), [&](Value other) {
+        return other != chosen && dsrt::rootOf(other) == src &&
+               other.getType() != chosen.getType();
+      });
+      if (!otherView)
+        return src;
+    }
+    return nullptr;
+  }
 
-    for (Operation &op : body) {
-      int64_t s = step[&op];
-      // Place the buffers first written here.
-      SmallVector<Value> written;
-      if (auto k = dyn_cast<dsrt::KernelOp>(op))
-        written.append(k.getOuts().begin(), k.getOuts().end());
-      else if (auto c = dyn_cast<dsrt::CopyOp>(op))
-        written.push_back(c.getTarget());
-      else
-        for (Value v : op.getOperands())
-          written.push_back(v);
-      for (auto [i, v] : llvm::enumerate(written)) {
-        auto alloc = dyn_cast_or_null<AllocOp>(dsrt::rootOf(v));
-        if (!alloc || offset.count(alloc) || firstUse.lookup(alloc) != s)
+  /// The buffers `op` writes first: each joins the block of the input it
+  /// replaces in place, or starts a block of its own.
+  void formGroups(Operation &op) {
+    int64_t s = step[&op];
+    SmallVector<Value> written;
+    if (auto k = dyn_cast<dsrt::KernelOp>(op))
+      written.append(k.getOuts().begin(), k.getOuts().end());
+    else if (auto c = dyn_cast<dsrt::CopyOp>(op))
+      written.push_back(c.getTarget());
+    else
+      for (Value v : op.getOperands())
+        written.push_back(v);
+    for (auto [i, v] : llvm::enumerate(written)) {
+      auto alloc = dyn_cast_or_null<AllocOp>(dsrt::rootOf(v));
+      if (!alloc || groupOf.count(alloc) || firstUse.lookup(alloc) != s)
+        continue;
+      auto kernel = dyn_cast<dsrt::KernelOp>(op);
+      if (kernel && i == 0 && kernel.getInplace())
+        if (AllocOp src = inplaceSource(kernel, alloc, s)) {
+          size_t g = groupOf[src];
+          groupOf[alloc] = g;
+          groups[g].block.last =
+              std::max(groups[g].block.last, lastUse.lookup(alloc));
+          handedOver.insert(src);
+          inplacePairs.push_back({src, alloc});
           continue;
-        int64_t bytes = dsrt::bufferBytes(alloc.getType());
-        // An elementwise kernel's first output may take a dying input.
-        auto kernel = dyn_cast<dsrt::KernelOp>(op);
-        if (kernel && i == 0 && kernel.getInplace()) {
-          ArrayRef<int64_t> candidates = *kernel.getInplace();
-          for (int64_t in : candidates) {
-            auto src = dyn_cast_or_null<AllocOp>(
-                dsrt::rootOf(kernel.getIns()[in]));
-            if (!src || !offset.count(src) || handedOver.count(src) ||
-                src->hasAttr("dsrt.host") != alloc->hasAttr("dsrt.host") ||
-                lastUse.lookup(src) != s ||
-                dsrt::bufferBytes(src.getType()) != bytes)
-              continue;
-            // Another input reading the same storage under another shape
-            // (a broadcast view) could see elements already overwritten.
-            Value chosen = kernel.getIns()[in];
-            bool otherView = llvm::any_of(kernel.getIns(), [&](Value other) {
-              return other != chosen && dsrt::rootOf(other) == src &&
-                     other.getType() != chosen.getType();
-            });
-            if (otherView)
-              continue;
-            offset[alloc] = offset[src];
-            handedOver.insert(src);
-            inplacePairs.push_back({src, alloc});
-            break;
-          }
         }
-        if (!offset.count(alloc))
-          offset[alloc] = arenaOf(alloc).allocate(bytes);
-      }
-      // Free what died here.
-      for (AllocOp a : dyingAt.lookup(s))
-        if (offset.count(a) && !handedOver.count(a))
-          arenaOf(a).release(offset[a], dsrt::bufferBytes(a.getType()));
+      Group g;
+      g.block.first = s;
+      g.block.last = lastUse.lookup(alloc);
+      g.block.bytes = alignBytes(dsrt::bufferBytes(alloc.getType()));
+      g.block.order = static_cast<int64_t>(groups.size());
+      g.host = alloc->hasAttr("dsrt.host");
+      groupOf[alloc] = groups.size();
+      groups.push_back(g);
     }
+  }
 
-    OpBuilder b(func.getContext());
-    for (AllocOp a : allocs) {
-      if (!offset.count(a)) {
-        a.emitOpError("is never written");
-        return signalPassFailure();
-      }
-      a.setOffsetAttr(b.getI64IntegerAttr(offset[a]));
-    }
-    func->setAttr(dsrt::kArenaBytes, b.getI64IntegerAttr(arena.peak));
-    if (hostArena.peak > 0)
-      func->setAttr("dsrt.host_arena_bytes",
-                    b.getI64IntegerAttr(hostArena.peak));
-
-    if (failed(checkDisjoint(allocs, firstUse, lastUse, offset, inplacePairs)))
-      return signalPassFailure();
+  /// The pass checks its own result: buffers live at the same time never
+  /// share bytes, except an in-place output and the input it replaced
+  /// (checkDisjoint's sweep: O(n log n)).
+  LogicalResult
+  checkNoOverlap(const llvm::DenseMap<Operation *, int64_t> &offset) {
+    return checkDisjoint(allocs, firstUse, lastUse, offset, inplacePairs);
   }
 };
 } // namespace

@@ -13,22 +13,27 @@ import sys
 import numpy as np
 
 
-def main():
+def setup(extra=()):
+    """The tools and work folder from the command line (`extra`: more
+    integer options, (flag, default)), and data3.npz in it: three global
+    batches of 8 x 32 tokens used in turn (a resumed run must pick the
+    right one). Returns the arguments and a path maker."""
     ap = argparse.ArgumentParser()
-    ap.add_argument("--ds-opt", required=True)
-    ap.add_argument("--ds-run", required=True)
-    ap.add_argument("--mpirun", required=True)
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--onnx", required=True)
-    ap.add_argument("--ranks", type=int, default=2)
-    ap.add_argument("--zero", type=int, default=3)
+    for flag in ("--ds-opt", "--ds-run", "--mpirun", "--work", "--onnx"):
+        ap.add_argument(flag, required=True)
+    for flag, default in extra:
+        ap.add_argument(flag, type=int, default=default)
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     w = lambda f: os.path.join(args.work, f)
     rng = np.random.RandomState(1)
-    # Three global batches used in turn: a resumed run must pick the right one.
     np.savez(w("data3.npz"), idx=rng.randint(0, 128, size=(3 * 8, 32)),
              targets=rng.randint(0, 128, size=(3 * 8, 32)))
+    return args, w
+
+
+def main():
+    args, w = setup([("--ranks", 2), ("--zero", 3)])
     b = 8 // args.ranks
     plan = w(f"resume{args.zero}.plan")
     subprocess.run([args.ds_opt, args.onnx, f"--input-shape=idx:{b}x32",

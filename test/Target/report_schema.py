@@ -17,6 +17,7 @@ SCHEMA = {
                "loss_scaler": int, "total": int},
     "formula": {"parameters": NUM, "gradients": NUM, "optimizer_state": NUM},
     "peak": {"instruction": int, "kernel": str, "node": str, "live_bytes": int,
+             "arena_over_live": NUM,
              "saved_activation_bytes": int, "collective_buffer_bytes": int,
              "workspace_bytes": int, "transient_bytes": int,
              "largest_live": list},

@@ -69,8 +69,9 @@ PipeSimulation simulatePipeline(const std::vector<std::vector<PipeStep>> &s,
                                 double linkSeconds = 0);
 
 /// The byte ranges of the arena (space 1) and host arena (space 5) a stage
-/// plan's forward section leaves for its backward section: the buffers
-/// written before `split` and read at or after it (or outputs), merged.
+/// plan's forward section leaves for its backward section: the bytes
+/// written before `split` and read at or after it (or outputs, read after
+/// the step) before anything after the split writes them, merged.
 struct ByteRange {
   int space;
   uint64_t begin, end;

@@ -92,7 +92,8 @@ struct Footprint {
 
   /// The arena at its fullest: the instruction at which the most arena
   /// bytes are live (a tensor is live from its first write to its last
-  /// read; views count once), those bytes, and the largest tensors live
+  /// read, a graph output to the end of the program, since ds-run reads it
+  /// after the step; views count once), those bytes, and the largest tensors live
   /// then (their bytes, and the kernel and ONNX node that wrote them).
   struct LiveTensor {
     uint64_t bytes = 0;
@@ -101,6 +102,11 @@ struct Footprint {
   int peakInstruction = -1;
   std::string peakKernel, peakNode;
   uint64_t liveAtPeak = 0;
+  /// The arena's planned size over the most bytes live at once (1: no
+  /// byte wasted to fragmentation; 0 when nothing is live).
+  double arenaOverLive() const {
+    return liveAtPeak ? static_cast<double>(arena) / liveAtPeak : 0;
+  }
   /// Of those: forward tensors the backward pass still reads; buffers of
   /// collectives (their inputs and outputs); kernel workspace (written and
   /// read by one instruction only); the rest are transients (gradients,

@@ -168,14 +168,14 @@ def ZeroPass : Pass<"ds-zero", "func::FuncOp"> {
     Option<"stage", "stage", "int64_t", "0", "ZeRO stage, 0 to 3">,
     Option<"persistenceThreshold", "param-persistence-threshold", "int64_t",
            "0", "stage 3: parameters with fewer elements stay whole">,
-    Option<"reduceBucketSize", "reduce-bucket-size", "int64_t", "500000000",
+    Option<"reduceBucketSize", "reduce-bucket-size", "int64_t", "20000000",
            "gradients reduced by one collective, in elements (DeepSpeed's "
            "reduce_bucket_size)">,
     Option<"commDtype", "comm-dtype", "std::string", "\"fp32\"",
            "element type of the gradient collectives: fp32, bf16 or fp16 "
            "(a gradient is cast to it before its reduction and back after)">,
     Option<"prefetchBucketSize", "prefetch-bucket-size", "int64_t",
-           "50000000",
+           "20000000",
            "stage 3: parameters gathered by one collective, in elements "
            "(DeepSpeed's stage3_prefetch_bucket_size)">,
   ];
@@ -244,7 +244,7 @@ def OptimizerPass : Pass<"ds-optimizer", "func::FuncOp"> {
     Option<"gradAccum", "grad-accum", "int64_t", "1",
            "micro-batches whose mean gradient makes one update">,
     Option<"allgatherBucketSize", "allgather-bucket-size", "int64_t",
-           "500000000",
+           "20000000",
            "ZeRO stages 1-2: updated shards gathered by one collective, in "
            "elements (DeepSpeed's allgather_bucket_size)">,
   ];
@@ -456,10 +456,13 @@ def PlanMemoryPass : Pass<"dsrt-plan-memory", "func::FuncOp"> {
     Gives every `dsrt.alloc` an `offset` in one arena and sets the function's
     `dsrt.arena_bytes` (the planned peak). A buffer lives from the op that
     first writes it to the last op that reads it or a view of it (graph
-    outputs to the end). Ops are visited in order: outputs are placed
-    first-fit (64-byte aligned), then buffers that died are freed. An output
-    takes the storage of an `inplace` input that dies at the same kernel and
-    has its size. The pass checks its own result: no two buffers that are
+    outputs to the end). An output takes the storage of an `inplace` input
+    that dies at the same kernel and has its size (one block of the arena).
+    Blocks (64-byte aligned) get the offsets of the smallest of first fit in
+    program order and best fit greedy by size, lifetime and breadth, each
+    improved by moving the blocks that reach the top to the front
+    (lib/Transforms/ArenaAssign.cpp). `dsrt.arena_bytes` is the end of the
+    highest buffer. The pass checks its own result: no two buffers that are
     live at once overlap.
   }];
 }
