@@ -136,13 +136,13 @@ def _images(batch, size=32, classes=10):
 
 def resnet18():
     torch.manual_seed(0)
-    return Classify(SmallResNet18()), _images(4)
+    return Classify(SmallResNet18()), _images(8, size=64)
 
 
 def mobilenet_v2():
     torch.manual_seed(0)
     net = torchvision.models.mobilenet_v2(width_mult=0.25, num_classes=10)
-    return Classify(net), _images(4)
+    return Classify(net), _images(8, size=64)
 
 
 def unet():
