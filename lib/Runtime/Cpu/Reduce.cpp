@@ -15,6 +15,16 @@ namespace {
 
 enum class Red { Sum, Mean, Max };
 
+/// Axes [0, lead) and [trail, rank) reduced, [lead, trail) kept, with both
+/// reduced runs non-empty.
+bool middleKept(const std::vector<bool> &reduced, int64_t lead,
+                int64_t trail) {
+  int64_t rank = static_cast<int64_t>(reduced.size());
+  return lead > 0 && trail < rank && lead < trail &&
+         std::none_of(reduced.begin() + lead, reduced.begin() + trail,
+                      [](bool r) { return r; });
+}
+
 bool reduce(KernelContext &ctx, Red kind) {
   const TensorView &in = ctx.in[0];
   TensorView &out = ctx.out[0];
@@ -82,6 +92,33 @@ bool reduce(KernelContext &ctx, Red kind) {
           a = kind == Red::Max ? (std::isnan(v) || std::isnan(a) ? NAN : std::max(a, v)) : a + v;
         }
         acc[o] = a;
+      }
+    });
+  } else if (middleKept(reduced, lastReduced, firstReduced)) {
+    // Leading and trailing axes reduced around a kept middle block
+    // (BatchNorm's statistics of NCHW over N, H and W): each kept element
+    // sums its [outer x inner] entries in input order (the generic loop's
+    // order, so the same result), in parallel over kept elements.
+    int64_t outer = 1, inner = 1;
+    for (int64_t d = 0; d < lastReduced; ++d)
+      outer *= in.shape[d];
+    for (int64_t d = firstReduced; d < in.rank(); ++d)
+      inner *= in.shape[d];
+    bool f32 = in.dtype == DType::F32;
+    parallelFor(outN, std::max<int64_t>(1, 16384 / std::max<int64_t>(count, 1)),
+                [&](int64_t b, int64_t e) {
+      for (int64_t k = b; k < e; ++k) {
+        double a = init;
+        for (int64_t i = 0; i < outer; ++i) {
+          int64_t base = (i * outN + k) * inner;
+          for (int64_t j = 0; j < inner; ++j) {
+            double v = f32 ? double(in.as<float>()[base + j])
+                           : loadD(in.data, in.dtype, base + j);
+            a = kind == Red::Max ? (std::isnan(v) || std::isnan(a) ? NAN : std::max(a, v))
+                                 : a + v;
+          }
+        }
+        acc[k] = a;
       }
     });
   } else {
