@@ -217,7 +217,10 @@ void addCollectivesAndOptimizer(const plan::Plan &p,
       }
     }
     if (isOptimizer(ins.kind()) && ins.inputs_size() >= 2) {
-      f.optimizer = kernelName(ins.kind());
+      // The optimizer asked for: AdamW and Lamb run the adam kernel.
+      f.optimizer = ins.optimizer().lamb()        ? "lamb"
+                    : ins.optimizer().decoupled() ? "adamw"
+                                                  : kernelName(ins.kind());
       if (ins.optimizer().accum_steps() > 1)
         f.accumSteps = ins.optimizer().accum_steps();
       f.grads += keptGradient(p, ins.inputs(1), writer);
