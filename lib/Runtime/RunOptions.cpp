@@ -205,10 +205,10 @@ std::vector<RunFlag> checkpointFlags() {
            }),
       flag({"--resume"}, "--resume DIR",
            "continue from the checkpoint in DIR (its latest, or\n"
-           "a step folder): --steps N is the total to reach; the\n"
-           "plan must be the one that saved it, or the same\n"
-           "model compiled for another world size or ZeRO stage\n"
-           "(the checkpoint is then re-partitioned)",
+           "a step folder): --steps N is the total to reach; any\n"
+           "plan of the same model and optimizer resumes it (other\n"
+           "world size, ZeRO stage, TP/PP layout, recompute or\n"
+           "buckets: the checkpoint is re-partitioned)",
            toString(&O::resumeDir), "--resume needs a checkpoint folder"),
       flag({"--consolidate"}, "--consolidate DIR",
            "merge the checkpoint's shards into whole tensors and\n"
