@@ -156,7 +156,7 @@ std::vector<RunFlag> trainingFlags() {
            toString(&O::dataPath), "--data needs a file"),
       flag({"--tokens"}, "--tokens FILE",
            "language-model data: token ids as raw .bin\n"
-           "(--token-dtype uint16 or uint32) or .npy; each step\n"
+           "(--token-dtype uint8, uint16 or uint32) or .npy; each step\n"
            "samples batch windows at random (--seed), the\n"
            "inputs at [o, o+T) and the targets at [o+1, o+T+1)",
            toString(&O::tokensPath), "--tokens needs a file"),
@@ -171,11 +171,13 @@ std::vector<RunFlag> trainingFlags() {
                         : "";
            }),
       flag({"--token-dtype"}, "--token-dtype T",
-           "uint16 (default) or uint32, for a raw .bin",
+           "uint16 (default), uint32, or uint8 (a text file's\n"
+           "bytes as token ids), for a raw file",
            [](O &o, const std::string &v) {
              o.tokenDtype = v;
-             return v != "uint16" && v != "uint32"
-                        ? "--token-dtype is uint16 or uint32, got '" + v + "'"
+             return v != "uint8" && v != "uint16" && v != "uint32"
+                        ? "--token-dtype is uint8, uint16 or uint32, got '" +
+                              v + "'"
                         : std::string();
            }),
       flag({"--lr"}, "--lr X", "override the plan's learning rate", setLr),

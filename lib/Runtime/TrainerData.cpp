@@ -85,7 +85,9 @@ bool readTokens(RunContext &ctx, std::vector<int64_t> &tokens) {
     return ctx.fail("cannot open '" + path + "'");
   std::vector<char> raw((std::istreambuf_iterator<char>(in)),
                         std::istreambuf_iterator<char>());
-  size_t width = ctx.opts.tokenDtype == "uint16" ? 2 : 4;
+  size_t width = ctx.opts.tokenDtype == "uint8"    ? 1
+                 : ctx.opts.tokenDtype == "uint16" ? 2
+                                                   : 4;
   if (raw.size() % width)
     return ctx.fail("'" + path + "' is not a whole number of " +
                     ctx.opts.tokenDtype + " token ids");
