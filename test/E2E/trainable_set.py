@@ -56,10 +56,11 @@ def export(model, inputs, path, plain):
                       input_names=["tokens", "labels"], output_names=["loss"])
 
 
-def torch_losses(model, inputs, optimizer):
+def torch_losses(model, inputs, optimizer, lr=None):
+    lr = LR if lr is None else lr
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = (torch.optim.Adam(params, lr=LR) if optimizer == "adam"
-           else torch.optim.SGD(params, lr=LR, momentum=MOMENTUM))
+    opt = (torch.optim.Adam(params, lr=lr) if optimizer == "adam"
+           else torch.optim.SGD(params, lr=lr, momentum=MOMENTUM))
     losses = []
     for _ in range(STEPS):
         opt.zero_grad()

@@ -1,5 +1,7 @@
 // RUN: ds-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(func.func(ds-sync-batchnorm{size=2}))' | FileCheck %s
 // RUN: ds-opt %s --pass-pipeline='builtin.module(func.func(ds-sync-batchnorm{size=1}))' | FileCheck %s --check-prefix=ONE
+// The same through the pass flag (ds-opt --ds-sync-batchnorm=size=2).
+// RUN: ds-opt %s --split-input-file --verify-diagnostics --ds-sync-batchnorm=size=2 | FileCheck %s
 
 // The partial sum is summed over data-parallel group 0; the divisions by
 // the count become divisions by the global count (2 * 4 = 8, and 2 * 4 - 1

@@ -47,9 +47,11 @@ import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [HERE, os.path.join(HERE, "..", "..", "python")]
+sys.path[:0] = [HERE, os.path.join(HERE, "..", "E2E"),
+                os.path.join(HERE, "..", "..", "python")]
 import ds  # noqa: E402
 import models  # noqa: E402
+import trainable_set  # noqa: E402  (its torch.optim loop)
 
 warnings.filterwarnings("ignore")
 STEPS = 6
@@ -67,19 +69,10 @@ def no_dropout(model):
 
 
 def torch_losses(model, inputs, optimizer):
-    """STEPS steps of torch.optim on a copy of `model`."""
-    model = copy.deepcopy(model).train()
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = (torch.optim.Adam(params, lr=LR["adam"]) if optimizer == "adam"
-           else torch.optim.SGD(params, lr=LR["sgd"], momentum=MOMENTUM))
-    losses = []
-    for _ in range(STEPS):
-        opt.zero_grad()
-        loss = model(**inputs)
-        loss.backward()
-        opt.step()
-        losses.append(float(loss))
-    return losses
+    """STEPS steps of torch.optim on a copy of `model` (trainable_set's
+    loop, at this harness's rates)."""
+    return trainable_set.torch_losses(copy.deepcopy(model).train(), inputs,
+                                      optimizer, lr=LR[optimizer])
 
 
 def worst_rel(got, want):

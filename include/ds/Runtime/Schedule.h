@@ -173,12 +173,19 @@ inline double scheduledLr(const std::string &schedule, double lr, int64_t step,
   if (schedule == "constant" || schedule.empty())
     return lr;
   if (!schedule.empty() && std::isupper(static_cast<unsigned char>(schedule[0]))) {
-    DeepSpeedSchedule s;
-    std::string err;
-    return s.parse(schedule, err)
-               ? s.rate(lr, step, static_cast<double>(warmup),
-                        static_cast<double>(total))
-               : lr;
+    // Every optimizer kernel of every step asks: parse each spec once per
+    // thread, not once per call.
+    thread_local std::string parsedSpec;
+    thread_local DeepSpeedSchedule s;
+    thread_local bool ok = false;
+    if (schedule != parsedSpec) {
+      std::string err;
+      ok = s.parse(schedule, err);
+      parsedSpec = schedule;
+    }
+    return ok ? s.rate(lr, step, static_cast<double>(warmup),
+                       static_cast<double>(total))
+              : lr;
   }
   if (warmup > 0 && step <= warmup)
     return lr * static_cast<double>(step) / static_cast<double>(warmup);
