@@ -18,6 +18,7 @@
 #include "ds/Pipeline/CommandLine.h"
 #include "ds/Pipeline/Compile.h"
 #include "ds/Pipeline/DeepSpeedConfig.h"
+#include "ds/Pipeline/PlanSearch.h"
 #include "ds/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -134,6 +135,16 @@ int runOnnx(const ds::TrainingOptions &options, ds::CompileRequest &request,
     printDiagnostic(diag);
     return success();
   });
+  if (!options.planMode.empty()) { // --plan=auto: the library's search
+    llvm::Expected<ds::PlanSearchResult> searched =
+        ds::searchPlan(context, options, request, llvm::errs());
+    if (!searched)
+      return fail(searched.takeError());
+    for (const std::string &notice : searched->chosen.notices)
+      llvm::errs() << "warning: " << notice << "\n";
+    llvm::outs() << searched->output;
+    return 0;
+  }
   auto start = std::chrono::steady_clock::now();
   FailureOr<OwningOpRef<ModuleOp>> model =
       ds::importModel(context, options, request.modelPath);

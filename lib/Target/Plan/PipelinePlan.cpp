@@ -329,6 +329,8 @@ LogicalResult mlir::ds::plan_writer::writePipelinePlan(
   if (failed(rankPeak) ||
       failed(plan_writer::predictOnCluster(module, p, options, &predicted)))
     return failure();
+  if (pipe.rankPeak)
+    *pipe.rankPeak = *std::max_element(rankPeak->begin(), rankPeak->end());
   if (options.views.cluster && !options.views.tracePath.empty() &&
       failed(plan_writer::writeTextFile(
           module, options.views.tracePath,

@@ -3,7 +3,9 @@
 // Part of the ds project.
 //
 // The report's "predicted" section: the step simulator's time for the
-// written plan on the cluster ds-opt was given (docs/planner.md).
+// written plan on the cluster ds-opt was given (docs/planner.md), and
+// predictPlan: the same for a plan built in memory (the --plan=auto
+// search).
 //
 //===----------------------------------------------------------------------===//
 
@@ -82,5 +84,41 @@ LogicalResult mlir::ds::plan_writer::predictOnCluster(
     predictionJson(os, *v.cluster, s, v.precision);
   else
     predictionText(os, *v.cluster, s, v.precision);
+  return success();
+}
+
+LogicalResult mlir::ds::predictPlan(ModuleOp module,
+                                    const PlanWriteOptions &given,
+                                    const ::ds::ClusterSpec &cluster,
+                                    llvm::StringRef precision,
+                                    ::ds::StepPrediction &out) {
+  ::ds::Precision prec = ::ds::Precision::FP32;
+  if (!::ds::parsePrecision(precision.str(), prec))
+    return module.emitError("--precision='") << precision
+                                              << "' has no GEMM rate";
+  // The plan only: no weights to hash, no views, no report.
+  PlanWriteOptions options = given;
+  options.weightsPath.clear();
+  options.report = nullptr;
+  options.views = PlanWriteOptions::Views();
+  options.views.flopsPerSecond = given.views.flopsPerSecond;
+  options.views.bytesPerSecond = given.views.bytesPerSecond;
+  options.views.linkBytesPerSecond = given.views.linkBytesPerSecond;
+  pb::Plan p;
+  SmallVector<ModuleOp> stages;
+  for (Operation &op : *module.getBody())
+    if (auto m = dyn_cast<ModuleOp>(op); m && m->hasAttr("ds.stage"))
+      stages.push_back(m);
+  if (!stages.empty()) {
+    if (failed(plan_writer::writePipelinePlan(module, stages, "", options, p)))
+      return failure();
+  } else if (failed(plan_writer::buildPlan(module, options, options.worldSize,
+                                           p))) {
+    return failure();
+  }
+  std::string problem = ::ds::checkClusterForPlan(cluster, p, prec, "");
+  if (!problem.empty())
+    return module.emitError(problem);
+  out = ::ds::predictStep(p, cluster, prec);
   return success();
 }

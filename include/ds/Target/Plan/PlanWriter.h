@@ -15,6 +15,7 @@
 
 namespace ds {
 struct ClusterSpec;
+struct StepPrediction;
 } // namespace ds
 
 namespace mlir::ds {
@@ -42,6 +43,10 @@ struct PlanWriteOptions {
     };
     std::vector<Stage> stages;
     int64_t cutPoints = 0;
+    /// When set, receives the largest pipeline rank's peak (its chunks'
+    /// arenas, parameters and state, and activation stash copies), the
+    /// figure checked against views.budget.
+    uint64_t *rankPeak = nullptr;
   } pipeline;
   /// When set, receives the plan's per-rank memory and communication
   /// report (ds-opt --report).
@@ -75,6 +80,18 @@ struct PlanWriteOptions {
 /// module.
 LogicalResult writePlan(ModuleOp module, llvm::StringRef planPath,
                         const PlanWriteOptions &options);
+
+/// The predicted step of the lowered `module` (flat, or a pipeline's
+/// stage modules) on `cluster`, built in memory as writePlan would build
+/// it (options.views and the report fields are ignored; no file is read or
+/// written). `precision` is the compile's. Fails with an error on `module`
+/// when the cluster cannot time the plan (checkClusterForPlan). For a
+/// pipeline, options.pipeline.rankPeak receives its largest rank's peak.
+/// The --plan=auto search calls it for every candidate.
+LogicalResult predictPlan(ModuleOp module, const PlanWriteOptions &options,
+                          const ::ds::ClusterSpec &cluster,
+                          llvm::StringRef precision,
+                          ::ds::StepPrediction &out);
 
 } // namespace mlir::ds
 

@@ -1,0 +1,513 @@
+//===- PlanSearch.cpp - --plan=auto: compile, predict, rank ---------------===//
+//
+// Part of the ds project.
+//
+// The search's driver: imports the model once per micro-batch, prunes the
+// candidates by their analytic memory bound, compiles the most promising
+// ones (recompute none, then full, then with the optimizer state offloaded)
+// up to --plan-compiles, predicts each fitting plan's step on the cluster
+// and writes the fastest (docs/planner.md, "--plan=auto").
+//
+//===----------------------------------------------------------------------===//
+
+#include "PlanSearchImpl.h"
+
+#include "ds/Analysis/ModelSummary.h"
+#include "ds/Pipeline/Cluster.h"
+#include "ds/Support/StepSimulator.h"
+#include "ds/Target/Plan/PlanWriter.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Diagnostics.h"
+
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <chrono>
+#include <map>
+#include <set>
+
+using namespace mlir;
+using namespace mlir::ds;
+using namespace mlir::ds::plan_search;
+
+namespace {
+llvm::Error fail(const llvm::Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+}
+
+/// The leading dimension of the model's data inputs (-1: none).
+int64_t modelBatch(ModuleOp model) {
+  int64_t batch = -1;
+  model->walk([&](func::FuncOp f) {
+    for (unsigned i = 0; i < f.getNumArguments() && batch < 0; ++i)
+      if (f.getArgAttr(i, "ds.input"))
+        if (auto t = dyn_cast<RankedTensorType>(f.getArgumentTypes()[i]);
+            t && t.getRank() > 0)
+          batch = t.getDimSize(0);
+  });
+  return batch;
+}
+
+/// The elements of one sample of the model's first data input.
+int64_t sampleElements(ModuleOp model) {
+  int64_t n = -1;
+  model->walk([&](func::FuncOp f) {
+    for (unsigned i = 0; i < f.getNumArguments() && n < 0; ++i)
+      if (f.getArgAttr(i, "ds.input"))
+        if (auto t = dyn_cast<RankedTensorType>(f.getArgumentTypes()[i]);
+            t && t.getRank() > 0 && t.hasStaticShape())
+          n = t.getNumElements() / std::max<int64_t>(1, t.getDimSize(0));
+  });
+  return std::max<int64_t>(1, n);
+}
+
+/// `spec` ("name:4x32") with its leading dimension `batch`.
+std::string withBatch(const std::string &spec, int64_t batch) {
+  size_t colon = spec.rfind(':');
+  if (colon == std::string::npos || spec.substr(colon + 1) == "scalar")
+    return spec;
+  size_t x = spec.find('x', colon);
+  return spec.substr(0, colon + 1) + std::to_string(batch) +
+         (x == std::string::npos ? "" : spec.substr(x));
+}
+
+/// What the in-memory prediction needs of a compile: its ranks and, for a
+/// pipeline, the split and the schedule (as the plan file records them).
+PlanWriteOptions planWriteOptions(const TrainingOptions &o,
+                                  const CompileResult &r) {
+  PlanWriteOptions pw;
+  pw.worldSize = o.worldSize;
+  pw.views.flopsPerSecond = o.costFlops;
+  pw.views.bytesPerSecond = o.costMemBandwidth;
+  pw.views.linkBytesPerSecond = o.costLinkBandwidth;
+  if (o.pipelineParallel > 1) {
+    pw.pipeline.microBatches = o.microBatches;
+    pw.pipeline.virtualStages = o.virtualStages;
+    pw.pipeline.schedule =
+        o.virtualStages > 1 ? std::string("interleaved") : o.pipeSchedule;
+    pw.pipeline.tied = r.split.tied;
+    pw.pipeline.cutPoints = r.split.cutPoints;
+    for (const PipelineStage &st : r.split.stages)
+      pw.pipeline.stages.push_back(
+          {st.firstOp, st.lastOp, st.flops, st.sendBytes});
+  }
+  return pw;
+}
+
+double secondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t)
+      .count();
+}
+
+class Search {
+public:
+  Search(MLIRContext &context, const TrainingOptions &options,
+         const CompileRequest &request, llvm::raw_ostream &progress)
+      : context(context), options(options), request(request),
+        progress(progress) {}
+
+  llvm::Expected<PlanSearchResult> run();
+
+private:
+  llvm::Error loadModel();
+  FailureOr<ModuleOp> modelAt(int64_t micro);
+  TrainingOptions optionsFor(const Candidate &cand) const;
+  bool compileOne(Candidate &cand);
+  void evaluate(Candidate &cand);
+  void compileShortlist();
+  void tryBuckets(int chosen);
+  int rank() const;
+  llvm::Expected<PlanSearchResult> finish(int chosen);
+
+  MLIRContext &context;
+  const TrainingOptions &options;
+  const CompileRequest &request;
+  llvm::raw_ostream &progress;
+  ::ds::ClusterSpec cluster;
+  ModelFacts facts;
+  std::map<int64_t, OwningOpRef<ModuleOp>> models; // by micro-batch
+  std::vector<Candidate> all;
+  int compiles = 0, budget = 0;
+  std::string note; // the fixed micro-batch, for the header
+  std::chrono::steady_clock::time_point start, lastLine;
+};
+
+llvm::Error Search::loadModel() {
+  // A dynamic batch nothing fixes is imported at 1 for the figures.
+  TrainingOptions o = options;
+  if (o.configMicroBatch <= 0)
+    o.configMicroBatch = 1;
+  FailureOr<OwningOpRef<ModuleOp>> base =
+      importModel(context, o, request.modelPath);
+  if (failed(base))
+    return llvm::make_error<ReportedError>();
+  FailureOr<ModelSummary> sum = summarize(**base);
+  if (failed(sum))
+    return llvm::make_error<ReportedError>();
+  int64_t batch = modelBatch(**base);
+  facts.importBatch = std::max<int64_t>(1, batch);
+  facts.parameters = sum->paramElements;
+  facts.trainable = sum->trainableElements;
+  facts.flopsPerSample = double(sum->flops) / double(facts.importBatch);
+  facts.sampleTokens = sampleElements(**base);
+  models[facts.importBatch] = std::move(*base);
+  // A batch the import cannot change is the export's: the micro-batch is
+  // fixed at it.
+  FailureOr<ModuleOp> probe = modelAt(facts.importBatch + 1);
+  if (failed(probe) || modelBatch(*probe) != facts.importBatch + 1) {
+    facts.fixedBatch = facts.importBatch;
+    models.erase(facts.importBatch + 1);
+    note = "the export fixes the batch at " +
+           std::to_string(facts.fixedBatch) +
+           ", so the micro-batch is fixed at it\n";
+  }
+  return llvm::Error::success();
+}
+
+FailureOr<ModuleOp> Search::modelAt(int64_t micro) {
+  auto it = models.find(micro);
+  if (it != models.end())
+    return *it->second;
+  TrainingOptions o = options;
+  for (std::string &spec : o.inputShapes)
+    spec = withBatch(spec, micro);
+  o.configMicroBatch = micro;
+  ScopedDiagnosticHandler quiet(&context, [](Diagnostic &) { return success(); });
+  FailureOr<OwningOpRef<ModuleOp>> m = importModel(context, o, request.modelPath);
+  if (failed(m))
+    return failure();
+  ModuleOp module = **m;
+  models[micro] = std::move(*m);
+  return module;
+}
+
+TrainingOptions Search::optionsFor(const Candidate &cand) const {
+  TrainingOptions o = options;
+  o.planMode.clear();
+  o.worldSize = cand.world();
+  o.tensorParallel = cand.tp;
+  o.pipelineParallel = cand.pp;
+  o.sequenceParallel = cand.sp;
+  o.zeroStage = cand.zero;
+  o.gradAccum = cand.accum;
+  o.microBatches = cand.pp > 1 ? cand.accum : 0;
+  o.pipeSchedule = cand.schedule;
+  o.virtualStages = 1;
+  o.recompute = cand.recompute;
+  o.offloadMode = "none";
+  o.offloadOptimizer = cand.offload ? "cpu" : "none";
+  o.deviceMemory.clear();
+  o.clusterSpec.clear();
+  o.emitTrace.clear();
+  o.emitMemoryPlot.clear();
+  o.configMicroBatch = 0;
+  if (cand.bucket > 0)
+    o.reduceBucketSize = o.allgatherBucketSize = o.prefetchBucketSize =
+        cand.bucket;
+  // The search decides these; a config's batch keys do not hold.
+  o.origin.erase("grad-accum");
+  o.origin.erase("micro-batches");
+  return o;
+}
+
+/// Compiles `cand` as it stands and predicts it; false when the compiler
+/// refused it (state Failed).
+bool Search::compileOne(Candidate &cand) {
+  ++compiles;
+  std::string error;
+  ScopedDiagnosticHandler quiet(&context, [&](Diagnostic &d) {
+    if (d.getSeverity() == DiagnosticSeverity::Error && error.empty())
+      error = d.str();
+    return success();
+  });
+  auto refuse = [&](std::string why) {
+    cand.state = State::Failed;
+    cand.why = why.empty() ? "the compiler refused it" : why;
+    return false;
+  };
+  FailureOr<ModuleOp> model = modelAt(cand.micro);
+  if (failed(model))
+    return refuse("the model does not import at batch " +
+                  std::to_string(cand.micro) + ": " + error);
+  TrainingOptions o = optionsFor(cand);
+  if (llvm::Error e = validateTrainingOptions(o))
+    return refuse(llvm::toString(std::move(e)));
+  CompileRequest req;
+  req.modelPath = request.modelPath;
+  llvm::Expected<CompileResult> r = compile(*model, o, req);
+  if (!r) {
+    std::string msg;
+    llvm::handleAllErrors(
+        r.takeError(), [](const ReportedError &) {},
+        [&](const llvm::ErrorInfoBase &e) { msg = e.message(); });
+    return refuse(msg.empty() ? error : msg);
+  }
+  // A pipeline's peak is its fullest rank's, stash included.
+  uint64_t pipePeak = 0;
+  PlanWriteOptions pw = planWriteOptions(o, *r);
+  pw.pipeline.rankPeak = &pipePeak;
+  ::ds::StepPrediction s;
+  if (failed(predictPlan(*r->module, pw, cluster, o.precision, s)))
+    return refuse("the cluster cannot time it: " + error);
+  cand.peak = std::max<int64_t>(r->perRankPeak, int64_t(pipePeak));
+  if (cand.peak > int64_t(cluster.memory)) {
+    cand.state = State::TooBig;
+    cand.why = "peak " + mib(cand.peak) + " over the device's " +
+               mib(int64_t(cluster.memory));
+    return true;
+  }
+  cand.state = State::Fits;
+  cand.why.clear();
+  cand.step = s.stepSeconds;
+  cand.tokensPerSecond = s.tokensPerSecond;
+  cand.mfu = s.mfu;
+  cand.bottleneck = ::ds::bottleneckName(s.bottleneck);
+  return true;
+}
+
+/// Recompute none, then full, then (with a host) the optimizer state
+/// offloaded: the first that fits.
+void Search::evaluate(Candidate &cand) {
+  std::vector<std::string> modes{"none", "full"};
+  if (options.isGiven("recompute") && options.recompute != "auto")
+    modes = {options.recompute};
+  for (const std::string &mode : modes) {
+    cand.recompute = mode;
+    cand.offload = false;
+    if (!compileOne(cand) || cand.state == State::Fits)
+      return;
+  }
+  if (cluster.host.present && memoryLowerBound(cand, options, facts) > 0 &&
+      !options.isGiven("offload-optimizer")) {
+    Candidate trial = cand;
+    trial.offload = true;
+    if (compileOne(trial) &&
+        (trial.state == State::Fits || trial.peak < cand.peak))
+      cand = trial;
+  }
+}
+
+void Search::compileShortlist() {
+  std::vector<size_t> order;
+  for (size_t i = 0; i < all.size(); ++i) {
+    Candidate &c = all[i];
+    if (c.lowerBound > int64_t(cluster.memory)) {
+      c.state = State::Pruned;
+      c.why = "its parameters and optimizer state alone need " +
+              mib(c.lowerBound);
+    } else {
+      order.push_back(i);
+    }
+  }
+  auto before = [&](size_t a, size_t b) {
+    const Candidate &x = all[a], &y = all[b];
+    if (x.estimate != y.estimate)
+      return x.estimate < y.estimate;
+    if (x.zero != y.zero)
+      return x.zero < y.zero;
+    return x.layout() < y.layout();
+  };
+  std::stable_sort(order.begin(), order.end(), before);
+  // Each family's most promising candidate first, then the rest.
+  std::set<std::string> seen;
+  std::vector<size_t> firsts, rest;
+  for (size_t i : order)
+    (seen.insert(all[i].family()).second ? firsts : rest).push_back(i);
+  firsts.insert(firsts.end(), rest.begin(), rest.end());
+  size_t bounded = order.size();
+  // A micro-batch that does not fit rules out the larger ones of its kind.
+  std::map<std::string, int64_t> tooBig;
+  for (size_t i : firsts) {
+    Candidate &c = all[i];
+    std::string kind = c.family() + " zero" + std::to_string(c.zero) + " " +
+                       c.schedule;
+    auto it = tooBig.find(kind);
+    if (it != tooBig.end() && c.micro >= it->second) {
+      c.state = State::Skipped;
+      c.why = "micro-batch " + std::to_string(it->second) +
+              " of its kind did not fit";
+      continue;
+    }
+    if (compiles >= budget) {
+      c.why = "estimated slower than those compiled (--plan-compiles=" +
+              std::to_string(budget) + ")";
+      continue;
+    }
+    evaluate(c);
+    if (c.state == State::TooBig)
+      tooBig[kind] = std::min(c.micro, it == tooBig.end() ? c.micro : it->second);
+    if (secondsSince(lastLine) > 5) { // long searches only
+      lastLine = std::chrono::steady_clock::now();
+      progress << "plan search: " << all.size() << " candidates, " << bounded
+               << " within the memory bound; " << compiles << " of at most "
+               << budget << " compiles, "
+               << llvm::format("%.1f", secondsSince(start)) << " s; last "
+               << c.layout() << ": " << stateName(c.state) << "\n";
+    }
+  }
+}
+
+int Search::rank() const {
+  int best = -1;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const Candidate &c = all[i];
+    if (c.state != State::Fits)
+      continue;
+    if (best < 0)
+      best = int(i);
+    const Candidate &b = all[best];
+    if (c.step < b.step || (c.step == b.step && c.peak < b.peak))
+      best = int(i);
+  }
+  return best;
+}
+
+/// Other bucket sizes for the winner (its collectives' granularity).
+void Search::tryBuckets(int chosen) {
+  if (all[chosen].dp == 1)
+    return;
+  for (int64_t bucket : {int64_t(5000000), int64_t(50000000)}) {
+    if (compiles >= budget + 2)
+      return;
+    Candidate trial = all[chosen];
+    trial.bucket = bucket;
+    compileOne(trial);
+    // Kept when the buckets change the plan.
+    if (trial.state != State::Fits || trial.step != all[chosen].step ||
+        trial.peak != all[chosen].peak)
+      all.push_back(trial);
+  }
+}
+
+llvm::Expected<PlanSearchResult> Search::run() {
+  start = lastLine = std::chrono::steady_clock::now();
+  if (options.planMode != "auto")
+    return fail("--plan='" + options.planMode + "' is not 'auto'");
+  if (options.clusterSpec.empty())
+    return fail("--plan=auto needs --cluster=FILE|PRESET: the devices to "
+                "plan for (docs/planner.md)");
+  if (options.globalBatch <= 0)
+    return fail("--plan=auto needs --global-batch=N: the samples of one "
+                "optimizer step over all data-parallel ranks");
+  if (!options.training())
+    return fail("--plan=auto plans a training step: give --optimizer=...");
+  if (options.emitKind != "plan")
+    return fail("--plan=auto writes a plan (--emit=plan, the default)");
+  llvm::Expected<::ds::ClusterSpec> spec = loadCluster(options.clusterSpec);
+  if (!spec)
+    return spec.takeError();
+  cluster = std::move(*spec);
+  ::ds::Precision p = ::ds::Precision::FP32;
+  ::ds::parsePrecision(options.precision, p);
+  if (cluster.flops[static_cast<int>(p)] <= 0)
+    return fail(options.clusterSpec + ": device.flops." + options.precision +
+                ": required for --precision=" + options.precision);
+  if (options.isGiven("world-size") && options.worldSize > cluster.devices())
+    return fail("--world-size=" + llvm::Twine(options.worldSize) +
+                " needs more devices than " + options.clusterSpec + "'s " +
+                llvm::Twine(cluster.devices()));
+  if (llvm::Error e = loadModel())
+    return std::move(e);
+  SearchSpace space = searchSpace(options, cluster);
+  if (llvm::Error e =
+          checkGlobalBatch(space, options, cluster, facts,
+                                   options.globalBatch))
+    return std::move(e);
+  all = enumerate(space, options, cluster, facts, options.globalBatch);
+  if (all.empty())
+    return fail("no layout of " + options.clusterSpec +
+                " takes --global-batch=" + llvm::Twine(options.globalBatch) +
+                " with the options given");
+  budget = static_cast<int>(std::max<int64_t>(1, options.planCompiles));
+  compileShortlist();
+  int chosen = rank();
+  if (chosen < 0)
+    return fail(nothingFits(all, cluster, options.clusterSpec, facts));
+  tryBuckets(chosen);
+  return finish(rank());
+}
+
+llvm::Expected<PlanSearchResult> Search::finish(int chosen) {
+  Candidate &c = all[chosen];
+  TrainingOptions o = optionsFor(c);
+  o.clusterSpec = options.clusterSpec;
+  o.deviceMemory = std::to_string(int64_t(cluster.memory));
+  o.emitTrace = options.emitTrace;
+  o.emitMemoryPlot = options.emitMemoryPlot;
+  // Full recompute fitted: the least recompute that fits is cheaper.
+  if (c.recompute == "full" && c.pp == 1 && !options.isGiven("recompute"))
+    o.recompute = "auto";
+  if (llvm::Error e = validateTrainingOptions(o))
+    return std::move(e);
+  FailureOr<ModuleOp> model = modelAt(c.micro);
+  if (failed(model))
+    return llvm::make_error<ReportedError>();
+  ++compiles;
+  llvm::Expected<CompileResult> r = compile(*model, o, request);
+  if (!r)
+    return r.takeError();
+  c.recompute = r->choices.recomputeMode;
+  uint64_t pipePeak = 0;
+  PlanWriteOptions pw = planWriteOptions(o, *r);
+  pw.pipeline.rankPeak = &pipePeak;
+  ::ds::StepPrediction s;
+  if (failed(predictPlan(*r->module, pw, cluster, o.precision, s)))
+    return llvm::make_error<ReportedError>();
+  c.peak = std::max<int64_t>(r->perRankPeak, int64_t(pipePeak));
+  c.step = s.stepSeconds;
+  c.tokensPerSecond = s.tokensPerSecond;
+  c.mfu = s.mfu;
+  c.bottleneck = ::ds::bottleneckName(s.bottleneck);
+  PlanSearchResult out;
+  out.candidates = static_cast<int>(all.size());
+  out.compiles = compiles;
+  int pruned = 0;
+  for (const Candidate &x : all)
+    pruned += x.state == State::Pruned;
+  std::string header =
+      "plan search on " + cluster.name + " (" + std::to_string(cluster.nodes) +
+      " x " + std::to_string(cluster.devicesPerNode) + " devices of " +
+      llvm::formatv("{0:F1} GiB", cluster.memory / (1 << 30)).str() +
+      "), global batch " +
+      std::to_string(options.globalBatch) + ": " + std::to_string(all.size()) +
+      " candidates, " + std::to_string(pruned) +
+      " pruned by the memory bound, " + std::to_string(compiles) +
+      " compiles, " + llvm::formatv("{0:F1}", secondsSince(start)).str() +
+      " s";
+  bool json = options.isGiven("report") && options.reportKind == "json";
+  std::string report = formatReport(*r, o);
+  if (json) {
+    llvm::StringRef body = llvm::StringRef(report).rtrim();
+    out.output = (body.drop_back() + ", \"plan\": " +
+                  candidatesJson(all, chosen, compiles) + "}\n")
+                     .str();
+  } else {
+    out.output = note +
+                 formatTable(all, chosen, cluster, options.explainPlan,
+                             header) +
+                 "chosen: " + c.layout() + "; plan written to " +
+                 request.planPath + " (mpirun -np " +
+                 std::to_string(c.world()) + " ds-run " + request.planPath +
+                 ")\n" + report;
+  }
+  if (!options.plotCandidates.empty()) {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(options.plotCandidates, ec);
+    if (ec)
+      return fail("cannot write '" + options.plotCandidates +
+                  "': " + ec.message());
+    os << plotCandidates(all, chosen, cluster, header);
+  }
+  out.chosen = std::move(*r);
+  out.options = std::move(o);
+  return std::move(out);
+}
+} // namespace
+
+llvm::Expected<PlanSearchResult>
+mlir::ds::searchPlan(MLIRContext &context, const TrainingOptions &options,
+                     const CompileRequest &request,
+                     llvm::raw_ostream &progress) {
+  return Search(context, options, request, progress).run();
+}

@@ -1,0 +1,130 @@
+//===- PlanSearchImpl.h - the --plan=auto search's parts --------*- C++ -*-===//
+//
+// Part of the ds project.
+//
+// The candidates of the search, the analytic bounds that prune them before
+// any compile (PlanSearchSpace.cpp), and the report of the ranked and the
+// rejected ones (PlanSearchReport.cpp). The driver is PlanSearch.cpp.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DS_LIB_PIPELINE_PLANSEARCHIMPL_H
+#define DS_LIB_PIPELINE_PLANSEARCHIMPL_H
+
+#include "ds/Pipeline/PlanSearch.h"
+#include "ds/Support/Cluster.h"
+
+#include "llvm/Support/Error.h"
+
+#include <string>
+#include <vector>
+
+namespace mlir::ds::plan_search {
+
+/// What the analytic bounds read of the model (at its imported batch).
+struct ModelFacts {
+  /// Trainable and all parameter elements; the forward FLOPs of one
+  /// sample; the model's batch when the export fixes it (0: dynamic).
+  int64_t trainable = 0, parameters = 0;
+  double flopsPerSample = 0;
+  int64_t fixedBatch = 0;
+  /// The batch of the import the figures come from, and the elements of
+  /// one sample of the first data input (a token model's sequence).
+  int64_t importBatch = 1, sampleTokens = 1;
+};
+
+/// Where a candidate got to.
+enum class State {
+  Pruned,      // the analytic lower bound exceeds the device memory
+  Skipped,     // not compiled: a smaller micro-batch of its kind did not fit
+  NotCompiled, // not compiled: the compile budget went to faster estimates
+  Failed,      // the compiler refused the layout
+  TooBig,      // compiled; its exact peak exceeds the device memory
+  Fits,        // compiled, fits, predicted
+};
+const char *stateName(State s);
+
+struct Candidate {
+  // The layout.
+  int64_t dp = 1, tp = 1, pp = 1;
+  bool sp = false;
+  int64_t zero = 0, micro = 1, accum = 1;
+  std::string schedule = "1f1b"; // pp > 1: gpipe, 1f1b or interleaved:2
+  // The memory choices the compile settled on.
+  std::string recompute = "none";
+  bool offload = false;
+  int64_t bucket = 0; // 0: the default bucket sizes
+  // The analytic figures.
+  int64_t lowerBound = 0;
+  double estimate = 0;
+  // The outcome.
+  State state = State::NotCompiled;
+  std::string why;
+  int64_t peak = -1;
+  double step = 0, tokensPerSecond = 0, mfu = 0;
+  std::string bottleneck;
+
+  int64_t world() const { return dp * tp * pp; }
+  /// "dp2 tp1 pp1" (with " sp" for sequence parallelism): the colours of
+  /// the plot and the rejected-family lines.
+  std::string family() const;
+  /// family() with the ZeRO stage, micro-batch x accumulation, schedule,
+  /// recompute, offload and buckets.
+  std::string layout() const;
+};
+
+/// The layouts the search may take: options the user gave explicitly
+/// (--world-size, --tensor-parallel, --pipeline-parallel, --zero,
+/// --sequence-parallel, --schedule) fix theirs.
+struct SearchSpace {
+  std::vector<int64_t> worlds, zeros;
+  bool fixedTp = false, fixedPp = false, fixedSp = false, fixedSched = false;
+};
+SearchSpace searchSpace(const TrainingOptions &o, const ::ds::ClusterSpec &c);
+
+/// Every candidate layout for `global` samples per step, with its lower
+/// bound and estimate.
+std::vector<Candidate> enumerate(const SearchSpace &space,
+                                 const TrainingOptions &o,
+                                 const ::ds::ClusterSpec &c,
+                                 const ModelFacts &m, int64_t global);
+
+/// An error when no layout of `space` takes `global` samples (a fixed
+/// batch or world size it does not divide), with the nearest valid values.
+llvm::Error checkGlobalBatch(const SearchSpace &space,
+                             const TrainingOptions &o,
+                             const ::ds::ClusterSpec &c, const ModelFacts &m,
+                             int64_t global);
+
+/// The device bytes no plan of `cand` goes below: its parameters (16-bit
+/// under bf16/fp16) and optimizer state (with fp32 master weights), split
+/// as tensor and pipeline parallelism and ZeRO split them at best.
+int64_t memoryLowerBound(const Candidate &cand, const TrainingOptions &o,
+                         const ModelFacts &m);
+/// A rough step time (compute at the device's peak, the gradient
+/// collectives' ring time, the pipeline bubble) that only orders the
+/// candidates for compiling.
+double estimateStep(const Candidate &cand, const TrainingOptions &o,
+                    const ::ds::ClusterSpec &c, const ModelFacts &m);
+
+/// The ranked table, the rejected families and (--explain) every
+/// candidate.
+std::string formatTable(const std::vector<Candidate> &all, int chosen,
+                        const ::ds::ClusterSpec &c, bool explain,
+                        const std::string &header);
+/// plan.candidates[] and the search's figures as a JSON object.
+std::string candidatesJson(const std::vector<Candidate> &all, int chosen,
+                           int compiles);
+/// The SVG of step time against peak memory.
+std::string plotCandidates(const std::vector<Candidate> &all, int chosen,
+                           const ::ds::ClusterSpec &c,
+                           const std::string &title);
+/// The error when nothing fits: the smallest peak per family and what
+/// would fit.
+std::string nothingFits(const std::vector<Candidate> &all,
+                        const ::ds::ClusterSpec &c, const std::string &source,
+                        const ModelFacts &m);
+
+} // namespace mlir::ds::plan_search
+
+#endif // DS_LIB_PIPELINE_PLANSEARCHIMPL_H
