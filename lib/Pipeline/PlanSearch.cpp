@@ -36,30 +36,32 @@ llvm::Error fail(const llvm::Twine &message) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
 }
 
-/// The leading dimension of the model's data inputs (-1: none).
-int64_t modelBatch(ModuleOp model) {
-  int64_t batch = -1;
+/// The type of the model's first data input with a batch dimension.
+RankedTensorType firstInput(ModuleOp model) {
+  RankedTensorType type;
   model->walk([&](func::FuncOp f) {
-    for (unsigned i = 0; i < f.getNumArguments() && batch < 0; ++i)
+    for (unsigned i = 0; i < f.getNumArguments() && !type; ++i)
       if (f.getArgAttr(i, "ds.input"))
         if (auto t = dyn_cast<RankedTensorType>(f.getArgumentTypes()[i]);
             t && t.getRank() > 0)
-          batch = t.getDimSize(0);
+          type = t;
   });
-  return batch;
+  return type;
+}
+
+/// The leading dimension of the model's data inputs (-1: none).
+int64_t modelBatch(ModuleOp model) {
+  RankedTensorType t = firstInput(model);
+  return t ? t.getDimSize(0) : -1;
 }
 
 /// The elements of one sample of the model's first data input.
 int64_t sampleElements(ModuleOp model) {
-  int64_t n = -1;
-  model->walk([&](func::FuncOp f) {
-    for (unsigned i = 0; i < f.getNumArguments() && n < 0; ++i)
-      if (f.getArgAttr(i, "ds.input"))
-        if (auto t = dyn_cast<RankedTensorType>(f.getArgumentTypes()[i]);
-            t && t.getRank() > 0 && t.hasStaticShape())
-          n = t.getNumElements() / std::max<int64_t>(1, t.getDimSize(0));
-  });
-  return std::max<int64_t>(1, n);
+  RankedTensorType t = firstInput(model);
+  if (!t || !t.hasStaticShape())
+    return 1;
+  return std::max<int64_t>(1, t.getNumElements() /
+                                  std::max<int64_t>(1, t.getDimSize(0)));
 }
 
 /// `spec` ("name:4x32") with its leading dimension `batch`.
@@ -306,9 +308,9 @@ void Search::compileShortlist() {
       return x.estimate < y.estimate;
     if (x.zero != y.zero)
       return x.zero < y.zero;
-    return x.layout() < y.layout();
+    return a < b;
   };
-  std::stable_sort(order.begin(), order.end(), before);
+  std::sort(order.begin(), order.end(), before);
   // Each family's most promising candidate first, then the rest.
   std::set<std::string> seen;
   std::vector<size_t> firsts, rest;
@@ -468,7 +470,10 @@ llvm::Expected<PlanSearchResult> Search::finish(int chosen) {
   std::string header =
       "plan search on " + cluster.name + " (" + std::to_string(cluster.nodes) +
       " x " + std::to_string(cluster.devicesPerNode) + " devices of " +
-      llvm::formatv("{0:F1} GiB", cluster.memory / (1 << 30)).str() +
+      (cluster.memory >= (1 << 30)
+           ? llvm::formatv("{0:F1} GiB", cluster.memory / (1 << 30))
+           : llvm::formatv("{0:F1} MiB", cluster.memory / (1 << 20)))
+          .str() +
       "), global batch " +
       std::to_string(options.globalBatch) + ": " + std::to_string(all.size()) +
       " candidates, " + std::to_string(pruned) +

@@ -35,13 +35,13 @@ std::vector<int> ranked(const std::vector<Candidate> &all) {
   for (size_t i = 0; i < all.size(); ++i)
     if (all[i].state == State::Fits)
       out.push_back(int(i));
-  std::stable_sort(out.begin(), out.end(), [&](int a, int b) {
+  std::sort(out.begin(), out.end(), [&](int a, int b) {
     const Candidate &x = all[a], &y = all[b];
     if (x.step != y.step)
       return x.step < y.step;
     if (x.peak != y.peak)
       return x.peak < y.peak;
-    return x.layout() < y.layout();
+    return a < b;
   });
   return out;
 }

@@ -51,6 +51,17 @@ PREDICTED = {
 }
 
 
+# With --plan=auto (docs/planner.md): the search's candidates.
+PLAN = {"plan": {"chosen": str, "compiles": int, "candidates": list}}
+CANDIDATE = {"layout": str, "family": str, "dp": int, "tp": int, "pp": int,
+             "sequence_parallel": bool, "zero": int, "micro_batch": int,
+             "grad_accum": int, "schedule": str, "recompute": str,
+             "offload_optimizer": bool, "bucket": int, "state": str,
+             "chosen": bool, "memory_bound": int, "peak": int,
+             "step_time_s": NUM, "tokens_per_s": NUM, "mfu": NUM,
+             "bottleneck": str, "why": str}
+
+
 def check(obj, schema, path):
     for key, want in schema.items():
         if key not in obj:
@@ -61,6 +72,9 @@ def check(obj, schema, path):
             problem = check(obj[key], want, path + key + ".")
             if problem:
                 return problem
+        elif want is bool:
+            if not isinstance(obj[key], bool):
+                return "%s%s is %r" % (path, key, obj[key])
         elif not isinstance(obj[key], want) or isinstance(obj[key], bool):
             return "%s%s is %r" % (path, key, obj[key])
     return None
@@ -70,6 +84,10 @@ report = json.load(open(sys.argv[1]))
 problem = check(report, SCHEMA, "")
 if not problem and "predicted" in report:
     problem = check(report, PREDICTED, "")
+if not problem and "plan" in report:
+    problem = check(report, PLAN, "")
+    for i, c in enumerate(report["plan"]["candidates"] if not problem else []):
+        problem = problem or check(c, CANDIDATE, "plan.candidates[%d]." % i)
 print(problem or "schema OK")
 m, f = report["memory"], report["formula"]
 print("model states %d = 16Ψ/N %d" % (

@@ -105,10 +105,7 @@ LogicalResult mlir::ds::predictPlan(ModuleOp module,
   options.views.bytesPerSecond = given.views.bytesPerSecond;
   options.views.linkBytesPerSecond = given.views.linkBytesPerSecond;
   pb::Plan p;
-  SmallVector<ModuleOp> stages;
-  for (Operation &op : *module.getBody())
-    if (auto m = dyn_cast<ModuleOp>(op); m && m->hasAttr("ds.stage"))
-      stages.push_back(m);
+  SmallVector<ModuleOp> stages = plan_writer::stageModules(module);
   if (!stages.empty()) {
     if (failed(plan_writer::writePipelinePlan(module, stages, "", options, p)))
       return failure();

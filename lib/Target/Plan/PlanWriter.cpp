@@ -485,13 +485,18 @@ LogicalResult mlir::ds::plan_writer::addSource(ModuleOp module,
   return success();
 }
 
-LogicalResult mlir::ds::writePlan(ModuleOp module, StringRef planPath,
-                                  const PlanWriteOptions &options) {
-  pb::Plan p;
+SmallVector<ModuleOp> mlir::ds::plan_writer::stageModules(ModuleOp module) {
   SmallVector<ModuleOp> stages;
   for (Operation &op : *module.getBody())
     if (auto m = dyn_cast<ModuleOp>(op); m && m->hasAttr("ds.stage"))
       stages.push_back(m);
+  return stages;
+}
+
+LogicalResult mlir::ds::writePlan(ModuleOp module, StringRef planPath,
+                                  const PlanWriteOptions &options) {
+  pb::Plan p;
+  SmallVector<ModuleOp> stages = plan_writer::stageModules(module);
   if (!stages.empty()) {
     if (failed(plan_writer::writePipelinePlan(module, stages, planPath, options,
                                          p)))

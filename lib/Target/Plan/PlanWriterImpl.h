@@ -17,6 +17,9 @@
 
 namespace mlir::ds::plan_writer {
 
+/// A pipeline's stage modules (ds.stage), in order; empty for a flat plan.
+SmallVector<ModuleOp> stageModules(ModuleOp module);
+
 /// One program's plan: @forward of `module`, lowered and memory-planned,
 /// for `worldSize` ranks.
 LogicalResult buildPlan(ModuleOp module, const PlanWriteOptions &options,
