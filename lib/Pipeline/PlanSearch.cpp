@@ -485,7 +485,7 @@ llvm::Expected<PlanSearchResult> Search::finish(int chosen) {
   if (json) {
     llvm::StringRef body = llvm::StringRef(report).rtrim();
     out.output = (body.drop_back() + ", \"plan\": " +
-                  candidatesJson(all, chosen, compiles) + "}\n")
+                  candidatesJson(all, chosen, compiles, options.explainPlan) + "}\n")
                      .str();
   } else {
     out.output = note +
@@ -509,6 +509,16 @@ llvm::Expected<PlanSearchResult> Search::finish(int chosen) {
   return std::move(out);
 }
 } // namespace
+
+llvm::Error mlir::ds::checkSearchFlags(const TrainingOptions &options) {
+  if (!options.planMode.empty())
+    return llvm::Error::success();
+  for (llvm::StringRef flag :
+       {"global-batch", "explain", "plot-candidates", "plan-compiles"})
+    if (options.isGiven(flag))
+      return fail("--" + flag + " is for the layout search: give --plan=auto");
+  return llvm::Error::success();
+}
 
 llvm::Expected<PlanSearchResult>
 mlir::ds::searchPlan(MLIRContext &context, const TrainingOptions &options,

@@ -112,9 +112,10 @@ double estimateStep(const Candidate &cand, const TrainingOptions &o,
 std::string formatTable(const std::vector<Candidate> &all, int chosen,
                         const ::ds::ClusterSpec &c, bool explain,
                         const std::string &header);
-/// plan.candidates[] and the search's figures as a JSON object.
+/// plan.candidates[] (the compiled ones; every one with `all`) and the
+/// search's figures as a JSON object.
 std::string candidatesJson(const std::vector<Candidate> &all, int chosen,
-                           int compiles);
+                           int compiles, bool every);
 /// The SVG of step time against peak memory.
 std::string plotCandidates(const std::vector<Candidate> &all, int chosen,
                            const ::ds::ClusterSpec &c,

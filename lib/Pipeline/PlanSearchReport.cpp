@@ -124,14 +124,26 @@ std::string plan_search::formatTable(const std::vector<Candidate> &all,
 }
 
 std::string plan_search::candidatesJson(const std::vector<Candidate> &all,
-                                        int chosen, int compiles) {
+                                        int chosen, int compiles,
+                                        bool every) {
   std::string text;
   llvm::raw_string_ostream os(text);
+  std::map<std::string, int> counts;
+  for (const Candidate &c : all)
+    ++counts[stateName(c.state)];
   os << "{\"chosen\": \"" << all[chosen].layout() << "\", \"compiles\": "
-     << compiles << ", \"candidates\": [";
+     << compiles << ", \"states\": {";
+  for (auto it = counts.begin(); it != counts.end(); ++it)
+    os << (it == counts.begin() ? "" : ", ") << "\"" << it->first
+       << "\": " << it->second;
+  os << "}, \"candidates\": [";
+  // The fitting ones fastest first, then the other compiled ones (all of
+  // them with --explain: a large cluster has tens of thousands).
   std::vector<int> order = ranked(all);
   for (size_t i = 0; i < all.size(); ++i)
-    if (all[i].state != State::Fits)
+    if (all[i].state != State::Fits &&
+        (every || all[i].state == State::TooBig ||
+         all[i].state == State::Failed))
       order.push_back(int(i));
   for (size_t k = 0; k < order.size(); ++k) {
     const Candidate &c = all[order[k]];

@@ -135,6 +135,8 @@ int runOnnx(const ds::TrainingOptions &options, ds::CompileRequest &request,
     printDiagnostic(diag);
     return success();
   });
+  if (llvm::Error e = ds::checkSearchFlags(options))
+    return fail(std::move(e));
   if (!options.planMode.empty()) { // --plan=auto: the library's search
     llvm::Expected<ds::PlanSearchResult> searched =
         ds::searchPlan(context, options, request, llvm::errs());

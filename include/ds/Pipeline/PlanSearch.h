@@ -42,6 +42,10 @@ llvm::Expected<PlanSearchResult> searchPlan(MLIRContext &context,
                                             const CompileRequest &request,
                                             llvm::raw_ostream &progress);
 
+/// Without --plan=auto: an error when a flag that only the search reads
+/// (--global-batch, --explain, --plot-candidates, --plan-compiles) is given.
+llvm::Error checkSearchFlags(const TrainingOptions &options);
+
 } // namespace mlir::ds
 
 #endif // DS_PIPELINE_PLANSEARCH_H
