@@ -32,9 +32,6 @@ using namespace mlir::ds;
 using namespace mlir::ds::plan_search;
 
 namespace {
-llvm::Error fail(const llvm::Twine &message) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
-}
 
 /// The type of the model's first data input with a batch dimension.
 RankedTensorType firstInput(ModuleOp model) {

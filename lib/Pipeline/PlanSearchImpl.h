@@ -21,6 +21,11 @@
 
 namespace mlir::ds::plan_search {
 
+/// The search's errors: one line, for ds-opt to print.
+inline llvm::Error fail(const llvm::Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+}
+
 /// What the analytic bounds read of the model (at its imported batch).
 struct ModelFacts {
   /// Trainable and all parameter elements; the forward FLOPs of one

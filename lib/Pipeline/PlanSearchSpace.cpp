@@ -22,9 +22,6 @@ using namespace mlir::ds;
 using namespace mlir::ds::plan_search;
 
 namespace {
-llvm::Error fail(const llvm::Twine &message) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
-}
 
 std::vector<int64_t> divisors(int64_t n) {
   std::vector<int64_t> out;
