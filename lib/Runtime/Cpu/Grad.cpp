@@ -136,24 +136,20 @@ DS_CLONES void softmaxGradRowF32(const float *dy, const float *y, float *dx,
 }
 
 /// One f32 row of softmax cross-entropy's gradient over C classes:
-/// scale * (softmax(x) - onehot(label)).
-DS_CLONES void lossGradRowF32(const float *x, float *out, int64_t C,
-                              int64_t label, double scale) {
-  float mx = -INFINITY;
+/// scale * (softmax(x) - onehot(label)), the generic loop's double
+/// arithmetic (libm exp: the gradient of every weight starts here, and
+/// Adam turns a last-bit difference of a tiny gradient into a visible one).
+void lossGradRowF32(const float *x, float *out, int64_t C, int64_t label,
+                    double scale) {
+  double mx = -std::numeric_limits<double>::infinity(), sum = 0;
   for (int64_t c = 0; c < C; ++c)
-    mx = mx < x[c] ? x[c] : mx;
-  DS_VECTORIZE for (int64_t c = 0; c < C; ++c)
-    out[c] = fastExp(x[c] - mx);
-  double sum = 0;
-  {
-    DS_REASSOCIATE
-    for (int64_t c = 0; c < C; ++c)
-      sum += out[c];
+    mx = std::max(mx, double(x[c]));
+  for (int64_t c = 0; c < C; ++c)
+    sum += std::exp(double(x[c]) - mx);
+  for (int64_t c = 0; c < C; ++c) {
+    double p = std::exp(double(x[c]) - mx) / sum;
+    out[c] = static_cast<float>(scale * (p - (c == label ? 1.0 : 0.0)));
   }
-  float k = static_cast<float>(scale / sum);
-  DS_VECTORIZE for (int64_t c = 0; c < C; ++c)
-    out[c] *= k;
-  out[label] = static_cast<float>(double(out[label]) - scale);
 }
 } // namespace
 

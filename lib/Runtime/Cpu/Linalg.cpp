@@ -71,9 +71,13 @@ void sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
                 transB ? CblasTrans : CblasNoTrans, m, n, K, alpha, a, lda, b,
                 ldb, beta, c, ldc);
   };
-  // Below about half a million multiply-adds a split costs more than it
-  // saves; parts of at least 16 rows or columns keep OpenBLAS's tiles full.
-  if (threadCount() == 1 || M * N * K < (int64_t(1) << 19)) {
+  // Each part keeps at least 2^21 multiply-adds (and 16 rows or columns):
+  // smaller ones gain little, and OpenBLAS sends a GEMM of up to 10^6
+  // multiply-adds to its small-matrix kernels (SkylakeX), whose rounding
+  // differs from the blocked kernel's. A part that big takes the path the
+  // whole GEMM would, so splitting changes no result bit.
+  int64_t parts = threadCount();
+  if (parts == 1 || M * N * K < parts * (int64_t(1) << 21)) {
     call(M, N, A, B, C);
   } else if (M >= N) {
     parallelFor(M, 16, [&](int64_t b, int64_t e) {
@@ -225,11 +229,8 @@ DS_CLONES void softmaxRowF32(const float *xr, float *yr, int64_t dim,
   }
   DS_VECTORIZE for (int64_t k = 0; k < dim; ++k)
     yr[k] = fastExp(xr[k] - mx);
-  {
-    DS_REASSOCIATE
-    for (int64_t k = 0; k < dim; ++k)
-      sum += yr[k];
-  }
+  for (int64_t k = 0; k < dim; ++k)
+    sum += yr[k];
   float inv = static_cast<float>(1.0 / sum);
   for (int64_t k = 0; k < dim; ++k)
     yr[k] *= inv;
@@ -239,17 +240,11 @@ DS_CLONES void softmaxRowF32(const float *xr, float *yr, int64_t dim,
 DS_CLONES void layerNormRowF32(const float *xr, float *yr, const float *s,
                                const float *bb, int64_t cols, double eps) {
   double sum = 0;
-  {
-    DS_REASSOCIATE
-    for (int64_t c = 0; c < cols; ++c)
-      sum += xr[c];
-  }
+  for (int64_t c = 0; c < cols; ++c)
+    sum += xr[c];
   double mean = sum / cols, sq = 0;
-  {
-    DS_REASSOCIATE
-    for (int64_t c = 0; c < cols; ++c)
-      sq += (xr[c] - mean) * (xr[c] - mean);
-  }
+  for (int64_t c = 0; c < cols; ++c)
+    sq += (xr[c] - mean) * (xr[c] - mean);
   float rstd = static_cast<float>(1.0 / std::sqrt(sq / cols + eps));
   float m = static_cast<float>(mean);
   if (bb)
