@@ -3,7 +3,8 @@
 // Part of the ds project. Each test builds random inputs, runs a kernel
 // through its registry entry, and compares with a straightforward loop.
 // Tolerances: f32 kernels 1e-5 relative (summation order differs), the
-// fast exp 3 ulp and erf 1.5e-7 absolute (their documented accuracy), the
+// fast exp 3 ulp, erf 1.5e-7 absolute, tanh 4 ulp and log 2 ulp (their
+// documented accuracy), the
 // activations 1e-6 relative (double math rounded to f32 on both sides).
 //
 //===----------------------------------------------------------------------===//
@@ -91,6 +92,50 @@ TEST(Vec, FastErfWithin1p5e7) {
   for (float x = -6.0f; x < 6.0f; x += 0.001f)
     ASSERT_NEAR(fastErf(x), std::erf(double(x)), 1.5e-7) << "x = " << x;
   EXPECT_EQ(fastErf(0.0f), 0.0f);
+}
+
+/// Distance in units in the last place between two finite floats of one
+/// sign (or zero).
+int64_t ulps(float a, float b) {
+  int32_t ia, ib;
+  std::memcpy(&ia, &a, 4);
+  std::memcpy(&ib, &b, 4);
+  return std::abs(int64_t(ia) - ib);
+}
+
+TEST(Vec, FastTanhWithin4Ulp) {
+  // Denser near 0.5, where the two branches meet.
+  for (float x = -12.0f; x < 12.0f; x += 0.000731f) {
+    float want = static_cast<float>(std::tanh(double(x)));
+    ASSERT_LE(ulps(fastTanh(x), want), 4) << "x = " << x;
+  }
+  for (float x = 1e-30f; x < 1.0f; x *= 1.37f) {
+    ASSERT_LE(ulps(fastTanh(x), static_cast<float>(std::tanh(double(x)))), 4) << x;
+    ASSERT_EQ(fastTanh(-x), -fastTanh(x)) << x;
+  }
+  EXPECT_EQ(fastTanh(0.0f), 0.0f);
+  EXPECT_EQ(fastTanh(100.0f), 1.0f);
+  EXPECT_EQ(fastTanh(-INFINITY), -1.0f);
+  EXPECT_TRUE(std::isnan(fastTanh(NAN)));
+}
+
+TEST(Vec, FastLogWithin2Ulp) {
+  // Subnormals in coarse steps (a product there can round back to x).
+  for (float x = 1e-45f; x < 3e38f;
+       x = x < 1e-37f ? x * 1.5f + 1e-45f : x * 1.0137f) {
+    float want = static_cast<float>(std::log(double(x)));
+    ASSERT_LE(ulps(fastLog(x), want), 2) << "x = " << x;
+  }
+  for (float x = 0.5f; x < 2.0f; x += 0.0000913f) {
+    float want = static_cast<float>(std::log(double(x)));
+    if (want != 0.0f)
+      ASSERT_LE(ulps(fastLog(x), want), 2) << "x = " << x;
+  }
+  EXPECT_EQ(fastLog(1.0f), 0.0f);
+  EXPECT_EQ(fastLog(0.0f), -INFINITY);
+  EXPECT_TRUE(std::isnan(fastLog(-1.0f)));
+  EXPECT_EQ(fastLog(INFINITY), INFINITY);
+  EXPECT_TRUE(std::isnan(fastLog(NAN)));
 }
 
 TEST(Half, RoundTripsAndRounds) {

@@ -27,8 +27,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-extern "C" void openblas_set_num_threads(int);
-
 namespace ds::rt {
 
 void CalibrationPlan::progress(const char *fmt, ...) const {
@@ -455,7 +453,6 @@ RunResult calibrateMachine(const RunOptions &o, Communicator &world) {
   if (!agree(world, world.rank() != 0 || checkPaths(o, err), err))
     return fail(err);
   setThreadCount(plan.threads);
-  openblas_set_num_threads(plan.threads);
   Measured m;
   if (!layoutOf(world, m.layout, err))
     return fail(err);

@@ -16,8 +16,6 @@
 
 #include <cstring>
 
-extern "C" void openblas_set_num_threads(int);
-
 namespace ds::rt {
 
 int64_t HostTensor::numel() const {
@@ -76,7 +74,6 @@ std::unique_ptr<Executor> Executor::create(std::shared_ptr<const Plan> plan,
   impl->plan = std::move(plan);
   impl->options = options;
   setThreadCount(options.threads);
-  openblas_set_num_threads(options.threads);
   const plan::Plan &p = impl->p();
   if (!impl->allocateArenas(err))
     return nullptr;

@@ -253,7 +253,8 @@ std::vector<RunFlag> runningFlags() {
            "peak_bytes (arena high-water), planned_bytes",
            toString(&O::logJson), "--log-json needs a file"),
       flag({"--threads"}, "--threads N",
-           "threads for kernels and OpenBLAS (default: all cores)",
+           "threads of the kernels' pool, GEMMs split over it\n"
+           "(OpenBLAS one thread per call; default: all cores)",
            toInt(&O::threads, "--threads", 1)),
       flag({"--repeat"}, "--repeat N",
            "run the forward program N times (timing); outputs\n"

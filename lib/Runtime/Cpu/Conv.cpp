@@ -10,8 +10,8 @@
 //   keep a chunk's column matrix under kColFloats), so that each GEMM is
 //   wide even where the feature maps are small. Per chunk and group:
 //   im2col of the chunk (rows channel x tap, columns image x output
-//   position; the runtime's threads split its rows), then one cblas_sgemm
-//   on OpenBLAS's threads (the run's --threads): the forward W x col, the
+//   position; the runtime's threads split its rows), then one sgemm
+//   split over the run's threads (Kernels.h): the forward W x col, the
 //   input gradient W^T x dY followed by col2im, the weight gradient
 //   dY x col^T accumulated over the chunks. The chunk's dY and y are
 //   regrouped between the image-major tensor and the GEMM's channel-major
@@ -237,9 +237,8 @@ void gemmForward(const ConvGeometry &g, const float *X, const float *W,
     float *yg = Y + (n0 * g.m + gi * g.mg()) * P;
     if (!w.direct)
       im2col(g, xg, b, w.col, w.tapTable());
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g.mg(), b * P, K,
-                1.0f, W + gi * g.mg() * K, K, w.direct ? xg : w.col, b * P,
-                0.0f, b > 1 ? w.rows : yg, b * P);
+    sgemm(false, false, g.mg(), b * P, K, 1.0f, W + gi * g.mg() * K, K,
+          w.direct ? xg : w.col, b * P, 0.0f, b > 1 ? w.rows : yg, b * P);
     if (b > 1)
       regroup(nullptr, w.rows, g.mg(), b, P, g.m * P, false, yg);
   });
@@ -256,9 +255,8 @@ void gemmGradInput(const ConvGeometry &g, const float *DY, const float *W,
     float *dxg = DX + (n0 * g.c + gi * g.cg()) * g.inSize;
     if (b > 1)
       regroup(dyg, w.rows, g.mg(), b, P, g.m * P, true, nullptr);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, b * P, g.mg(), 1.0f,
-                W + gi * g.mg() * K, K, b > 1 ? w.rows : dyg, b * P, 0.0f,
-                w.direct ? dxg : w.col, b * P);
+    sgemm(true, false, K, b * P, g.mg(), 1.0f, W + gi * g.mg() * K, K,
+          b > 1 ? w.rows : dyg, b * P, 0.0f, w.direct ? dxg : w.col, b * P);
     if (!w.direct)
       col2im(g, w.col, b, dxg, w.tapTable());
   });
@@ -277,9 +275,9 @@ void gemmGradWeight(const ConvGeometry &g, const float *X, const float *DY,
       im2col(g, xg, b, w.col, w.tapTable());
     if (b > 1)
       regroup(dyg, w.rows, g.mg(), b, P, g.m * P, true, nullptr);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g.mg(), K, b * P, 1.0f,
-                b > 1 ? w.rows : dyg, b * P, w.direct ? xg : w.col,
-                b * P, n0 == 0 ? 0.0f : 1.0f, DW + gi * g.mg() * K, K);
+    sgemm(false, true, g.mg(), K, b * P, 1.0f, b > 1 ? w.rows : dyg, b * P,
+          w.direct ? xg : w.col, b * P, n0 == 0 ? 0.0f : 1.0f,
+          DW + gi * g.mg() * K, K);
   });
 }
 

@@ -264,12 +264,16 @@ bool binary(KernelContext &ctx, Bin op) {
 
 enum class Un { Neg, Abs, Exp, Log, Sqrt, Reciprocal, Erf, Tanh, Relu, Sigmoid, Not };
 
-/// The f32 unary ops that vectorize (exp, erf and sigmoid through Vec.h);
-/// false for the others. n = 0 asks only whether `op` is one of them.
+/// The f32 unary ops that vectorize (exp, erf, tanh, log and sigmoid
+/// through Vec.h); false for the others. n = 0 asks only whether `op` is
+/// one of them.
 DS_CLONES bool unaryRowF32(Un op, const float *x, float *y, int64_t n) {
   switch (op) {
   case Un::Exp: DS_VECTORIZE for (int64_t i = 0; i < n; ++i) y[i] = fastExp(x[i]); return true;
   case Un::Erf: DS_VECTORIZE for (int64_t i = 0; i < n; ++i) y[i] = fastErf(x[i]); return true;
+  case Un::Tanh: DS_VECTORIZE for (int64_t i = 0; i < n; ++i) y[i] = fastTanh(x[i]); return true;
+  case Un::Log: DS_VECTORIZE for (int64_t i = 0; i < n; ++i) y[i] = fastLog(x[i]); return true;
+  case Un::Abs: DS_VECTORIZE for (int64_t i = 0; i < n; ++i) y[i] = std::fabs(x[i]); return true;
   case Un::Sigmoid:
     DS_VECTORIZE for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / (1.0f + fastExp(-x[i]));
     return true;
@@ -316,7 +320,7 @@ bool unary(KernelContext &ctx, Un op) {
       unaryRowF32(op, x.as<float>(), y.as<float>(), 0)) {
     const float *X = x.as<float>();
     float *Y = y.as<float>();
-    parallelFor(n, 32768, [&](int64_t b, int64_t e) {
+    parallelFor(n, 16384, [&](int64_t b, int64_t e) {
       unaryRowF32(op, X + b, Y + b, e - b);
     });
     return true;

@@ -184,8 +184,18 @@ inline void storeI(void *p, DType t, int64_t i, int64_t v) {
 /// serially when n is below `grain`.
 void parallelFor(int64_t n, int64_t grain,
                  const std::function<void(int64_t, int64_t)> &fn);
+/// Sizes the pool to `threads` (the caller counted) and sets OpenBLAS to
+/// one thread: GEMMs split over the pool (sgemm below), so the pool's
+/// threads are the only ones and the cores are not oversubscribed.
 void setThreadCount(int threads);
 int threadCount();
+
+/// Row-major C = alpha op(A) op(B) + beta C (cblas_sgemm's operands) split
+/// over the run's threads: by rows of C, or by columns when C is wider than
+/// tall; one call when small or inside another parallelFor.
+void sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+           float alpha, const float *A, int64_t lda, const float *B,
+           int64_t ldb, float beta, float *C, int64_t ldc);
 
 /// Product of shape[from, to) (1 when empty): outer, dim and inner sizes
 /// of axis-based kernels.

@@ -62,6 +62,34 @@ bool f32Operands(KernelContext &ctx, const char *op, const TensorView &a,
 
 } // namespace
 
+void sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+           float alpha, const float *A, int64_t lda, const float *B,
+           int64_t ldb, float beta, float *C, int64_t ldc) {
+  auto call = [&](int64_t m, int64_t n, const float *a, const float *b,
+                  float *c) {
+    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
+                transB ? CblasTrans : CblasNoTrans, m, n, K, alpha, a, lda, b,
+                ldb, beta, c, ldc);
+  };
+  // Each part keeps at least 2^21 multiply-adds (and 16 rows or columns):
+  // smaller ones gain little, and OpenBLAS sends a GEMM of up to 10^6
+  // multiply-adds to its small-matrix kernels (SkylakeX), whose rounding
+  // differs from the blocked kernel's. A part that big takes the path the
+  // whole GEMM would, so splitting changes no result bit.
+  int64_t parts = threadCount();
+  if (parts == 1 || M * N * K < parts * (int64_t(1) << 21)) {
+    call(M, N, A, B, C);
+  } else if (M >= N) {
+    parallelFor(M, 16, [&](int64_t b, int64_t e) {
+      call(e - b, N, transA ? A + b : A + b * lda, B, C + b * ldc);
+    });
+  } else {
+    parallelFor(N, 16, [&](int64_t b, int64_t e) {
+      call(M, e - b, A, transB ? B + b * ldb : B + b, C + b);
+    });
+  }
+}
+
 bool kMatMul(KernelContext &ctx) {
   const TensorView &a = ctx.in[0], &b = ctx.in[1];
   TensorView &o = ctx.out[0];
@@ -102,12 +130,11 @@ bool kMatMul(KernelContext &ctx) {
   } else if (bBatch.empty() && !transA) {
     // Shared right operand: one GEMM over all rows of A.
     int64_t rows = (aBatch.empty() ? 1 : prod(aBatch, 0, aBatch.size())) * M;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
-                rows, N, K, 1.0f, A, K, B, transB ? K : N, 0.0f, C, N);
+    sgemm(false, transB, rows, N, K, 1.0f, A, K, B, transB ? K : N, 0.0f, C, N);
   } else {
     std::vector<int64_t> sa = broadcastStrides(aBatch, batchRank);
     std::vector<int64_t> sb = broadcastStrides(bBatch, batchRank);
-    for (int64_t bi = 0; bi < batches; ++bi) {
+    auto one = [&](int64_t bi) {
       int64_t rem = bi, oa = 0, ob = 0;
       for (int64_t d = static_cast<int64_t>(batchRank) - 1; d >= 0; --d) {
         int64_t idx = rem % batch[d];
@@ -115,11 +142,19 @@ bool kMatMul(KernelContext &ctx) {
         oa += idx * sa[d];
         ob += idx * sb[d];
       }
-      cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
-                  transB ? CblasTrans : CblasNoTrans, M, N, K, 1.0f,
-                  A + oa * M * K, transA ? M : K, B + ob * K * N,
-                  transB ? K : N, 0.0f, C + bi * M * N, N);
-    }
+      sgemm(transA, transB, M, N, K, 1.0f, A + oa * M * K, transA ? M : K,
+            B + ob * K * N, transB ? K : N, 0.0f, C + bi * M * N, N);
+    };
+    // Enough batches for every thread: one GEMM per batch and thread (each
+    // sgemm then runs whole in its thread); else each GEMM split.
+    if (batches >= threadCount())
+      parallelFor(batches, 1, [&](int64_t b, int64_t e) {
+        for (int64_t bi = b; bi < e; ++bi)
+          one(bi);
+      });
+    else
+      for (int64_t bi = 0; bi < batches; ++bi)
+        one(bi);
   }
   storeFromF32(C, o);
   return true;
@@ -152,9 +187,8 @@ bool kGemm(KernelContext &ctx) {
   }
   bool accumulate = c && beta != 0.0f;
   if (M * N != 0 && K != 0)
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
-                tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A,
-                a.shape[1], B, b.shape[1], accumulate ? 1.0f : 0.0f, C, N);
+    sgemm(ta, tb, M, N, K, alpha, A, a.shape[1], B, b.shape[1],
+          accumulate ? 1.0f : 0.0f, C, N);
   else if (!accumulate)
     std::fill(C, C + M * N, 0.0f);
   storeFromF32(C, o);
@@ -162,6 +196,18 @@ bool kGemm(KernelContext &ctx) {
 }
 
 namespace {
+/// sum_c e^(row[c] - mx) of one f32 row, in double, vectorized (fastExp,
+/// lanes summed in any order).
+DS_CLONES double expSumRowF32(const float *row, int64_t C, float mx) {
+  double sum = 0;
+  {
+    DS_REASSOCIATE
+    for (int64_t c = 0; c < C; ++c)
+      sum += fastExp(row[c] - mx);
+  }
+  return sum;
+}
+
 /// One contiguous f32 softmax row; the sum in double.
 DS_CLONES void softmaxRowF32(const float *xr, float *yr, int64_t dim,
                              bool logOut) {
@@ -175,14 +221,13 @@ DS_CLONES void softmaxRowF32(const float *xr, float *yr, int64_t dim,
   }
   double sum = 0;
   if (logOut) {
-    for (int64_t k = 0; k < dim; ++k)
-      sum += fastExp(xr[k] - mx);
+    sum = expSumRowF32(xr, dim, mx);
     float ls = static_cast<float>(std::log(sum));
     for (int64_t k = 0; k < dim; ++k)
       yr[k] = xr[k] - mx - ls;
     return;
   }
-  for (int64_t k = 0; k < dim; ++k)
+  DS_VECTORIZE for (int64_t k = 0; k < dim; ++k)
     yr[k] = fastExp(xr[k] - mx);
   for (int64_t k = 0; k < dim; ++k)
     sum += yr[k];
@@ -343,6 +388,7 @@ bool kLayerNorm(KernelContext &ctx) {
   return true;
 }
 
+
 bool kSoftmaxCrossEntropyLoss(KernelContext &ctx) {
   const TensorView &scores = ctx.in[0], &labels = ctx.in[1];
   const TensorView *weights = ctx.in.size() > 2 ? &ctx.in[2] : nullptr;
@@ -361,10 +407,7 @@ bool kSoftmaxCrossEntropyLoss(KernelContext &ctx) {
         float mx = -std::numeric_limits<float>::infinity();
         for (int64_t c = 0; c < C; ++c)
           mx = std::max(mx, row[c]);
-        double sum = 0;
-        for (int64_t c = 0; c < C; ++c)
-          sum += std::exp(row[c] - mx);
-        double ls = std::log(sum) + mx;
+        double ls = std::log(expSumRowF32(row, C, mx)) + mx;
         for (int64_t c = 0; c < C; ++c)
           logp[n * C + c] = row[c] - ls;
       }

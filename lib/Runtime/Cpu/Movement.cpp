@@ -84,6 +84,55 @@ int64_t rowOffset(const std::vector<int64_t> &outShape,
   return off;
 }
 
+/// A transpose of 4-byte elements whose output rows would gather (the
+/// output dimension q that walks the input contiguously is not the last):
+/// per batch of the other dimensions, 32 x 32 tiles of (q, last), so that
+/// both the reads and the writes of a tile stay in cache. False when the
+/// permutation is not of that kind.
+bool tiledTranspose(const TensorView &in, TensorView &out,
+                    const std::vector<int64_t> &st) {
+  int64_t rank = out.rank(), last = rank - 1, q = -1;
+  if (dtypeSize(out.dtype) != 4 || rank < 2 || st[last] == 1 ||
+      out.shape[last] < 2)
+    return false;
+  for (int64_t d = 0; d < rank; ++d)
+    if (st[d] == 1 && out.shape[d] > 1)
+      q = d;
+  if (q < 0)
+    return false;
+  std::vector<int64_t> oStr = stridesOf(out.shape), others;
+  for (int64_t d = 0; d < last; ++d)
+    if (d != q)
+      others.push_back(d);
+  constexpr int64_t tile = 32;
+  int64_t R = out.shape[q], C = out.shape[last], sl = st[last], oq = oStr[q];
+  int64_t tilesR = (R + tile - 1) / tile, batches = 1;
+  for (int64_t d : others)
+    batches *= out.shape[d];
+  const uint32_t *I = in.as<uint32_t>();
+  uint32_t *O = out.as<uint32_t>();
+  parallelFor(batches * tilesR, std::max<int64_t>(1, 8192 / (tile * C)),
+              [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      int64_t rem = t / tilesR, io = 0, oo = 0;
+      for (int64_t k = static_cast<int64_t>(others.size()) - 1; k >= 0; --k) {
+        int64_t d = others[k], idx = rem % out.shape[d];
+        rem /= out.shape[d];
+        io += idx * st[d];
+        oo += idx * oStr[d];
+      }
+      int64_t i0 = (t % tilesR) * tile, i1 = std::min(R, i0 + tile);
+      for (int64_t j0 = 0; j0 < C; j0 += tile) {
+        int64_t j1 = std::min(C, j0 + tile);
+        for (int64_t i = i0; i < i1; ++i)
+          for (int64_t j = j0; j < j1; ++j)
+            O[oo + i * oq + j] = I[io + i + j * sl];
+      }
+    }
+  });
+  return true;
+}
+
 } // namespace
 
 bool kCopy(KernelContext &ctx) {
@@ -142,6 +191,8 @@ bool kTranspose(KernelContext &ctx) {
       return ctx.fail("invalid permutation");
     st[i] = inStrides[perm[i]];
   }
+  if (out.numel() > 0 && tiledTranspose(in, out, st))
+    return true;
   stridedCopy(in, out, [&](int64_t r) { return rowOffset(out.shape, st, r); },
               st.empty() ? 0 : st.back());
   return true;

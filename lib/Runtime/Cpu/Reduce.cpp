@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Kernels.h"
+#include "Vec.h"
 
 #include <algorithm>
 #include <limits>
@@ -14,6 +15,80 @@ namespace ds::rt {
 namespace {
 
 enum class Red { Sum, Mean, Max };
+
+/// acc[c] += x[c]: one f32 row added into double sums (each column's sum
+/// keeps its row order, so vectorizing across columns changes no bit).
+DS_CLONES void addRowD(double *acc, const float *x, int64_t n) {
+  DS_VECTORIZE for (int64_t c = 0; c < n; ++c) acc[c] += x[c];
+}
+
+/// Stores n sums (divided by `count` for a mean) at out[o, o + n).
+void storeSums(TensorView &out, int64_t o, const double *v, int64_t n,
+               double count, bool mean) {
+  if (out.dtype == DType::F32) {
+    float *f = out.as<float>() + o;
+    for (int64_t i = 0; i < n; ++i)
+      f[i] = static_cast<float>(mean ? v[i] / count : v[i]);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    double x = mean ? v[i] / count : v[i];
+    if (isFloat(out.dtype))
+      storeD(out.data, out.dtype, o + i, x);
+    else
+      storeI(out.data, out.dtype, o + i, static_cast<int64_t>(x));
+  }
+}
+
+void storeSum(TensorView &out, int64_t o, double v) {
+  if (out.dtype == DType::F32)
+    out.as<float>()[o] = static_cast<float>(v);
+  else if (isFloat(out.dtype))
+    storeD(out.data, out.dtype, o, v);
+  else
+    storeI(out.data, out.dtype, o, static_cast<int64_t>(v));
+}
+
+/// f32 sum or mean over leading axes: rows of `cols` added column-wise, in
+/// blocks of columns that keep their double sums in L1.
+void sumLeadingF32(const float *x, int64_t rows, int64_t cols, bool mean,
+                   TensorView &out) {
+  constexpr int64_t block = 512;
+  parallelFor(cols, block, [&](int64_t b, int64_t e) {
+    double acc[block];
+    for (int64_t c0 = b; c0 < e; c0 += block) {
+      int64_t n = std::min(block, e - c0);
+      std::fill(acc, acc + n, 0.0);
+      for (int64_t r = 0; r < rows; ++r)
+        addRowD(acc, x + r * cols + c0, n);
+      storeSums(out, c0, acc, n, static_cast<double>(rows), mean);
+    }
+  });
+}
+
+/// f32 sum or mean over trailing axes: each row summed in order in double,
+/// eight rows at a time (eight independent chains instead of one).
+void sumTrailingF32(const float *x, int64_t rows, int64_t count, bool mean,
+                    TensorView &out) {
+  parallelFor(rows, std::max<int64_t>(8, 16384 / std::max<int64_t>(count, 1)),
+              [&](int64_t b, int64_t e) {
+    int64_t o = b;
+    for (; o + 8 <= e; o += 8) {
+      double a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      const float *row = x + o * count;
+      for (int64_t i = 0; i < count; ++i)
+        for (int j = 0; j < 8; ++j)
+          a[j] += row[j * count + i];
+      storeSums(out, o, a, 8, static_cast<double>(count), mean);
+    }
+    for (; o < e; ++o) {
+      double a = 0;
+      for (int64_t i = 0; i < count; ++i)
+        a += x[o * count + i];
+      storeSum(out, o, mean ? a / static_cast<double>(count) : a);
+    }
+  });
+}
 
 /// Axes [0, lead) and [trail, rank) reduced, [lead, trail) kept, with both
 /// reduced runs non-empty.
@@ -47,7 +122,6 @@ bool reduce(KernelContext &ctx, Red kind) {
   int64_t outN = out.numel(), inN = in.numel();
   int64_t count = outN == 0 ? 0 : inN / outN;
   double init = kind == Red::Max ? -std::numeric_limits<double>::infinity() : 0.0;
-  std::vector<double> acc(outN, init);
 
   // Trailing axes reduced: contiguous rows, in parallel.
   int64_t firstReduced = in.rank();
@@ -63,6 +137,17 @@ bool reduce(KernelContext &ctx, Red kind) {
   bool leading = lastReduced > 0 &&
                  std::none_of(reduced.begin() + lastReduced, reduced.end(),
                               [](bool b) { return b; });
+  if (in.dtype == DType::F32 && kind != Red::Max && outN > 0) {
+    if (leading && !trailing) {
+      sumLeadingF32(in.as<float>(), count, outN, kind == Red::Mean, out);
+      return true;
+    }
+    if (trailing) {
+      sumTrailingF32(in.as<float>(), outN, count, kind == Red::Mean, out);
+      return true;
+    }
+  }
+  std::vector<double> acc(outN, init);
   if (leading && !trailing) {
     int64_t rows = count, cols = outN;
     bool f32 = in.dtype == DType::F32;
