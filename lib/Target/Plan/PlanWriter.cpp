@@ -486,7 +486,8 @@ LogicalResult mlir::ds::plan_writer::addSource(ModuleOp module,
 }
 
 LogicalResult mlir::ds::writePlan(ModuleOp module, StringRef planPath,
-                                  const PlanWriteOptions &options) {
+                                  const PlanWriteOptions &options,
+                                  std::string *bytes) {
   pb::Plan p;
   SmallVector<ModuleOp> stages;
   for (Operation &op : *module.getBody())
@@ -517,6 +518,11 @@ LogicalResult mlir::ds::writePlan(ModuleOp module, StringRef planPath,
   header.checksum = ::ds::fnv1a64(payload.data(), payload.size());
   unsigned char head[::ds::kPlanHeaderBytes];
   ::ds::encodePlanHeader(header, head);
+  if (bytes) { // in memory: no file
+    bytes->assign(reinterpret_cast<const char *>(head), ::ds::kPlanHeaderBytes);
+    bytes->append(payload);
+    return success();
+  }
 
   // Write beside the target, then rename: a failed write never leaves a
   // half plan behind.
