@@ -10,6 +10,7 @@ DeepSpeed does; together the three calls do what DeepSpeed's do. See
 docs/python.md.
 """
 
+import collections
 import inspect
 import json
 import os
@@ -178,22 +179,23 @@ class _PlanScheduler:
         pass
 
 
+# What the engine compiles with: ds-opt flags, the config (its path for the
+# C++ reader, its dict, what the caller gave), the trained parameters' ids
+# (None: requires_grad decides), the groups' own settings, the plan file to
+# write (or None) and the kernel threads (None: by the cores).
+_Setup = collections.namedtuple(
+    "_Setup", "flags config_path config config_origin trainable groups "
+    "plan_path threads")
+
+
 class DeepSpeedEngine:
     """A compiled training step with DeepSpeed's engine interface."""
 
-    def __init__(self, model, flags, config_path, config, trainable, groups,
-                 example_inputs, plan_path, threads, config_origin=None):
-        import torch  # noqa: F401  (the module is a torch module)
+    def __init__(self, model, setup, example_inputs=None):
+        """`setup`: what the compile takes (initialize's _Setup)."""
         self._ds = _native.load()
         self._model = model
-        self._flags = flags
-        self._config_path = config_path
-        self._config = config
-        self._config_origin = config_origin
-        self._trainable = trainable
-        self._groups = groups
-        self._plan_path = plan_path
-        self._threads = threads
+        self._setup = setup
         self._folder = tempfile.mkdtemp(prefix="ds-engine-")
         self._cleanup = weakref.finalize(self, shutil.rmtree, self._folder,
                                          True)
@@ -219,9 +221,9 @@ class DeepSpeedEngine:
         model = self._model
         # The trained set: requires_grad and (when given) in the optimizer.
         switched = []
-        if self._trainable is not None:
+        if self._setup.trainable is not None:
             for _, p in _all_named_parameters(model):
-                if p.requires_grad and id(p) not in self._trainable:
+                if p.requires_grad and id(p) not in self._setup.trainable:
                     p.requires_grad_(False)
                     switched.append(p)
         try:
@@ -229,7 +231,7 @@ class DeepSpeedEngine:
         finally:
             for p in switched:
                 p.requires_grad_(True)
-        if self._groups:
+        if self._setup.groups:
             self._record_groups(proto, path)
 
     def _record_groups(self, proto, path):
@@ -242,7 +244,7 @@ class DeepSpeedEngine:
             if name in present and p.requires_grad:
                 names.setdefault(id(p), name)
         record = {}
-        for ids, settings in self._groups:
+        for ids, settings in self._setup.groups:
             for i in ids:
                 if i in names:
                     record[names[i]] = settings
@@ -262,23 +264,23 @@ class DeepSpeedEngine:
             try:
                 self._export(batch, model_path)
                 ok, plan, _, messages, report = ds.compile(
-                    model_path, self._flags, self._config_path,
-                    self._plan_path or "")
+                    model_path, self._setup.flags, self._setup.config_path,
+                    self._setup.plan_path or "")
                 self.report = report
                 warnings = [m for m in messages.splitlines()
                             if m.startswith("warning:")]
                 for w in warnings:
                     print("ds: " + w)
-                if isinstance(self._config_origin, dict):
-                    messages = messages.replace(self._config_path,
+                if isinstance(self._setup.config_origin, dict):
+                    messages = messages.replace(self._setup.config_path,
                                                 "the config dict")
                 if not ok:
                     message = ("ds.initialize: the compile failed:\n" +
                                messages.strip()).encode()
                 with open(model_path, "rb") as f:
                     onnx_bytes = f.read()
-                if ok and self._plan_path:
-                    plan = ds.read_plan(self._plan_path)
+                if ok and self._setup.plan_path:
+                    plan = ds.read_plan(self._setup.plan_path)
             except Exception as e:  # every rank raises it, not only rank 0
                 message = ("%s: %s" % (type(e).__name__, e)).encode()
         if self.world_size > 1:
@@ -291,7 +293,7 @@ class DeepSpeedEngine:
             if self.global_rank != 0:
                 with open(model_path, "wb") as f:
                     f.write(onnx_bytes)
-        threads = self._threads or max(
+        threads = self._setup.threads or max(
             1, (os.cpu_count() or 1) // max(1, self.world_size))
         self._session = ds.Session(
             plan, os.path.join(self._folder, "plan.bin"), threads=threads)
@@ -451,24 +453,25 @@ class DeepSpeedEngine:
 
     def get_lr(self):
         return [self._session.lr()] if self._session else \
-            [float(dict(self._flags).get("lr", "nan"))]
+            [float(dict(self._setup.flags).get("lr", "nan"))]
 
     def zero_optimization_stage(self):
         if self._session:
             return self._info()["zero_stage"]
-        return int(self._config.get("zero_optimization", {}).get("stage", 0))
+        zero = self._setup.config.get("zero_optimization", {})
+        return int(zero.get("stage", 0))
 
     def gradient_accumulation_steps(self):
         if self._session:
             return max(1, int(self._info()["accum_steps"]))
-        return int(self._config.get("gradient_accumulation_steps", 1))
+        return int(self._setup.config.get("gradient_accumulation_steps", 1))
 
     def train_micro_batch_size_per_gpu(self):
         if self._session and self._session.input_specs():
             shape = self._session.input_specs()[0][2]
             if shape:
                 return int(shape[0])
-        c = self._config
+        c = self._setup.config
         if "train_micro_batch_size_per_gpu" in c:
             return int(c["train_micro_batch_size_per_gpu"])
         if "train_batch_size" in c:
@@ -597,9 +600,10 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None,
         flags += opt_flags
     elif model_parameters is not None:
         trainable, groups = _parameter_ids(model_parameters)
-    engine = DeepSpeedEngine(model, flags, config_path, config_dict,
-                             trainable, groups, example_inputs, plan_path,
-                             threads, config_origin=chosen)
+    setup = _Setup(flags=flags, config_path=config_path, config=config_dict,
+                   config_origin=chosen, trainable=trainable, groups=groups,
+                   plan_path=plan_path, threads=threads)
+    engine = DeepSpeedEngine(model, setup, example_inputs)
     loader = None
     if training_data is not None:
         import torch.utils.data as tud

@@ -92,6 +92,21 @@ def ds_losses(engine, data, rows=None):
     return out
 
 
+def compare(engine, ref, ref_opt, data, vocab):
+    """Trains both on `data`: each step's loss, then the trained modules'
+    loss on a new batch."""
+    want = torch_losses(ref, ref_opt, data)
+    got = ds_losses(engine, data)
+    ok = all(check("step %d loss" % (i + 1), g, w, LOSS_TOL)
+             for i, (g, w) in enumerate(zip(got, want)))
+    rows, seq = data[0]["idx"].shape
+    probe = batches(vocab, rows, seq, 1, seed=99)[0]
+    with torch.no_grad():
+        ok &= check("engine.module after training", float(
+            engine.module(**probe)), float(ref(**probe)), LOSS_TOL)
+    return ok
+
+
 def new_model():
     vocab, block, layers, heads, d, batch, seq = export_gpt.SIZES["tiny"]
     torch.manual_seed(0)
@@ -112,15 +127,8 @@ def mode_adam(use_config):
         opt = torch.optim.Adam(model.parameters(), lr=2e-3)
         engine, _, _, _ = ds.initialize(model=model, optimizer=opt,
                                         config=cfg)
-    want = torch_losses(ref, torch.optim.Adam(ref.parameters(), lr=2e-3),
-                        data)
-    got = ds_losses(engine, data)
-    ok = all(check("step %d loss" % (i + 1), g, w, LOSS_TOL)
-             for i, (g, w) in enumerate(zip(got, want)))
-    probe = batches(vocab, rows, seq, 1, seed=99)[0]
-    with torch.no_grad():
-        ok &= check("engine.module after training", float(
-            engine.module(**probe)), float(ref(**probe)), LOSS_TOL)
+    ok = compare(engine, ref, torch.optim.Adam(ref.parameters(), lr=2e-3),
+                 data, vocab)
     print("global_steps %d lr %s zero stage %d world %d" % (
         engine.global_steps, engine.get_lr(), engine.zero_optimization_stage(),
         engine.world_size))
@@ -145,14 +153,7 @@ def mode_groups():
     cfg = {"train_micro_batch_size_per_gpu": rows}
     engine, _, _, _ = ds.initialize(model=model, optimizer=hf_groups(
         model, 2e-3), config=cfg)
-    want = torch_losses(ref, hf_groups(ref, 2e-3), data)
-    got = ds_losses(engine, data)
-    ok = all(check("step %d loss" % (i + 1), g, w, LOSS_TOL)
-             for i, (g, w) in enumerate(zip(got, want)))
-    probe = batches(vocab, rows, seq, 1, seed=99)[0]
-    with torch.no_grad():
-        ok &= check("engine.module after training", float(
-            engine.module(**probe)), float(ref(**probe)), LOSS_TOL)
+    ok = compare(engine, ref, hf_groups(ref, 2e-3), data, vocab)
     # The final LayerNorm's weight (near 1, in the no-decay group): ds's
     # within 1e-4 of torch's, while a single group decaying it too ends
     # about 6 * lr * wd = 1.2e-3 away (so the check can fail).
