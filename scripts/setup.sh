@@ -14,6 +14,8 @@ PKGS=(
   libopenblas-dev openmpi-bin libopenmpi-dev liburing-dev
   # tests and model generation
   python3 python3-torch python3-torchvision python3-onnx python3-numpy
+  # the Python engine's extension (ds.initialize)
+  python3-pybind11 python3-dev
 )
 
 missing=()

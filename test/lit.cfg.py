@@ -51,3 +51,9 @@ except Exception:
     _devices = []
 if "cuda" in _devices:
     config.available_features.add("cuda-device")
+
+# The Python engine (ds.initialize) needs the pybind11 extension, built
+# when pybind11 is found (REQUIRES: ds-python-engine).
+import glob
+if glob.glob(os.path.join(config.ds_obj_root, "python", "ds", "_ds*.so")):
+    config.available_features.add("ds-python-engine")

@@ -258,7 +258,7 @@ LogicalResult mlir::ds::writePlanFile(CompileResult &result,
   } else if (o.isGiven("report")) {
     (json ? plan.views.costJson : plan.views.costReport) = &result.cost;
   }
-  return writePlan(*result.module, request.planPath, plan);
+  return writePlan(*result.module, request.planPath, plan, request.planBytes);
 }
 
 std::string mlir::ds::formatReport(const CompileResult &result,

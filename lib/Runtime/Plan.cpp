@@ -337,6 +337,12 @@ std::shared_ptr<const Plan> loadPlan(const std::string &path, std::string &err) 
     err = "cannot open plan '" + path + "'";
     return nullptr;
   }
+  return loadPlanBytes(bytes, path, err);
+}
+
+std::shared_ptr<const Plan> loadPlanBytes(const std::string &bytes,
+                                          const std::string &path,
+                                          std::string &err) {
   if (bytes.size() < kPlanHeaderBytes) {
     err = "'" + path + "' is not a ds plan (" + std::to_string(bytes.size()) +
           " bytes, shorter than the header)";

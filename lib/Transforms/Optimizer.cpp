@@ -15,6 +15,7 @@
 #include "ds/Runtime/Schedule.h"
 #include "ds/Transforms/Passes.h"
 #include "ds/Transforms/Sharding.h"
+#include "llvm/ADT/StringSet.h"
 
 namespace mlir::ds {
 #define GEN_PASS_DEF_OPTIMIZERPASS
@@ -85,11 +86,14 @@ private:
   void gatherUpdatedShards();
   void finish();
 
-  /// The hyper-parameters of the update of parameter `name` (one set for
-  /// every parameter today).
+  /// The hyper-parameters of the update of parameter `name`: its group's
+  /// (the export's `ds.param_groups`), else the pass options'.
   const Hyperparameters &hyperparametersOf(StringAttr name) const {
-    return options.hyper;
+    auto it = groups.find(name.getValue());
+    return it == groups.end() ? options.hyper : it->second;
   }
+  llvm::StringMap<Hyperparameters> groups;
+  llvm::StringSet<> updatedNames;
 
   func::FuncOp func;
   const UpdateOptions &options;
@@ -484,6 +488,12 @@ LogicalResult UpdateSection::build() {
   if (func->hasAttr("ds.pipeline"))
     PipeMarkOp::create(b, func.getLoc())
         ->setAttr("update", b.getI64IntegerAttr(1));
+  FailureOr<llvm::StringMap<Hyperparameters>> read =
+      optimizer::readParameterGroups(func->getParentOfType<ModuleOp>(),
+                                     options.hyper);
+  if (failed(read))
+    return failure();
+  groups = std::move(*read);
   collectParameters();
   step = addArg(RankedTensorType::get({}, b.getI64Type()),
                 b.getNamedAttr("ds.step", b.getUnitAttr()));
@@ -496,8 +506,13 @@ LogicalResult UpdateSection::build() {
       continue;
     if (failed(updateParameter(i, name)))
       return failure();
+    updatedNames.insert(name.getValue());
     ++updated;
   }
+  for (const auto &group : groups)
+    if (!updatedNames.contains(group.getKey()))
+      return func.emitError("the export's metadata 'ds.param_groups' names '")
+             << group.getKey() << "', which is not a trained parameter";
   if (updated == 0)
     return func.emitError("no gradients to apply: run --ds-autodiff first");
   if (overflow) {

@@ -14,6 +14,8 @@
 #define DS_TRANSFORMS_OPTIMIZERUPDATE_H
 
 #include "ds/Dialect/Ds/IR/DsOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/StringMap.h"
 
 #include <string>
 
@@ -78,6 +80,14 @@ struct UpdateRule {
 
 /// The optimizers, in the order the diagnostics list them.
 ArrayRef<UpdateRule> updateRules();
+
+/// Parameter groups (OptimizerGroups.cpp): the export record's
+/// `ds.param_groups` (a JSON object: parameter name -> {"lr": x,
+/// "weight_decay": y}, either key optional) applied over `base`, by
+/// parameter name. An empty map without the record; a malformed record
+/// fails with an error on `module`.
+FailureOr<llvm::StringMap<Hyperparameters>>
+readParameterGroups(ModuleOp module, const Hyperparameters &base);
 
 /// The rule named `name`, or null.
 const UpdateRule *lookupUpdateRule(StringRef name);

@@ -44,6 +44,10 @@ struct CompileRequest {
   std::string modelPath;
   /// Where emit=plan writes the plan; empty: no plan file is written.
   std::string planPath;
+  /// emit=plan: when set, the plan's bytes go here instead of a file
+  /// (planPath then only names the folder the weights path is relative
+  /// to; ds.initialize compiles in-process).
+  std::string *planBytes = nullptr;
   /// Recorded in the plan (ds-run --info prints it).
   std::string commandLine;
   /// Passes to run after the training step and before lowering (ds-opt's

@@ -100,6 +100,12 @@ struct PlanInfo {
 /// Loads and checks `path`: header, version, size, checksum, consistency.
 /// On failure returns null and sets `err` to one line.
 std::shared_ptr<const Plan> loadPlan(const std::string &path, std::string &err);
+/// The same for a plan held in memory (ds.initialize compiles in-process):
+/// `path` names it in errors and its folder is where the plan's relative
+/// weights path is resolved from (as for a file of that name).
+std::shared_ptr<const Plan> loadPlanBytes(const std::string &bytes,
+                                          const std::string &path,
+                                          std::string &err);
 PlanInfo describe(const Plan &plan);
 /// Pipeline parallelism: the stages of a pipeline plan (1 for any other),
 /// and the plan of one stage (its world: the stage's ranks).

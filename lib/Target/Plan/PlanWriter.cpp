@@ -494,7 +494,8 @@ SmallVector<ModuleOp> mlir::ds::plan_writer::stageModules(ModuleOp module) {
 }
 
 LogicalResult mlir::ds::writePlan(ModuleOp module, StringRef planPath,
-                                  const PlanWriteOptions &options) {
+                                  const PlanWriteOptions &options,
+                                  std::string *bytes) {
   pb::Plan p;
   SmallVector<ModuleOp> stages = plan_writer::stageModules(module);
   if (!stages.empty()) {
@@ -522,6 +523,11 @@ LogicalResult mlir::ds::writePlan(ModuleOp module, StringRef planPath,
   header.checksum = ::ds::fnv1a64(payload.data(), payload.size());
   unsigned char head[::ds::kPlanHeaderBytes];
   ::ds::encodePlanHeader(header, head);
+  if (bytes) { // in memory: no file
+    bytes->assign(reinterpret_cast<const char *>(head), ::ds::kPlanHeaderBytes);
+    bytes->append(payload);
+    return success();
+  }
 
   // Write beside the target, then rename: a failed write never leaves a
   // half plan behind.

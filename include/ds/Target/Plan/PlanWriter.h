@@ -77,9 +77,12 @@ struct PlanWriteOptions {
 
 /// Serializes the planned dsrt `@forward` of `module` to `planPath`
 /// (written to a temporary file, then renamed). Errors are emitted on the
-/// module.
+/// module. With `bytes` the plan (header and payload, as the file would
+/// hold) goes there and no file is written; `planPath` still fixes the
+/// folder the weights path is relative to.
 LogicalResult writePlan(ModuleOp module, llvm::StringRef planPath,
-                        const PlanWriteOptions &options);
+                        const PlanWriteOptions &options,
+                        std::string *bytes = nullptr);
 
 /// The predicted step of the lowered `module` (flat, or a pipeline's
 /// stage modules) on `cluster`, built in memory as writePlan would build
