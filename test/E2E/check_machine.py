@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks a machine description written by ds-run --calibrate.
 
-check_machine.py FILE --ranks N [--nodes K] [--quick] [--nvme]
+check_machine.py FILE --ranks N [--nodes K] [--quick] [--nvme] [--kinds]
 
 Every field the cluster schema (docs/calibration.md) requires, in the
 order ds-run writes them, each a positive finite number in its unit's
@@ -15,6 +15,9 @@ range for a CPU. The ranges, and why:
     1e8 on one core; a busy host may slow it tenfold); conv 1e7 to 1e13
     FLOP/s.
   - launch_overhead: 1e-9 to 1e-3 s (a function call to a scheduler tick).
+  - kernels.kinds (--kinds, --calibrate-kernels-of): each entry a kernel
+    name with bytes_per_s (1e5 to 1e13: erf or the loss run near 1e8 on a
+    shared core, a copy in cache near 1e11) and/or overhead (0 to 0.01 s).
   - links and collectives: latency 1e-8 to 0.1 s, bandwidth 1e7 to 1e12
     bytes/s (lit runs tests in parallel on few cores, and a descheduled
     rank stretches a message by milliseconds).
@@ -80,9 +83,25 @@ def check_alpha_beta(obj, what):
         in_range(obj["bandwidth"], 1e7, 1e12, what + ".bandwidth")
 
 
-def check_kernels(k, quick):
-    if not keys(k, ["launch_overhead", "gemm", "families"], "kernels"):
+def check_kinds(kinds):
+    check(isinstance(kinds, dict) and len(kinds) > 0, "kernels.kinds is empty")
+    for name, fig in (kinds.items() if isinstance(kinds, dict) else []):
+        what = f"kernels.kinds.{name}"
+        check(re.fullmatch(r"[a-z0-9_]+", name) is not None, f"{what}: not a kernel name")
+        check(isinstance(fig, dict) and 0 < len(fig) and
+              set(fig) <= {"bytes_per_s", "overhead"}, f"{what} keys {fig}")
+        if "bytes_per_s" in fig:
+            in_range(fig["bytes_per_s"], 1e5, 1e13, what + ".bytes_per_s")
+        if "overhead" in fig:
+            in_range(fig["overhead"], 0, 1e-2, what + ".overhead")
+
+
+def check_kernels(k, quick, kinds=False):
+    if not keys(k, ["launch_overhead", "gemm", "families"] +
+                (["kinds"] if kinds else []), "kernels"):
         return
+    if kinds:
+        check_kinds(k["kinds"])
     in_range(k["launch_overhead"], 1e-9, 1e-3, "kernels.launch_overhead")
     gemm = k["gemm"]
     check(len(gemm) == (3 if quick else 6),
@@ -113,6 +132,7 @@ def main():
     ap.add_argument("--nodes", type=int, default=1)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--nvme", action="store_true")
+    ap.add_argument("--kinds", action="store_true")
     a = ap.parse_args()
     with open(a.file) as f:
         m = json.load(f)
@@ -144,7 +164,7 @@ def main():
         for k in ["read_bandwidth", "write_bandwidth"]:
             in_range(m["nvme"][k], 1e7, 1e12, "nvme." + k)
     if "kernels" in m:
-        check_kernels(m["kernels"], a.quick)
+        check_kernels(m["kernels"], a.quick, a.kinds)
     if a.ranks > 1 and keys(m.get("collectives", {}), COLLECTIVES,
                             "collectives"):
         for c in COLLECTIVES:
