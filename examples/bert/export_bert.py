@@ -28,6 +28,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+# ds.export's record of the trainable parameters and buffers, as the GPT
+# example adds it.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "gpt"))
+from export_gpt import record  # noqa: E402
+
 SIZES = {
     # name: (vocab, max_len, layers, heads, d_model, batch, seq)
     "tiny": (128, 32, 2, 4, 64, 4, 32),
@@ -111,19 +116,6 @@ def batch(vocab, rows, seq, seed):
     return ids, mask, targets
 
 
-def record(model, path):
-    """Adds ds.export's record (trainable parameters, buffers) to the file."""
-    import onnx
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                    "..", "..", "python"))
-    import ds
-    proto = onnx.load(path)
-    for key, value in ds.metadata(model, proto).items():
-        entry = proto.metadata_props.add()
-        entry.key, entry.value = key, value
-    onnx.save(proto, path)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -134,6 +126,8 @@ def main():
                     help="also write one batch (ids, mask, targets) of --rows rows to this .npz")
     ap.add_argument("--rows", type=int, default=None,
                     help="rows of --data (default: the size's batch)")
+    ap.add_argument("--print-loss", action="store_true",
+                    help="print torch's loss on the --data batch (for tests)")
     args = ap.parse_args()
     vocab, max_len, layers, heads, d, rows, seq = SIZES[args.size]
     torch.manual_seed(args.seed)
@@ -154,6 +148,9 @@ def main():
         import numpy as np
         ids, mask, targets = batch(vocab, args.rows or rows, seq, args.seed + 1)
         np.savez(args.data, ids=ids.numpy(), mask=mask.numpy(), targets=targets.numpy())
+        if args.print_loss:
+            with torch.no_grad():
+                print(f"torch loss {model(ids, mask, targets)[1].item():.6f}")
 
 
 if __name__ == "__main__":
