@@ -141,6 +141,8 @@ bool measureMemoryBandwidth(const CalibrationPlan &plan, ComputeFigures &f,
 /// at those plans' operand shapes; nothing without such plans.
 bool measureKinds(const CalibrationPlan &plan, ComputeFigures &f,
                   std::string &err);
+/// The last-level cache's bytes (sysfs), or 32 MiB when it does not say.
+uint64_t lastLevelCache();
 /// The share of the host this rank gets (CalibrateShare.cpp): a short
 /// parallel call's median time over its mean time in a long run of them.
 bool measureShare(const CalibrationPlan &plan, double &share,

@@ -34,6 +34,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 
 namespace ds::rt {
@@ -144,8 +145,8 @@ bool callOf(const plan::Instruction &ins, const std::vector<plan::Buffer> &bufs,
 /// a while after a GEMM) is in the figure; never below the call alone
 /// (noise). Without `prev`: the call alone.
 bool timedAfter(const KernelCall *prev, double prevSeconds,
-                const KernelCall &call, double budget, double &t,
-                std::string &err) {
+                const std::function<bool(std::string &)> &call, double budget,
+                double &t, std::string &err) {
   double alone = 0;
   if (!medianSeconds(call, budget, 3, alone, err))
     return false;
@@ -157,6 +158,33 @@ bool timedAfter(const KernelCall *prev, double prevSeconds,
   if (!medianSeconds(pair, budget, 3, both, err))
     return false;
   t = std::max(both - prevSeconds, alone);
+  return true;
+}
+
+/// Calls of one instruction on several copies of its operands, in turn:
+/// together more than twice the last-level cache, so that each call finds
+/// its operands out of cache, as a step's kernel mostly does (the kernels
+/// between two uses of a buffer touch far more than the cache holds).
+struct Rotation {
+  CalibrationTensors tensors;
+  std::vector<KernelCall> calls;
+  size_t next = 0;
+  bool operator()(std::string &err) {
+    return calls[next++ % calls.size()](err);
+  }
+};
+
+bool rotationOf(const plan::Instruction &ins,
+                const std::vector<plan::Buffer> &bufs, double bytes,
+                Rotation &r, std::string &err) {
+  double llc = static_cast<double>(lastLevelCache());
+  int copies = static_cast<int>(std::clamp(
+      std::ceil(2 * llc / std::max(bytes, 1.0)), 1.0,
+      std::min(64.0, std::max(1.0, std::floor(512e6 / std::max(bytes, 1.0))))));
+  r.calls.resize(copies);
+  for (KernelCall &c : r.calls)
+    if (!callOf(ins, bufs, r.tensors, c, err))
+      return false;
   return true;
 }
 
@@ -172,12 +200,13 @@ bool refitGemm(const CalibrationPlan &plan,
   std::vector<int> shapes(f.gemm.size(), 0);
   double budget = plan.quick ? 0.005 : 0.03;
   for (const auto &[key, g] : gemms) {
-    CalibrationTensors tensors;
-    KernelCall call;
-    double t = 0;
+    Rotation call;
+    double t = 0, bytes = 0;
     std::string why;
-    if (!callOf(g.ins, g.bufs, tensors, call, why) ||
-        !timedAfter(&add, addSeconds, call, budget, t, why)) {
+    for (const plan::Buffer &b : g.bufs)
+      bytes += static_cast<double>(b.bytes());
+    if (!rotationOf(g.ins, g.bufs, bytes, call, why) ||
+        !timedAfter(&add, addSeconds, std::ref(call), budget, t, why)) {
       plan.progress("gemm %s: not measured (%s)\n", key.c_str(), why.c_str());
       continue;
     }
@@ -304,11 +333,10 @@ bool measureKinds(const CalibrationPlan &plan, ComputeFigures &f,
     for (double bytes : pickSizes(bySize)) {
       const std::vector<plan::Buffer> &bufs =
           shapes[name + "@" + std::to_string(bytes)];
-      CalibrationTensors tensors;
-      KernelCall call;
+      Rotation call;
       double t = 0;
-      if (!callOf(bySize.at(bytes), bufs, tensors, call, why) ||
-          !timedAfter(before, ctxSeconds, call, budget, t, why))
+      if (!rotationOf(bySize.at(bytes), bufs, bytes, call, why) ||
+          !timedAfter(before, ctxSeconds, std::ref(call), budget, t, why))
         break;
       xs.push_back(bytes);
       ts.push_back(std::max(t, 1e-9));
