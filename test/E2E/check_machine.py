@@ -22,6 +22,11 @@ range for a CPU. The ranges, and why:
     bytes/s (lit runs tests in parallel on few cores, and a descheduled
     rank stretches a message by milliseconds).
   - memory: 1e8 bytes to the host's MemTotal.
+The rates and overheads of `device` and `kernels` are scaled by the share
+of the host's cores the calibration got (docs/calibration.md; a note gives
+it, 0.01 to 1, and on a host shared with other tests it can be a tenth):
+the ranges apply to the unscaled figures (rates over the share, overheads
+times it).
 Prints one line "machine description OK: ..." or the problems, exit 1.
 """
 
@@ -125,6 +130,37 @@ def check_kernels(k, quick, kinds=False):
                 in_range(fam[name][field], lo, hi, f"families.{name}")
 
 
+def unscale(m):
+    """The share from the calibration's notes; the device's and kernels'
+    rates divided by it and their overheads multiplied by it, in place."""
+    notes = m.get("calibration", {}).get("notes", [])
+    found = [re.search(r"while calibrating, ([0-9.]+) ", n) for n in notes]
+    found = [f for f in found if f]
+    if not check(len(found) == 1, "no note gives the cpu share"):
+        return
+    share = float(found[0].group(1))
+    if not in_range(share, 0.01, 1.0, "cpu share"):
+        return
+    d, k = m.get("device", {}), m.get("kernels", {})
+    for p in d.get("flops", {}):
+        d["flops"][p] /= share
+    if "memory_bandwidth" in d:
+        d["memory_bandwidth"] /= share
+    if "copy_bandwidth" in m.get("calibration", {}):
+        m["calibration"]["copy_bandwidth"] /= share
+    if "launch_overhead" in k:
+        k["launch_overhead"] *= share
+    for g in k.get("gemm", []):
+        g["flops_per_s"] /= share
+    for sec in (k.get("families", {}), k.get("kinds", {})):
+        for fig in sec.values():
+            for f in ("flops_per_s", "bytes_per_s"):
+                if f in fig:
+                    fig[f] /= share
+            if "overhead" in fig:
+                fig["overhead"] *= share
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("file")
@@ -144,6 +180,7 @@ def main():
            (["collectives"] if a.ranks > 1 else []) + ["calibration"])
     keys(m, top, "top-level")
     numbers(m)
+    unscale(m)
     check(m.get("nodes") == a.nodes, f"nodes {m.get('nodes')} != {a.nodes}")
     check(m.get("devices_per_node") == per_node,
           f"devices_per_node {m.get('devices_per_node')} != {per_node}")
