@@ -108,9 +108,13 @@ TEST(CalibrateFlags, ParseAndRefuse) {
        "--calibrate measures the machine and runs no plan (got 'p.plan')"},
       {{"--calibrate", "--forward-only", "-o", "m.json"},
        "--forward-only is a plan's; --calibrate takes -o, --threads, "
-       "--calibrate-quick, --calibrate-nvme and --nvme-path"},
+       "--calibrate-quick, --calibrate-nvme, --calibrate-kernels-of and --nvme-path"},
       {{"--calibrate-nvme", "-o", "m.json"},
        "--calibrate-nvme needs --calibrate"},
+      {{"--calibrate-kernels-of=a.plan", "-o", "m.json"},
+       "--calibrate-kernels-of needs --calibrate"},
+      {{"--calibrate", "--calibrate-kernels-of=a.plan,", "-o", "m.json"},
+       "--calibrate-kernels-of needs plan files, comma-separated"},
       {{"--calibrate", "--consolidate", "ck", "-o", "m.json"},
        "--calibrate and --consolidate are separate runs"},
   };

@@ -233,6 +233,21 @@ TEST(StepSimulator, GemmShapeClasses) {
   expectNear(ds::kernelSeconds(c, pb::KIND_RELU, 1e6, 8e6,
                                ds::Precision::FP32),
              1e-3 + 1e-6);
+  // A kernel's own figures (kernels.kinds) replace its family's and the
+  // launch overhead: overhead + bytes / bytes_per_s (2 us + 8e6 / 4e9 s);
+  // without a rate, the overhead alone.
+  c.kinds[static_cast<int>(pb::KIND_RELU)] = {4e9, 2e-6};
+  expectNear(ds::kernelSeconds(c, pb::KIND_RELU, 1e6, 8e6,
+                               ds::Precision::FP32),
+             2e-6 + 2e-3);
+  c.kinds[static_cast<int>(pb::KIND_RELU)] = {0, 5e-6};
+  expectNear(ds::kernelSeconds(c, pb::KIND_RELU, 1e6, 8e6,
+                               ds::Precision::FP32),
+             5e-6);
+  // Other kernels of the family keep the family's figure.
+  expectNear(ds::kernelSeconds(c, pb::KIND_ADD, 1e6, 8e6,
+                               ds::Precision::FP32),
+             1e-3 + 1e-6);
   EXPECT_EQ(ds::rateFamilyOf(pb::KIND_CONV), ds::RateFamily::Conv);
   EXPECT_EQ(ds::rateFamilyOf(pb::KIND_MAX_POOL), ds::RateFamily::Pooling);
 }

@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ds/Pipeline/Cluster.h"
+#include "ds/Support/KernelKinds.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -139,6 +140,7 @@ public:
   llvm::Error device(const json::Object &root, ::ds::ClusterSpec &c);
   llvm::Error offload(const json::Object &root, ::ds::ClusterSpec &c);
   llvm::Error kernels(const json::Object &k, ::ds::ClusterSpec &c);
+  llvm::Error kinds(const json::Object &k, ::ds::ClusterSpec &c);
   llvm::Error collectives(const json::Object &k, ::ds::ClusterSpec &c);
   llvm::Error calibration(const json::Object &k, ::ds::ClusterSpec &c);
 
@@ -233,7 +235,10 @@ llvm::Error ClusterReader::offload(const json::Object &root,
 
 llvm::Error ClusterReader::kernels(const json::Object &k,
                                    ::ds::ClusterSpec &c) {
-  if (llvm::Error e = keys(k, "kernels", {"launch_overhead", "gemm", "families"}))
+  if (llvm::Error e = keys(k, "kernels",
+                           {"launch_overhead", "gemm", "families", "kinds"}))
+    return e;
+  if (llvm::Error e = kinds(k, c))
     return e;
   if (llvm::Error e = number(k, "launch_overhead", "kernels", "seconds", false,
                              c.launchOverhead, true))
@@ -294,6 +299,38 @@ llvm::Error ClusterReader::kernels(const json::Object &k,
       return e;
     if ((*r)->empty())
       return fail(path, "expected flops_per_s and/or bytes_per_s");
+  }
+  return llvm::Error::success();
+}
+
+// Per-kernel figures (kernels.kinds, ds-run --calibrate-kernels-of): each
+// key a kernel name of KernelKinds.def.
+llvm::Error ClusterReader::kinds(const json::Object &k, ::ds::ClusterSpec &c) {
+  llvm::Expected<const json::Object *> o = object(k, "kinds", "kernels", false);
+  if (!o)
+    return o.takeError();
+  if (!*o)
+    return llvm::Error::success();
+  for (const auto &kv : **o) {
+    std::string name = kv.first.str(), path = "kernels.kinds." + name;
+    ::ds::plan::Kind kind = ::ds::kindOf(name);
+    if (kind == ::ds::plan::KIND_UNSPECIFIED)
+      return fail(path, "not a kernel name (include/ds/Support/KernelKinds.def)");
+    const json::Object *r = kv.second.getAsObject();
+    if (!r)
+      return fail(path, "expected an object");
+    if (llvm::Error e = keys(*r, path, {"bytes_per_s", "overhead"}))
+      return e;
+    ::ds::ClusterSpec::KindRate rate;
+    if (llvm::Error e = number(*r, "bytes_per_s", path, "bytes/s", false,
+                               rate.bytesPerSecond))
+      return e;
+    if (llvm::Error e = number(*r, "overhead", path, "seconds", false,
+                               rate.overhead, true))
+      return e;
+    if (r->empty())
+      return fail(path, "expected bytes_per_s and/or overhead");
+    c.kinds[static_cast<int>(kind)] = rate;
   }
   return llvm::Error::success();
 }

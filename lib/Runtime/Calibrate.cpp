@@ -45,10 +45,13 @@ std::vector<float> ComputeFigures::flatten() const {
   for (const GemmClass &g : gemm)
     v.push_back(static_cast<float>(g.flopsPerS));
   for (double x : {fp32, bf16, fp16, memoryBandwidth, copyBandwidth,
-                   launchOverhead})
+                   launchOverhead, share})
     v.push_back(static_cast<float>(x));
   for (const FamilyFigure &f : families)
     for (double x : {f.bytesPerS, f.flopsPerS, f.overhead})
+      v.push_back(static_cast<float>(x));
+  for (const KindFigure &k : kinds)
+    for (double x : {k.bytesPerS, k.overhead})
       v.push_back(static_cast<float>(x));
   return v;
 }
@@ -58,10 +61,13 @@ void ComputeFigures::unflatten(const std::vector<float> &v) {
   for (GemmClass &g : gemm)
     g.flopsPerS = v[i++];
   for (double *x : {&fp32, &bf16, &fp16, &memoryBandwidth, &copyBandwidth,
-                    &launchOverhead})
+                    &launchOverhead, &share})
     *x = v[i++];
   for (FamilyFigure &f : families)
     for (double *x : {&f.bytesPerS, &f.flopsPerS, &f.overhead})
+      *x = v[i++];
+  for (KindFigure &k : kinds)
+    for (double *x : {&k.bytesPerS, &k.overhead})
       *x = v[i++];
 }
 
@@ -214,6 +220,26 @@ std::string kernelsJson(const ComputeFigures &c) {
          (f.bytesPerS && f.flopsPerS ? ", " : "") +
          (f.flopsPerS ? "\"flops_per_s\": " + num(f.flopsPerS) : "") + "}" +
          (i + 1 < c.families.size() ? ",\n" : "\n");
+  }
+  std::vector<const KindFigure *> kinds;
+  for (const KindFigure &k : c.kinds)
+    if (k.measured)
+      kinds.push_back(&k);
+  if (kinds.empty())
+    return j + "    }\n  }";
+  j += "    },\n    \"kinds\": {\n";
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    // Only the positive figures (a kernel without growth has no rate; one
+    // through the origin no overhead).
+    const KindFigure &k = *kinds[i];
+    std::string rate = k.bytesPerS > 0 ? "\"bytes_per_s\": " + num(k.bytesPerS)
+                                       : std::string();
+    std::string over =
+        k.overhead > 0 || rate.empty() ? "\"overhead\": " + num(k.overhead)
+                                       : std::string();
+    j += "      \"" + k.kernel + "\": {" + rate +
+         (!rate.empty() && !over.empty() ? ", " : "") + over + "}" +
+         (i + 1 < kinds.size() ? ",\n" : "\n");
   }
   return j + "    }\n  }";
 }
@@ -369,8 +395,11 @@ bool calibrateCompute(const CalibrationPlan &plan, Communicator &world,
                       Measured &m, std::string &err) {
   if (!agree(world, measureGemm(plan, m.compute, err), err) ||
       !agree(world, measureMemoryBandwidth(plan, m.compute, err), err) ||
-      !agree(world, measureFamilies(plan, m.compute, err), err))
+      !agree(world, measureFamilies(plan, m.compute, err), err) ||
+      !agree(world, measureKinds(plan, m.compute, err), err) ||
+      !agree(world, measureShare(plan, m.compute.share, err), err))
     return false;
+  scaleByShare(m.compute.share, m.compute);
   if (world.size() > 1) {
     std::vector<float> v = m.compute.flatten();
     if (!world.allReduce(v.data(), static_cast<int64_t>(v.size()),
@@ -382,6 +411,13 @@ bool calibrateCompute(const CalibrationPlan &plan, Communicator &world,
                     "converts 16-bit operands to f32 in its workspace and "
                     "runs sgemm; measured through it on the largest "
                     "class's cube");
+  char shareNote[200];
+  std::snprintf(shareNote, sizeof shareNote,
+                "kernels, device.flops and memory_bandwidth: scaled by the "
+                "share of the host's cores a run got while calibrating, "
+                "%.2f (mean over the ranks; 1: a host of its own)",
+                m.compute.share);
+  m.notes.push_back(shareNote);
   m.notes.push_back("device.memory_bandwidth: a triad (12 bytes per "
                     "element) over three arrays of 4x the last-level cache "
                     "(quick: 1x); copy_bandwidth: a copy (8 bytes)");
@@ -448,10 +484,15 @@ RunResult calibrateMachine(const RunOptions &o, Communicator &world) {
   };
   CalibrationPlan plan;
   plan.quick = o.calibrateQuick;
+  plan.kernelsOf = o.calibrateKernelsOf;
   plan.threads = static_cast<int>(o.threads);
   plan.rank = world.rank();
   if (!agree(world, world.rank() != 0 || checkPaths(o, err), err))
     return fail(err);
+  // The sample plans must load before a minute of measuring.
+  for (const std::string &path : plan.kernelsOf)
+    if (!agree(world, loadPlan(path, err) != nullptr, err))
+      return fail("--calibrate-kernels-of: " + err);
   setThreadCount(plan.threads);
   Measured m;
   if (!layoutOf(world, m.layout, err))

@@ -33,6 +33,9 @@ class Communicator;
 /// What a calibration is asked to do, and where it reports.
 struct CalibrationPlan {
   bool quick = false;
+  /// Plans whose kernels are also measured at their own shapes
+  /// (--calibrate-kernels-of).
+  std::vector<std::string> kernelsOf;
   int threads = 1;
   int rank = 0;
   /// Progress lines (stderr, "calibrate: [SECONDS s] ...") come from rank
@@ -94,6 +97,15 @@ struct FamilyFigure {
   double overhead = 0;     // seconds of the tiny call
 };
 
+/// A kernel measured at a sample plan's shapes: t = overhead + bytes / rate
+/// fitted over its distinct operand sizes (rate 0: no growth with bytes).
+struct KindFigure {
+  std::string kernel;
+  double bytesPerS = 0, overhead = 0;
+  int sizes = 0;          // distinct operand sizes measured
+  bool measured = false;  // false: the kernel failed on synthetic operands
+};
+
 /// Everything one rank measures on its own (the ranks measure at once and
 /// the figures are averaged over them).
 struct ComputeFigures {
@@ -102,7 +114,9 @@ struct ComputeFigures {
   double memoryBandwidth = 0; // triad bytes/s
   double copyBandwidth = 0;   // copy bytes/s (reported in the provenance)
   std::vector<FamilyFigure> families;
+  std::vector<KindFigure> kinds; // --calibrate-kernels-of
   double launchOverhead = 0;
+  double share = 1; // of the host's cores (measureShare); figures scaled
   /// Flattened (for averaging over ranks) and back.
   std::vector<float> flatten() const;
   void unflatten(const std::vector<float> &v);
@@ -123,6 +137,18 @@ bool measureGemm(const CalibrationPlan &plan, ComputeFigures &f,
 bool measureMemoryBandwidth(const CalibrationPlan &plan, ComputeFigures &f,
                             std::string &err);
 /// One registered kernel per family at two sizes; the launch overhead.
+/// Each kernel of the plans in `plan.kernelsOf` (--calibrate-kernels-of)
+/// at those plans' operand shapes; nothing without such plans.
+bool measureKinds(const CalibrationPlan &plan, ComputeFigures &f,
+                  std::string &err);
+/// The last-level cache's bytes (sysfs), or 32 MiB when it does not say.
+uint64_t lastLevelCache();
+/// The share of the host this rank gets (CalibrateShare.cpp): a short
+/// parallel call's median time over its mean time in a long run of them.
+bool measureShare(const CalibrationPlan &plan, double &share,
+                  std::string &err);
+/// Rates times `share`; overheads over it.
+void scaleByShare(double share, ComputeFigures &f);
 bool measureFamilies(const CalibrationPlan &plan, ComputeFigures &f,
                      std::string &err);
 

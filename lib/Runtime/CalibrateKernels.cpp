@@ -212,8 +212,6 @@ bool measureGemm(const CalibrationPlan &plan, ComputeFigures &f,
 // Memory bandwidth
 //===----------------------------------------------------------------------===//
 
-namespace {
-/// The last-level cache's bytes (sysfs), or 32 MiB when it does not say.
 uint64_t lastLevelCache() {
   uint64_t best = 0;
   for (int i = 0; i < 8; ++i) {
@@ -229,7 +227,6 @@ uint64_t lastLevelCache() {
   }
   return best ? best : 32ull << 20;
 }
-} // namespace
 
 bool measureMemoryBandwidth(const CalibrationPlan &plan, ComputeFigures &f,
                             std::string &err) {

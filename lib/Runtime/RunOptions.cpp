@@ -327,6 +327,29 @@ std::vector<RunFlag> calibrationFlags() {
              "write and read rates, through a temporary file in\n"
              "--nvme-path (default $TMPDIR, else /tmp)",
              &O::calibrateNvme),
+      flag({"--calibrate-kernels-of"}, "--calibrate-kernels-of=PLANS",
+           "with --calibrate: also time each kernel of these\n"
+           "plans (comma-separated plan.bin files) at the\n"
+           "plans' own operand shapes, written as kernels.kinds\n"
+           "(per kernel: overhead and bytes/s)",
+           [](O &o, const std::string &v) {
+             o.calibrateKernelsOf.clear();
+             size_t at = 0;
+             while (at <= v.size()) {
+               size_t comma = v.find(',', at);
+               std::string one = v.substr(at, comma == std::string::npos
+                                                  ? std::string::npos
+                                                  : comma - at);
+               if (one.empty())
+                 return std::string("--calibrate-kernels-of needs plan "
+                                    "files, comma-separated");
+               o.calibrateKernelsOf.push_back(one);
+               if (comma == std::string::npos)
+                 break;
+               at = comma + 1;
+             }
+             return std::string();
+           }),
   };
 }
 
@@ -446,7 +469,8 @@ std::string checkCalibrateOptions(const RunOptions &o) {
     if (given)
       return std::string(name) +
              " is a plan's; --calibrate takes -o, --threads, "
-             "--calibrate-quick, --calibrate-nvme and --nvme-path";
+             "--calibrate-quick, --calibrate-nvme, --calibrate-kernels-of and "
+             "--nvme-path";
   if (o.backend == "cuda")
     return "--calibrate measures the CPU backend; calibrating CUDA devices "
            "is not implemented (leave out --backend=cuda)";
@@ -460,9 +484,11 @@ std::string checkCalibrateOptions(const RunOptions &o) {
 bool checkRunOptions(const RunOptions &o, std::string &err) {
   if (o.calibrate) {
     err = checkCalibrateOptions(o);
-  } else if (o.calibrateQuick || o.calibrateNvme) {
-    err = std::string(o.calibrateQuick ? "--calibrate-quick"
-                                       : "--calibrate-nvme") +
+  } else if (o.calibrateQuick || o.calibrateNvme ||
+             !o.calibrateKernelsOf.empty()) {
+    err = std::string(o.calibrateQuick  ? "--calibrate-quick"
+                      : o.calibrateNvme ? "--calibrate-nvme"
+                                        : "--calibrate-kernels-of") +
           " needs --calibrate";
   } else if (!o.consolidateDir.empty()) {
     if (o.outputPath.empty())

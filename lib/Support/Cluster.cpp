@@ -195,6 +195,12 @@ double kernelSeconds(const ClusterSpec &c, plan::Kind kind, double flops,
   const KernelFacts *k = kernelFacts(kind);
   double launch = c.launchOverhead;
   double membw = c.memoryBandwidth > 0 ? c.memoryBandwidth : 1;
+  // A kernel calibrated on its own (kernels.kinds) at a sample plan's
+  // shapes: its call overhead and bytes/s replace the family's figures.
+  if (auto it = c.kinds.find(static_cast<int>(kind)); it != c.kinds.end()) {
+    const ClusterSpec::KindRate &r = it->second;
+    return r.overhead + (r.bytesPerSecond > 0 ? bytes / r.bytesPerSecond : 0);
+  }
   if (k && k->flops == FlopRule::MatMul) {
     double rate = gemmRate(c, p);
     int cls = gemmClass(c, flops);

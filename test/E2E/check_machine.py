@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks a machine description written by ds-run --calibrate.
 
-check_machine.py FILE --ranks N [--nodes K] [--quick] [--nvme]
+check_machine.py FILE --ranks N [--nodes K] [--quick] [--nvme] [--kinds]
 
 Every field the cluster schema (docs/calibration.md) requires, in the
 order ds-run writes them, each a positive finite number in its unit's
@@ -15,10 +15,18 @@ range for a CPU. The ranges, and why:
     1e8 on one core; a busy host may slow it tenfold); conv 1e7 to 1e13
     FLOP/s.
   - launch_overhead: 1e-9 to 1e-3 s (a function call to a scheduler tick).
+  - kernels.kinds (--kinds, --calibrate-kernels-of): each entry a kernel
+    name with bytes_per_s (1e5 to 1e13: erf or the loss run near 1e8 on a
+    shared core, a copy in cache near 1e11) and/or overhead (0 to 0.01 s).
   - links and collectives: latency 1e-8 to 0.1 s, bandwidth 1e7 to 1e12
     bytes/s (lit runs tests in parallel on few cores, and a descheduled
     rank stretches a message by milliseconds).
   - memory: 1e8 bytes to the host's MemTotal.
+The rates and overheads of `device` and `kernels` are scaled by the share
+of the host's cores the calibration got (docs/calibration.md; a note gives
+it, 0.01 to 1, and on a host shared with other tests it can be a tenth):
+the ranges apply to the unscaled figures (rates over the share, overheads
+times it).
 Prints one line "machine description OK: ..." or the problems, exit 1.
 """
 
@@ -80,9 +88,25 @@ def check_alpha_beta(obj, what):
         in_range(obj["bandwidth"], 1e7, 1e12, what + ".bandwidth")
 
 
-def check_kernels(k, quick):
-    if not keys(k, ["launch_overhead", "gemm", "families"], "kernels"):
+def check_kinds(kinds):
+    check(isinstance(kinds, dict) and len(kinds) > 0, "kernels.kinds is empty")
+    for name, fig in (kinds.items() if isinstance(kinds, dict) else []):
+        what = f"kernels.kinds.{name}"
+        check(re.fullmatch(r"[a-z0-9_]+", name) is not None, f"{what}: not a kernel name")
+        check(isinstance(fig, dict) and 0 < len(fig) and
+              set(fig) <= {"bytes_per_s", "overhead"}, f"{what} keys {fig}")
+        if "bytes_per_s" in fig:
+            in_range(fig["bytes_per_s"], 1e5, 1e13, what + ".bytes_per_s")
+        if "overhead" in fig:
+            in_range(fig["overhead"], 0, 1e-2, what + ".overhead")
+
+
+def check_kernels(k, quick, kinds=False):
+    if not keys(k, ["launch_overhead", "gemm", "families"] +
+                (["kinds"] if kinds else []), "kernels"):
         return
+    if kinds:
+        check_kinds(k["kinds"])
     in_range(k["launch_overhead"], 1e-9, 1e-3, "kernels.launch_overhead")
     gemm = k["gemm"]
     check(len(gemm) == (3 if quick else 6),
@@ -106,6 +130,37 @@ def check_kernels(k, quick):
                 in_range(fam[name][field], lo, hi, f"families.{name}")
 
 
+def unscale(m):
+    """The share from the calibration's notes; the device's and kernels'
+    rates divided by it and their overheads multiplied by it, in place."""
+    notes = m.get("calibration", {}).get("notes", [])
+    found = [re.search(r"while calibrating, ([0-9.]+) ", n) for n in notes]
+    found = [f for f in found if f]
+    if not check(len(found) == 1, "no note gives the cpu share"):
+        return
+    share = float(found[0].group(1))
+    if not in_range(share, 0.01, 1.0, "cpu share"):
+        return
+    d, k = m.get("device", {}), m.get("kernels", {})
+    for p in d.get("flops", {}):
+        d["flops"][p] /= share
+    if "memory_bandwidth" in d:
+        d["memory_bandwidth"] /= share
+    if "copy_bandwidth" in m.get("calibration", {}):
+        m["calibration"]["copy_bandwidth"] /= share
+    if "launch_overhead" in k:
+        k["launch_overhead"] *= share
+    for g in k.get("gemm", []):
+        g["flops_per_s"] /= share
+    for sec in (k.get("families", {}), k.get("kinds", {})):
+        for fig in sec.values():
+            for f in ("flops_per_s", "bytes_per_s"):
+                if f in fig:
+                    fig[f] /= share
+            if "overhead" in fig:
+                fig["overhead"] *= share
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("file")
@@ -113,6 +168,7 @@ def main():
     ap.add_argument("--nodes", type=int, default=1)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--nvme", action="store_true")
+    ap.add_argument("--kinds", action="store_true")
     a = ap.parse_args()
     with open(a.file) as f:
         m = json.load(f)
@@ -124,6 +180,7 @@ def main():
            (["collectives"] if a.ranks > 1 else []) + ["calibration"])
     keys(m, top, "top-level")
     numbers(m)
+    unscale(m)
     check(m.get("nodes") == a.nodes, f"nodes {m.get('nodes')} != {a.nodes}")
     check(m.get("devices_per_node") == per_node,
           f"devices_per_node {m.get('devices_per_node')} != {per_node}")
@@ -144,7 +201,7 @@ def main():
         for k in ["read_bandwidth", "write_bandwidth"]:
             in_range(m["nvme"][k], 1e7, 1e12, "nvme." + k)
     if "kernels" in m:
-        check_kernels(m["kernels"], a.quick)
+        check_kernels(m["kernels"], a.quick, a.kinds)
     if a.ranks > 1 and keys(m.get("collectives", {}), COLLECTIVES,
                             "collectives"):
         for c in COLLECTIVES:

@@ -60,6 +60,7 @@ struct RunOptions {
   bool calibrate = false;
   bool calibrateQuick = false;
   bool calibrateNvme = false;
+  std::vector<std::string> calibrateKernelsOf; // plans (comma-separated flag)
 
   /// Every core.
   static int64_t defaultThreads();

@@ -19,6 +19,7 @@
 #include "plan.pb.h"
 
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -97,6 +98,14 @@ struct ClusterSpec {
     double flopsPerSecond = 0, bytesPerSecond = 0; // 0: not given
   };
   FamilyRate families[kRateFamilies];
+  /// Per kernel (kernels.kinds, by plan::Kind; calibrated at the shapes of
+  /// a sample plan): seconds = overhead + bytes / bytesPerSecond, which
+  /// replaces the family's figure and the launch overhead for that kernel.
+  struct KindRate {
+    double bytesPerSecond = 0; // 0: the time does not grow with the bytes
+    double overhead = 0;       // seconds per call
+  };
+  std::map<int, KindRate> kinds;
   AlphaBeta collectives[kLinkKinds];
   struct Calibration {
     bool present = false;
@@ -129,7 +138,8 @@ double gemmRate(const ClusterSpec &c, Precision p);
 /// One kernel's seconds: a GEMM (`FlopRule::MatMul`) by its calibrated
 /// shape class scaled by `p`'s rate over fp32's (or the roofline at `p`'s
 /// rate), other kernels by their family's rates (or the roofline at the
-/// fp32 rate and the memory bandwidth); plus the launch overhead.
+/// fp32 rate and the memory bandwidth); plus the launch overhead. A kernel
+/// with figures of its own (`kinds`) takes overhead + bytes / bytes_per_s.
 double kernelSeconds(const ClusterSpec &c, plan::Kind kind, double flops,
                      double bytes, Precision p);
 
