@@ -63,6 +63,8 @@ bool f32Operands(KernelContext &ctx, const char *op, const TensorView &a,
 } // namespace
 
 bool kMatMul(KernelContext &ctx) {
+  if (ctx.attrs.has("perm_a") || ctx.attrs.has("perm_b"))
+    return kMatMulPermuted(ctx); // --ds-fold-transpose (MatMulPermuted.cpp)
   const TensorView &a = ctx.in[0], &b = ctx.in[1];
   TensorView &o = ctx.out[0];
   if (a.rank() < 1 || b.rank() < 1)
