@@ -88,8 +88,8 @@ bool swapProduct(TransposeOp t) {
 /// True if a matmul kernel reads `t`'s input through the permutation: f32
 /// (the CPU kernel's strided path converts no 16-bit data), rank >= 3 (2-D
 /// is trans_a/trans_b, folded without a mark), the input's innermost
-/// dimension one of the two GEMM dimensions (unit stride), only matmuls read
-/// it.
+/// dimension one of the two GEMM dimensions (unit stride), only matmuls of
+/// matrices read it.
 bool gemmOperand(TransposeOp t) {
   ArrayRef<int64_t> perm = t.getPerm();
   int64_t r = perm.size();
@@ -98,8 +98,11 @@ bool gemmOperand(TransposeOp t) {
     return false;
   if (perm[r - 1] != r - 1 && perm[r - 2] != r - 1)
     return false;
+  // Matrices both (a 1-D operand's promotion is not a strided GEMM).
   return !t->use_empty() && llvm::all_of(t->getUses(), [](OpOperand &use) {
-    return isa<MatMulOp>(use.getOwner());
+    auto mm = dyn_cast<MatMulOp>(use.getOwner());
+    return mm && cast<RankedTensorType>(mm.getLhs().getType()).getRank() >= 2 &&
+           cast<RankedTensorType>(mm.getRhs().getType()).getRank() >= 2;
   });
 }
 

@@ -82,3 +82,17 @@ func.func @forward(%a: tensor<2x8x4x16xf32> {ds.input = "a"}, %b: tensor<2x4x16x
 // ON: {{^}}8{{$}}
 // OFF: {{^}}31{{$}}
 // KT: {{^}}4{{$}}
+
+// -----
+
+// A matmul with a 1-D operand is no strided GEMM: the transpose stays.
+// CHECK-LABEL: func.func @forward
+// CHECK-NOT: ds.gemm_operand
+// LOWER-LABEL: func.func @forward
+// LOWER: dsrt.kernel "transpose"
+func.func @forward(%a: tensor<2x8x4x16xf32> {ds.input = "a"}, %v: tensor<16xf32> {ds.input = "v"})
+    -> (tensor<2x4x8xf32> {ds.output = "s"}) {
+  %at = ds.transpose %a {perm = array<i64: 0, 2, 1, 3>} : tensor<2x8x4x16xf32> -> tensor<2x4x8x16xf32>
+  %s = ds.matmul %at, %v : (tensor<2x4x8x16xf32>, tensor<16xf32>) -> tensor<2x4x8xf32>
+  return %s : tensor<2x4x8xf32>
+}
