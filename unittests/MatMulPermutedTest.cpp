@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -88,8 +89,7 @@ std::vector<float> random(int64_t n, unsigned seed) {
   std::mt19937 gen(seed);
   std::normal_distribution<float> d;
   std::vector<float> v(n);
-  for (float &x : v)
-    x = d(gen);
+  std::generate(v.begin(), v.end(), [&] { return d(gen); });
   return v;
 }
 
