@@ -6,7 +6,7 @@
 #   2. ds-opt compiles a training step for 2 data-parallel ranks from the
 #      DeepSpeed config examples/ds_config.json: ZeRO stage 3 (parameter,
 #      gradient and state partitioning), AdamW, bf16 with fp32 master
-#      weights, and automatic recompute for a 2.5 MiB per-rank device (the
+#      weights, and automatic recompute for a 2 MiB per-rank device (the
 #      least extra FLOPs whose planned peak fits), to build/gpt-train.plan,
 #      printing the per-rank memory and communication report beside the
 #      ZeRO formulas and the recompute choice beside none, every-layer and

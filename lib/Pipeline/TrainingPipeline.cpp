@@ -153,6 +153,8 @@ void mlir::ds::addTrainingPasses(OpPassManager &pm, const TrainingOptions &o,
   }
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
+  if (o.foldTranspose) // after the canonicalizer, which composes transposes
+    pm.addNestedPass<func::FuncOp>(createFoldTransposePass());
   if (training && (c.offloadOptimizer != "none" || c.offloadParam != "none")) {
     OffloadPassOptions off;
     off.optimizer = c.offloadOptimizer;

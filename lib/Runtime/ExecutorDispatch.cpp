@@ -318,6 +318,10 @@ void Executor::Impl::recordProfile(const plan::Instruction &ins,
     const TensorView &a = ctx.in[0];
     bool transA = ctx.attrs.getInt("trans_a", 0) && a.rank() >= 2;
     int64_t k = transA ? a.shape[a.rank() - 2] : a.shape.back();
+    std::vector<int64_t> permA = ctx.attrs.getInts("perm_a");
+    if (static_cast<int64_t>(permA.size()) == a.rank() && permA.back() >= 0 &&
+        permA.back() < a.rank()) // --ds-fold-transpose
+      k = a.shape[permA.back()];
     entry.flops += 2.0 * static_cast<double>(ctx.out[0].numel()) * k;
   }
 }

@@ -280,8 +280,12 @@ uint64_t estimateFlops(const plan::Plan &p, const plan::Instruction &ins) {
     if (!a || !c || a->shape_size() == 0)
       return 0;
     int r = a->shape_size();
-    double kdim = static_cast<double>(
-        ins.trans_a() && r >= 2 ? a->shape(r - 2) : a->shape(r - 1));
+    int kAxis = ins.trans_a() && r >= 2 ? r - 2 : r - 1;
+    for (const plan::Attribute &attr : ins.attributes()) // --ds-fold-transpose
+      if (attr.name() == "perm_a" && attr.ints().values_size() == r &&
+          attr.ints().values(r - 1) >= 0 && attr.ints().values(r - 1) < r)
+        kAxis = static_cast<int>(attr.ints().values(r - 1));
+    double kdim = static_cast<double>(a->shape(kAxis));
     return static_cast<uint64_t>(k->flopFactor * numel(*c) * kdim);
   }
   case FlopRule::PerInput: {

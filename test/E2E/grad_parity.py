@@ -2,7 +2,8 @@
 """Step-0 gradients of ds (ds-opt --emit-grads + ds-run) against PyTorch's
 autograd, per parameter, on the same weights and batch.
 
-Models: the GPT example (tied embedding: one initializer used twice); an
+Models: the GPT example (tied embedding: one initializer used twice);
+nn.MultiheadAttention sequence-first (`mha`); an
 MLP with two branches, a shared weight and LayerNorm; a classifier whose
 loss is LogSoftmax + NLLLoss; `act-NAME`, Linear -> one activation ->
 Linear -> cross entropy for each activation of ACTIVATIONS (its
@@ -57,6 +58,21 @@ class Classifier(nn.Module):
     def forward(self, x, y):
         logp = F.log_softmax(self.fc2(F.gelu(self.fc1(x))), dim=1)
         return F.nll_loss(logp, y)
+
+
+class Mha(nn.Module):
+    """nn.MultiheadAttention sequence-first (batch_first=False): its input
+    projection is a MatMul of a [T, B, d] input with a shared [d, 3d]
+    weight, whose gradient folds the batch into one GEMM (issue 24)."""
+
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(32, 4, dropout=0.0)
+        self.head = nn.Linear(32, 11)
+
+    def forward(self, x, y):
+        h, _ = self.attn(x, x, x, need_weights=False)
+        return F.cross_entropy(self.head(h).reshape(-1, 11), y.reshape(-1))
 
 
 class Lambda(nn.Module):
@@ -149,6 +165,14 @@ def setup(which, work):
         y[1, :5] = -100
         feeds = {"idx": x, "targets": y}
         forward = lambda: model(torch.from_numpy(x), torch.from_numpy(y))[1]
+    elif which == "mha":
+        model = Mha()
+        x = rng.randn(16, 3, 32).astype(np.float32)
+        y = rng.randint(0, 11, size=(16, 3)).astype(np.int64)
+        path = os.path.join(work, "mha.onnx")
+        export(model, (torch.from_numpy(x), torch.from_numpy(y)), path, ["x", "y"])
+        feeds = {"x": x, "y": y}
+        forward = lambda: model(torch.from_numpy(x), torch.from_numpy(y))
     else:
         if which.startswith("act-"):
             model = Activation(which[4:])
@@ -172,7 +196,7 @@ def main():
     ap.add_argument("--ds-run", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--model", required=True,
-                    choices=["gpt", "branches", "classifier"] +
+                    choices=["gpt", "branches", "classifier", "mha"] +
                     ["act-" + a for a in ACTIVATIONS])
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)

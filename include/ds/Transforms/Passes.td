@@ -510,6 +510,37 @@ def TrainableSetPass : Pass<"ds-trainable-set", "ModuleOp"> {
   ];
 }
 
+def FoldTransposePass : Pass<"ds-fold-transpose", "func::FuncOp"> {
+  let summary = "fold transposes into GEMM operands instead of copying them";
+  let description = [{
+    Issue 24: a compiled step should not copy a tensor to transpose it for a
+    GEMM. Two rewrites, after the last canonicalization (the lowering reads a
+    transpose of the last two dimensions that only matmuls use as
+    `trans_a`/`trans_b`):
+
+    - `transpose(matmul(a, b))` swapping the last two dimensions, the
+      matmul's only user, becomes `matmul(transpose(b), transpose(a))`: the
+      new transposes are read transposed by the kernel, or compose with (or
+      cancel) the transpose `a` or `b` came from. A Linear layer's weight gradient
+      (autodiff writes `(x^T g)^T` for the transposed weight PyTorch
+      exports) becomes `g^T x` with no copy.
+    - a transpose of rank >= 3 (f32) that keeps its input's innermost
+      dimension as one of the last two, read only by matmuls (attention's
+      `[B, T, H, d] -> [B, H, T, d]` and `-> [B, H, d, T]`), is marked
+      `ds.gemm_operand`: the lowering passes the untransposed input and the
+      permutation (`perm_a`/`perm_b`) to the matmul kernel, a strided
+      batched GEMM, instead of copying.
+
+    ```mlir
+    %kt = ds.transpose %k {perm = array<i64: 0, 2, 3, 1>} : tensor<2x8x4x16xf32> -> tensor<2x4x16x8xf32>
+    %s = ds.matmul %q, %kt : (tensor<2x4x8x16xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x8x8xf32>
+    // becomes
+    %kt = ds.transpose %k {ds.gemm_operand, perm = array<i64: 0, 2, 3, 1>} : ...
+    // lowered to dsrt.kernel "matmul"(%q, %k) {params = {perm_b = array<i64: 0, 2, 3, 1>}}
+    ```
+  }];
+}
+
 def SyncBatchNormPass : Pass<"ds-sync-batchnorm", "func::FuncOp"> {
   let summary = "BatchNormalization statistics over the data-parallel ranks";
   let description = [{

@@ -68,8 +68,19 @@ FailureOr<KernelCall> prepareKernelCall(Operation *op, LoweringState &state,
   hostResults |= call.onHost;
   for (auto [index, v] : llvm::enumerate(op->getOperands())) {
     if (Value source = state.transposedFrom.lookup(v)) {
+      // A swap of the last two dimensions is trans_a/trans_b; any other
+      // folded permutation (Values.cpp) travels whole.
+      ArrayRef<int64_t> perm = v.getDefiningOp<TransposeOp>().getPerm();
+      int64_t r = perm.size();
+      bool swap = perm[r - 1] == r - 2 && perm[r - 2] == r - 1;
+      for (int64_t i = 0; swap && i + 2 < r; ++i)
+        swap = perm[i] == i;
       call.ins.push_back(source);
-      call.params.set(index == 0 ? "trans_a" : "trans_b", b.getBoolAttr(true));
+      if (swap)
+        call.params.set(index == 0 ? "trans_a" : "trans_b", b.getBoolAttr(true));
+      else
+        call.params.set(index == 0 ? "perm_a" : "perm_b",
+                        b.getDenseI64ArrayAttr(perm));
       continue;
     }
     Value m = state.map.lookupOrNull(v);

@@ -5,7 +5,8 @@
 // Constants become `dsrt.const` data in the plan; reshapes become views of
 // the same bytes; `ds.tp_identity` is its input; a transpose of the last
 // two dimensions that only matmuls read is folded into them (`trans_a` /
-// `trans_b`, KernelCall.cpp).
+// `trans_b`, KernelCall.cpp), and so is one --ds-fold-transpose marked
+// (`perm_a` / `perm_b`).
 //
 //===----------------------------------------------------------------------===//
 
@@ -41,14 +42,24 @@ struct ConstantLowering : LoweringOf<ConstantOp, ShapeOp, ConstantOfShapeOp> {
 /// matmul: the matmul kernel then reads the source transposed (`trans_a` /
 /// `trans_b`) and no copy is made. PyTorch exports every Linear layer as
 /// Transpose(W) + MatMul.
+///
+/// Or a transpose --ds-fold-transpose marked `ds.gemm_operand`: f32, its
+/// input's innermost dimension one of the last two (unit stride for the
+/// GEMM); the kernel reads the input through the permutation (`perm_a` /
+/// `perm_b`, a strided batched GEMM). Checked again here: a canonicalization
+/// after the pass may have composed the permutation.
 bool foldsIntoMatMul(TransposeOp t) {
   ArrayRef<int64_t> perm = t.getPerm();
   int64_t rank = perm.size();
-  if (rank < 2 || perm[rank - 1] != rank - 2 || perm[rank - 2] != rank - 1)
+  bool swap = rank >= 2 && perm[rank - 1] == rank - 2 &&
+              perm[rank - 2] == rank - 1;
+  for (int64_t i = 0; swap && i + 2 < rank; ++i)
+    swap = perm[i] == i;
+  bool strided = t->hasAttr("ds.gemm_operand") && rank >= 3 &&
+                 (perm[rank - 1] == rank - 1 || perm[rank - 2] == rank - 1) &&
+                 t.getType().getElementType().isF32();
+  if (!swap && !strided)
     return false;
-  for (int64_t i = 0; i + 2 < rank; ++i)
-    if (perm[i] != i)
-      return false;
   // Either operand of a matmul; the backward pass's weight gradients are
   // A^T @ G.
   return llvm::all_of(t->getUses(), [](OpOperand &use) {

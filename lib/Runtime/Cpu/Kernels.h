@@ -42,6 +42,10 @@ void registerPoolingKernels(KernelRegistry &r);     // Pooling.cpp
 void registerTopKKernels(KernelRegistry &r);        // TopK.cpp (misc family)
 void registerResizeKernels(KernelRegistry &r);      // Resize.cpp (spatial)
 
+/// The matmul kernel's path for operands read through a permutation
+/// (perm_a/perm_b; MatMulPermuted.cpp, issue 24).
+bool kMatMulPermuted(KernelContext &ctx);
+
 /// The copy kernel (Movement.cpp), also a collective's local contribution.
 bool kCopy(KernelContext &ctx);
 

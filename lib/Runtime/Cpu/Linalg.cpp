@@ -91,6 +91,8 @@ void sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
 }
 
 bool kMatMul(KernelContext &ctx) {
+  if (ctx.attrs.has("perm_a") || ctx.attrs.has("perm_b"))
+    return kMatMulPermuted(ctx); // --ds-fold-transpose (MatMulPermuted.cpp)
   const TensorView &a = ctx.in[0], &b = ctx.in[1];
   TensorView &o = ctx.out[0];
   if (a.rank() < 1 || b.rank() < 1)

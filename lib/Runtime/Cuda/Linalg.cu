@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "CudaCommon.cuh"
+#include "../PermutedGemm.h"
 
 #include <cublas_v2.h>
 
@@ -127,7 +128,43 @@ bool gemmBatched(KernelContext &ctx, DType t, bool ta, bool tb, int64_t M,
                               CUBLAS_GEMM_DEFAULT));
 }
 
+/// A matmul whose operands the compiler left untransposed (perm_a/perm_b,
+/// --ds-fold-transpose; geometry in PermutedGemm.h): the innermost batch
+/// dimension is one strided batched call, the outer ones a loop.
+bool matMulPermuted(KernelContext &ctx) {
+  const TensorView &a = ctx.in[0], &b = ctx.in[1];
+  TensorView &o = ctx.out[0];
+  if (a.dtype != b.dtype || a.dtype != o.dtype || !isFloatType(a.dtype))
+    return ctx.fail("matmul operands must share one float type");
+  PermutedGemm g;
+  if (!planPermutedGemm(ctx, a, b, o, g))
+    return false;
+  size_t esize = dtypeSize(a.dtype);
+  if (g.M * g.N * g.K == 0)
+    return cudaMemsetAsync(o.data, 0, o.numel() * esize, gStream) ==
+                   cudaSuccess
+               ? true
+               : launched(ctx);
+  int64_t inner = g.batch.empty() ? 1 : g.batch.back();
+  int64_t sA = g.batch.empty() ? 0 : g.strideA.back();
+  int64_t sB = g.batch.empty() ? 0 : g.strideB.back();
+  for (int64_t bi = 0; bi < g.batches; bi += inner) {
+    int64_t oa, ob;
+    g.offsets(bi, oa, ob);
+    if (!gemmBatched(ctx, a.dtype, g.a.trans, g.b.trans, g.M, g.N, g.K, 1.0f,
+                     static_cast<const char *>(a.data) + oa * esize, g.a.ld,
+                     sA, static_cast<const char *>(b.data) + ob * esize,
+                     g.b.ld, sB, 0.0f,
+                     static_cast<char *>(o.data) + bi * g.M * g.N * esize,
+                     g.M * g.N, inner))
+      return false;
+  }
+  return true;
+}
+
 bool kMatMul(KernelContext &ctx) {
+  if (hasOperandPerm(ctx))
+    return matMulPermuted(ctx);
   const TensorView &a = ctx.in[0], &b = ctx.in[1];
   TensorView &o = ctx.out[0];
   if (a.rank() < 1 || b.rank() < 1)

@@ -337,14 +337,38 @@ LogicalResult vjp(ResizeOp op, OpBuilder &b, ValueRange gs, Grads &out) {
   return success();
 }
 
+/// The gradient of a right operand every batch position shares (a weight:
+/// its batch dimensions absent or 1): x^T g as one GEMM with the batch
+/// folded into the contraction (x as [P, K], g as [P, N]; the lowering reads
+/// x transposed), never a per-position [.., K, N] product summed afterwards.
+/// Null when the operand has a batch dimension above 1 or x none.
+Value sharedRhsGrad(OpBuilder &b, Location l, Value x, Value g,
+                    RankedTensorType tw) {
+  auto tx = tensorType(x), tg = tensorType(g);
+  if (tx.getRank() <= 2 ||
+      llvm::any_of(tw.getShape().drop_back(2), [](int64_t d) { return d != 1; }))
+    return {};
+  int64_t k = tx.getShape().back(), n = tg.getShape().back();
+  int64_t rows = tg.getNumElements() / n;
+  Type elt = tx.getElementType();
+  Value x2 = ReshapeOp::create(b, l, RankedTensorType::get({rows, k}, elt), x);
+  Value g2 = ReshapeOp::create(b, l, RankedTensorType::get({rows, n}, elt), g);
+  Value w = matmul(b, l, transposeLast2(b, l, x2), g2);
+  return tw.getRank() == 2 ? w : ReshapeOp::create(b, l, tw, w);
+}
+
 LogicalResult vjp(MatMulOp op, OpBuilder &b, ValueRange gs, Grads &out) {
   Location l = op.getLoc();
   auto ta = tensorType(op.getLhs()), tb = tensorType(op.getRhs());
   if (ta.getRank() < 2 || tb.getRank() < 2)
     return op.emitOpError("has no gradient rule for 1-D operands yet");
   Value g = gs[0];
-  out.assign({reduceTo(b, l, matmul(b, l, g, transposeLast2(b, l, op.getRhs())), ta),
-         reduceTo(b, l, matmul(b, l, transposeLast2(b, l, op.getLhs()), g), tb)});
+  Value ga =
+      reduceTo(b, l, matmul(b, l, g, transposeLast2(b, l, op.getRhs())), ta);
+  Value gb = sharedRhsGrad(b, l, op.getLhs(), g, tb);
+  if (!gb)
+    gb = reduceTo(b, l, matmul(b, l, transposeLast2(b, l, op.getLhs()), g), tb);
+  out.assign({ga, gb});
   return success();
 }
 LogicalResult vjp(GemmOp op, OpBuilder &b, ValueRange gs, Grads &out) {
