@@ -134,8 +134,11 @@ OwningOpRef<ModuleOp> Importer::createModule() {
   // What ds.export records that ONNX loses (the trainable set, buffers,
   // padding rows), for the ds-trainable-set pass.
   SmallVector<NamedAttribute> record;
+  if (shapesOnly)
+    (*module)->setAttr(kShapesOnlyKey, builder.getUnitAttr());
   for (const auto &prop : model.metadata_props())
-    if (llvm::StringRef(prop.key()).starts_with("ds."))
+    if (llvm::StringRef(prop.key()).starts_with("ds.") &&
+        prop.key() != kShapesOnlyKey)
       record.push_back(builder.getNamedAttr(
           prop.key(), builder.getStringAttr(prop.value())));
   if (!record.empty())
