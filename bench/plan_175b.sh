@@ -40,7 +40,7 @@ r = json.load(open(report))
 lines = open(err).read().split("\n")
 imp = next((l for l in lines if l.startswith("import total")), "import total: ?")
 pipe = next((l for l in lines if l.startswith("pipeline:")), "pipeline: ?")
-peak = r["memory"]["total"]
+peak = r["pipeline"]["per_rank_peak"] if "pipeline" in r else r["memory"]["total"]
 p = r.get("predicted", {})
 print("%-10s compile %.2f s (%s, %s); peak per rank %.2f GiB (%s 80 GiB); "
       "predicted step %.2f s, MFU %.3f, bottleneck %s" % (
