@@ -11,10 +11,19 @@ model's metadata.
     /usr/bin/python3 examples/gpt/export_gpt.py --inputs examples/gpt/inputs.npz \
         --train-data examples/gpt/train.npz     # gpt.onnx, inputs.npz, train.npz (tiny, committed)
     /usr/bin/python3 examples/gpt/export_gpt.py --size gpt2-small -o /tmp/gpt2.onnx
+    /usr/bin/python3 examples/gpt/export_gpt.py --size gpt3-175b --shapes-only -o /tmp/gpt3.onnx
 
 The tiny model is what the README's main job compiles; gpt2-small has the
 shape of GPT-2 small (12 layers, d=768, 12 heads, vocabulary 50257) and is
-not committed (about 500 MB).
+not committed (about 500 MB). gpt2-medium/large/xl and gpt3-175b (96
+layers, d=12288, 96 heads, sequence 2048) are the GPT-2 and GPT-3 shapes;
+llama-tiny, llama2-7b and llama2-70b are Llama-2-style models (llama.py).
+
+--shapes-only writes the training graph with initializers that carry
+shapes and no data (shapes_only.py; docs/planner.md "Models without
+weights"): the model is built on torch's meta device, so even gpt3-175b
+exports in seconds and a few hundred MB of memory. ds-opt plans such a
+file; ds-run refuses it.
 """
 import argparse
 import math
@@ -25,6 +34,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import llama  # noqa: E402
+import shapes_only  # noqa: E402
+
 SIZES = {
     # name: (vocab, block, layers, heads, d_model, batch, seq)
     "tiny": (128, 32, 2, 4, 64, 4, 32),
@@ -33,19 +46,22 @@ SIZES = {
     "train": (1024, 128, 4, 8, 256, 4, 128),
     "gpt2-small": (50257, 1024, 12, 12, 768, 1, 128),
     "gpt2-medium": (50257, 1024, 24, 16, 1024, 1, 128),
+    "gpt2-large": (50257, 1024, 36, 20, 1280, 1, 128),
+    "gpt2-xl": (50257, 1024, 48, 25, 1600, 1, 128),
+    "gpt3-175b": (50257, 2048, 96, 96, 12288, 1, 2048),
 }
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, d, heads, block, dropout):
+    def __init__(self, d, heads, block, dropout, device=None):
         super().__init__()
         self.heads = heads
-        self.c_attn = nn.Linear(d, 3 * d)
-        self.c_proj = nn.Linear(d, d)
+        self.c_attn = nn.Linear(d, 3 * d, device=device)
+        self.c_proj = nn.Linear(d, d, device=device)
         self.attn_dropout = nn.Dropout(dropout)
         self.resid_dropout = nn.Dropout(dropout)
         self.register_buffer(
-            "bias", torch.tril(torch.ones(block, block)).view(1, 1, block, block)
+            "bias", torch.tril(torch.ones(block, block, device=device)).view(1, 1, block, block)
         )
 
     def forward(self, x):
@@ -64,13 +80,14 @@ class CausalSelfAttention(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, d, heads, block, dropout):
+    def __init__(self, d, heads, block, dropout, device=None):
         super().__init__()
-        self.ln_1 = nn.LayerNorm(d)
-        self.attn = CausalSelfAttention(d, heads, block, dropout)
-        self.ln_2 = nn.LayerNorm(d)
+        self.ln_1 = nn.LayerNorm(d, device=device)
+        self.attn = CausalSelfAttention(d, heads, block, dropout, device)
+        self.ln_2 = nn.LayerNorm(d, device=device)
         self.mlp = nn.Sequential(
-            nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d), nn.Dropout(dropout)
+            nn.Linear(d, 4 * d, device=device), nn.GELU(),
+            nn.Linear(4 * d, d, device=device), nn.Dropout(dropout)
         )
 
     def forward(self, x):
@@ -79,14 +96,15 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab, block, layers, heads, d, dropout=0.0):
+    def __init__(self, vocab, block, layers, heads, d, dropout=0.0, device=None):
         super().__init__()
-        self.wte = nn.Embedding(vocab, d)
-        self.wpe = nn.Embedding(block, d)
+        self.wte = nn.Embedding(vocab, d, device=device)
+        self.wpe = nn.Embedding(block, d, device=device)
         self.drop = nn.Dropout(dropout)
-        self.h = nn.ModuleList(Block(d, heads, block, dropout) for _ in range(layers))
-        self.ln_f = nn.LayerNorm(d)
-        self.lm_head = nn.Linear(d, vocab, bias=False)
+        self.h = nn.ModuleList(Block(d, heads, block, dropout, device)
+                               for _ in range(layers))
+        self.ln_f = nn.LayerNorm(d, device=device)
+        self.lm_head = nn.Linear(d, vocab, bias=False, device=device)
         self.lm_head.weight = self.wte.weight  # tied, as in GPT-2
         for name, p in self.named_parameters():
             if p.dim() >= 2:
@@ -105,14 +123,19 @@ class GPT(nn.Module):
         return logits, loss
 
 
-def build(size, seed=0, dropout=0.0):
+def build(size, seed=0, dropout=0.0, device=None):
+    """(model, idx, targets) of a size; on `device` ("meta": no storage)."""
+    if size in llama.SIZES:
+        if dropout:
+            raise SystemExit("--dropout: the Llama models have no dropout")
+        return llama.build(size, seed, device)
     vocab, block, layers, heads, d, batch, seq = SIZES[size]
     torch.manual_seed(seed)
-    model = GPT(vocab, block, layers, heads, d, dropout)
+    model = GPT(vocab, block, layers, heads, d, dropout, device)
     g = torch.Generator().manual_seed(seed + 1)
     idx = torch.randint(0, vocab, (batch, seq), generator=g)
     targets = torch.randint(0, vocab, (batch, seq), generator=g)
-    return model, idx, targets
+    return model, idx.to(device or "cpu"), targets.to(device or "cpu")
 
 
 def load_onnx_weights(model, path):
@@ -148,25 +171,45 @@ def export(model, idx, targets, path, dynamic=False, dynamic_batch=False):
     record(model, path)
 
 
-def record(model, path):
-    """Adds ds.export's record (trainable parameters, buffers) to the
-    exported file: the graph has two outputs (logits and the loss), which
-    ds.export itself does not take."""
+def export_shapes_only(model, idx, targets, path):
+    """Writes the shapes-only training graph of `model` (on the meta
+    device) with ds.export's record."""
     import onnx
+    proto = shapes_only.export(model, (idx, targets), ["idx", "targets"],
+                               ["logits", "loss"])
+    add_record(model, proto)
+    onnx.save(proto, path)
+
+
+def add_record(model, proto):
+    """Adds ds.export's record (trainable parameters, buffers) to `proto`:
+    the graph has two outputs (logits and the loss), which ds.export itself
+    does not take."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                     "..", "..", "python"))
     import ds
-    proto = onnx.load(path)
     for key, value in ds.metadata(model, proto).items():
         entry = proto.metadata_props.add()
         entry.key, entry.value = key, value
+
+
+def record(model, path):
+    import onnx
+    proto = onnx.load(path)
+    add_record(model, proto)
     onnx.save(proto, path)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--size", choices=sorted(SIZES), default="tiny")
+    ap.add_argument("--size", choices=sorted(SIZES) + sorted(llama.SIZES),
+                    default="tiny")
+    ap.add_argument("--shapes-only", action="store_true",
+                    help="write initializers with shapes and no data "
+                         "(metadata ds.shapes_only=1): ds-opt plans the "
+                         "file, ds-run refuses it; the model is built on "
+                         "the meta device, so no weights are allocated")
     ap.add_argument("-o", "--output", default=None,
                     help="output .onnx (default: gpt.onnx beside this script for tiny)")
     ap.add_argument("--seed", type=int, default=0)
@@ -192,17 +235,28 @@ def main():
     args = ap.parse_args()
     out = args.output or os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                       "gpt.onnx" if args.size == "tiny" else f"gpt-{args.size}.onnx")
-    model, idx, targets = build(args.size, args.seed, args.dropout)
+    if args.shapes_only and (args.dynamic or args.dynamic_batch or args.npz
+                             or args.inputs or args.train_data):
+        ap.error("--shapes-only writes the graph only (static shapes, no "
+                 "data files)")
+    model, idx, targets = build(args.size, args.seed, args.dropout,
+                                "meta" if args.shapes_only else None)
     nparams = sum(p.numel() for p in model.parameters())
-    print(f"exporting {args.size}: {nparams} parameters, inputs {tuple(idx.shape)} -> {out}",
+    print(f"exporting {args.size}{' (shapes only)' if args.shapes_only else ''}: "
+          f"{nparams} parameters, inputs {tuple(idx.shape)} -> {out}",
           file=sys.stderr)
+    if args.shapes_only:
+        export_shapes_only(model, idx, targets, out)
+        return
     export(model, idx, targets, out, args.dynamic, args.dynamic_batch)
     if args.inputs:
         import numpy as np
         np.savez(args.inputs, idx=idx.numpy(), targets=targets.numpy())
     if args.train_data:
         import numpy as np
-        vocab, _, _, _, _, _, seq = SIZES[args.size]
+        vocab = (llama.SIZES[args.size] if args.size in llama.SIZES
+                 else SIZES[args.size])[0]
+        seq = idx.shape[1]
         g = torch.Generator().manual_seed(args.seed + 1)
         rows = args.global_batch * args.batches
         # A learnable stream: each token follows from the one before it

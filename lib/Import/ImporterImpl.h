@@ -55,6 +55,33 @@ inline std::string shapeStr(ArrayRef<int64_t> shape) {
 }
 
 //===----------------------------------------------------------------------===//
+// Shapes-only models (ShapesOnly.cpp; docs/planner.md "Models without
+// weights")
+//===----------------------------------------------------------------------===//
+
+/// The metadata key that marks a model whose float initializers carry
+/// shapes and no data; also the unit attribute the importer puts on the
+/// module (the plan writer reads it: no weights to hash, a plan ds-run
+/// refuses).
+constexpr llvm::StringLiteral kShapesOnlyKey = "ds.shapes_only";
+
+/// Whether `t` holds data (any data field, or external data).
+bool hasTensorData(const onnx::TensorProto &t);
+/// Whether the model is marked shapes-only; an error (at `loc`) when the
+/// mark and the initializers disagree or the mark's value is not "1".
+FailureOr<bool> readShapesOnly(const onnx::ModelProto &model, Location loc);
+
+/// Data-less float initializers moved to graph inputs of the same type
+/// while the ONNX checker and shape inference run.
+struct LiftedInitializers {
+  google::protobuf::RepeatedPtrField<onnx::TensorProto> saved;
+  std::vector<std::string> addedInputs;
+};
+LiftedInitializers liftDatalessInitializers(onnx::ModelProto &model);
+/// Puts the initializers back in their order and drops the added inputs.
+void restoreInitializers(onnx::ModelProto &model, LiftedInitializers lifted);
+
+//===----------------------------------------------------------------------===//
 // Importer: one model being imported
 //===----------------------------------------------------------------------===//
 
@@ -122,6 +149,9 @@ public:
   llvm::StringMap<Value> values;
   /// Types from ONNX shape inference (value_info and graph outputs).
   llvm::StringMap<const onnx::TypeProto *> inferredTypes;
+  /// The model is shapes-only (metadata ds.shapes_only): its float
+  /// initializers have no data.
+  bool shapesOnly = false;
   /// Initializers held as parameter arguments, for reading their data when
   /// a node needs a constant (a Dropout ratio, a Range bound).
   llvm::DenseMap<Value, const onnx::TensorProto *> paramData;

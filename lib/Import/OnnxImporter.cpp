@@ -186,6 +186,15 @@ ds::importOnnxFile(MLIRContext *context, StringRef path,
               "no graph)";
   phase("parse");
 
+  // A shapes-only model's data-less initializers are graph inputs of the
+  // same type while libonnx looks at the model (ShapesOnly.cpp).
+  FailureOr<bool> shapesOnly = onnx_import::readShapesOnly(model, fileLoc);
+  if (failed(shapesOnly))
+    return failure();
+  onnx_import::LiftedInitializers lifted;
+  if (*shapesOnly)
+    lifted = onnx_import::liftDatalessInitializers(model);
+
   if (failed(catchOnnxError(fileLoc,
                             "the ONNX checker rejects '" + path + "': ", [&] {
                               checkModel(model, path);
@@ -200,8 +209,11 @@ ds::importOnnxFile(MLIRContext *context, StringRef path,
           })))
     return failure();
   phase("infer");
+  if (*shapesOnly)
+    onnx_import::restoreInitializers(model, std::move(lifted));
 
   Importer importer(context, model, path, options);
+  importer.shapesOnly = *shapesOnly;
   auto result = importer.run();
   phase("build");
   return result;

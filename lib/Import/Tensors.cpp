@@ -212,6 +212,12 @@ FailureOr<DenseElementsAttr> Importer::tensorToAttr(const onnx::TensorProto &t,
   int64_t count = sh::product(shape);
   int64_t width = elt.isInteger(1) ? 1 : elt.getIntOrFloatBitWidth() / 8;
 
+  if (shapesOnly && count > 0 && !hasTensorData(t))
+    return error() << what
+                   << " has no data (the model is shapes-only, metadata '"
+                   << kShapesOnlyKey
+                   << "'), but its value is needed at compile time";
+
   std::string external;
   const std::string *raw = nullptr;
   if (t.data_location() == onnx::TensorProto::EXTERNAL) {

@@ -350,6 +350,10 @@ bool Executor::Impl::loadWeights(std::string &err) {
     return false;
   if (pp.parameters_size() == 0)
     return true;
+  if (pp.weights().shapes_only()) {
+    err = "the plan's model is shapes-only: it has no weights to load";
+    return false;
+  }
   if (pp.weights().path().empty()) {
     err = "the plan has parameters but no weights source";
     return false;

@@ -559,6 +559,7 @@ PlanInfo describe(const Plan &plan) {
   info.tensorParallel =
       p.tensor_parallel() == 0 ? 1 : static_cast<int>(p.tensor_parallel());
   info.weightsPath = p.weights().path();
+  info.shapesOnly = p.weights().shapes_only();
   if (!info.weightsPath.empty())
     info.weightsFile = plan.dir + "/" + info.weightsPath;
   auto spec = [&](const plan::Value &v) {

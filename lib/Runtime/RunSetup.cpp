@@ -301,6 +301,12 @@ bool setUpRun(RunContext &ctx) {
   ctx.plan = loadPlan(ctx.opts.planPath, err);
   if (!ctx.plan)
     return ctx.fail(err);
+  if (PlanInfo first = describe(*ctx.plan); first.shapesOnly)
+    return ctx.fail("the plan was compiled from '" + first.weightsPath +
+                    "', a shapes-only model (no weights; metadata "
+                    "ds.shapes_only): ds-opt can plan and report it, ds-run "
+                    "cannot run it; export the model with its weights and "
+                    "compile that");
   ctx.stages = pipelineStages(*ctx.plan);
   ctx.stageRanks = ctx.world.size();
   if (ctx.stages > 1 && !layOutPipeline(ctx))

@@ -74,6 +74,9 @@ struct PlanInfo {
   std::string loss, weightsPath;
   /// The weights source as a path usable from the current directory.
   std::string weightsFile;
+  /// The plan was compiled from a shapes-only model (no weights): it can
+  /// be inspected, not run.
+  bool shapesOnly = false;
   /// Ranks the plan is compiled for, and its ZeRO stage.
   int worldSize = 1, zeroStage = 0;
   int tensorParallel = 1; // ranks per tensor-parallel group

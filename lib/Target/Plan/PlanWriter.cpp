@@ -466,18 +466,26 @@ LogicalResult mlir::ds::plan_writer::addSource(ModuleOp module,
                                                const PlanWriteOptions &options,
                                                pb::Plan &p) {
   if (!options.weightsPath.empty()) {
-    auto file = llvm::MemoryBuffer::getFile(options.weightsPath, false, false);
-    if (!file)
-      return module.emitError("cannot read '")
-             << options.weightsPath << "' to hash it";
-    StringRef bytes = (*file)->getBuffer();
     SmallString<256> planDir(planPath);
     llvm::sys::path::remove_filename(planDir);
     if (planDir.empty())
       planDir = ".";
     p.mutable_weights()->set_path(relativePath(options.weightsPath, planDir));
-    p.mutable_weights()->set_content_hash(::ds::fnv1a64(bytes.data(), bytes.size()));
-    p.mutable_weights()->set_size(bytes.size());
+    // The importer's mark of a shapes-only model (lib/Import/ShapesOnly.cpp):
+    // nothing to hash, and nothing ds-run could load.
+    if (module->hasAttr("ds.shapes_only")) {
+      p.mutable_weights()->set_shapes_only(true);
+    } else {
+      auto file =
+          llvm::MemoryBuffer::getFile(options.weightsPath, false, false);
+      if (!file)
+        return module.emitError("cannot read '")
+               << options.weightsPath << "' to hash it";
+      StringRef bytes = (*file)->getBuffer();
+      p.mutable_weights()->set_content_hash(
+          ::ds::fnv1a64(bytes.data(), bytes.size()));
+      p.mutable_weights()->set_size(bytes.size());
+    }
   }
   for (const auto &[k, v] : options.compileOptions)
     (*p.mutable_options())[k] = v;
