@@ -125,7 +125,8 @@ void TimelineBuilder::addHostKernel(const plan::Instruction &ins,
   for (uint32_t id : ins.outputs())
     ready[id] = host;
   t.hostSeconds += e.duration;
-  t.flops += e.flops;
+  // Not in t.flops: those are the device's (its MFU); the host optimizer's
+  // work is on the host's clock.
   t.events.push_back(e);
 }
 
