@@ -299,8 +299,17 @@ void Search::compileShortlist() {
       order.push_back(i);
     }
   }
+  // Candidates that may fit with their optimizer state on the device come
+  // first: offload is tried only after, and costs time (GPT-3 175B on
+  // 128x8 spent the whole budget on ZeRO-0 layouts otherwise).
+  std::vector<bool> onDevice(all.size());
+  for (size_t i : order)
+    onDevice[i] =
+        memoryLowerBound(all[i], options, facts) <= int64_t(cluster.memory);
   auto before = [&](size_t a, size_t b) {
     const Candidate &x = all[a], &y = all[b];
+    if (onDevice[a] != onDevice[b])
+      return bool(onDevice[a]);
     if (x.estimate != y.estimate)
       return x.estimate < y.estimate;
     if (x.zero != y.zero)
