@@ -128,6 +128,9 @@ private:
   std::map<int64_t, OwningOpRef<ModuleOp>> models; // by micro-batch
   std::vector<Candidate> all;
   int compiles = 0, budget = 0;
+  /// The model's pipeline cut points, once a pipeline compile has found
+  /// them (-1: not yet): more stages than cuts + 1 cannot be built.
+  int64_t cutPoints = -1;
   std::string note; // the fixed micro-batch, for the header
   std::chrono::steady_clock::time_point start, lastLine;
 };
@@ -242,6 +245,8 @@ bool Search::compileOne(Candidate &cand) {
         [&](const llvm::ErrorInfoBase &e) { msg = e.message(); });
     return refuse(msg.empty() ? error : msg);
   }
+  if (o.pipelineParallel > 1 && r->split.cutPoints > 0)
+    cutPoints = r->split.cutPoints;
   // A pipeline's peak is its fullest rank's, stash included.
   uint64_t pipePeak = 0;
   PlanWriteOptions pw = planWriteOptions(o, *r);
@@ -335,6 +340,12 @@ void Search::compileShortlist() {
       c.state = State::Skipped;
       c.why = "micro-batch " + std::to_string(it->second) +
               " of its kind did not fit";
+      continue;
+    }
+    if (cutPoints >= 0 && c.pp > cutPoints + 1) {
+      c.state = State::Skipped;
+      c.why = "more stages than the model's " + std::to_string(cutPoints) +
+              " pipeline cut points allow";
       continue;
     }
     if (compiles >= budget) {
