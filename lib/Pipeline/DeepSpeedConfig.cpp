@@ -218,6 +218,8 @@ llvm::Error mlir::ds::applyDeepSpeedConfig(llvm::StringRef path,
     options.origin[set.flag] = "config: " + set.key;
   }
   options.configNotices = dsc.notices;
+  for (const auto &kv : dsc.autoValues)
+    options.configAutoKeys.push_back(kv.first);
   if (!dsc.autoValues.empty()) {
     std::sort(dsc.autoValues.begin(), dsc.autoValues.end());
     std::string line = path.str() + ": \"auto\" values:";

@@ -340,6 +340,9 @@ bool config::readZero(Reader &r, const std::string &key, const Value &v) {
                                               ? "reduce-scatters gradients"
                                               : "all-gathers partitions") +
                               ")");
+    } else if (name == "stage" && isAuto(zkv.second)) {
+      r.autoValue(zk, "--zero (command line, else --plan=auto's choice, "
+                      "else its default 0)");
     } else if (name == "stage") {
       auto n = r.integer(zkv.second, zk);
       if (!n)

@@ -112,6 +112,7 @@ private:
   llvm::Error loadModel();
   FailureOr<ModuleOp> modelAt(int64_t micro);
   TrainingOptions optionsFor(const Candidate &cand) const;
+  std::string autoValuesLine(const Candidate &c) const;
   bool compileOne(Candidate &cand);
   void evaluate(Candidate &cand);
   void compileShortlist();
@@ -182,6 +183,40 @@ FailureOr<ModuleOp> Search::modelAt(int64_t micro) {
   ModuleOp module = **m;
   models[micro] = std::move(*m);
   return module;
+}
+
+/// The config's "auto" values the search decided, as the chosen layout
+/// has them (empty when there are none).
+std::string Search::autoValuesLine(const Candidate &c) const {
+  TrainingOptions o = optionsFor(c);
+  std::string line;
+  for (const std::string &key : options.configAutoKeys) {
+    llvm::StringRef leaf = llvm::StringRef(key).rsplit('.').second;
+    if (leaf.empty())
+      leaf = key;
+    std::string value;
+    if (leaf == "train_micro_batch_size_per_gpu")
+      value = std::to_string(c.micro);
+    else if (leaf == "gradient_accumulation_steps")
+      value = std::to_string(c.accum);
+    else if (leaf == "train_batch_size")
+      value = std::to_string(options.globalBatch);
+    else if (key == "zero_optimization.stage")
+      value = std::to_string(c.zero);
+    else if (leaf == "reduce_bucket_size")
+      value = std::to_string(o.reduceBucketSize);
+    else if (leaf == "allgather_bucket_size")
+      value = std::to_string(o.allgatherBucketSize);
+    else if (leaf == "stage3_prefetch_bucket_size")
+      value = std::to_string(o.prefetchBucketSize);
+    else
+      continue; // not the search's: the config notice's value holds
+    line += (line.empty() ? "" : "; ") + key + " = " + value;
+  }
+  return line.empty() ? line
+                      : "config \"auto\" values as the planner chose them "
+                        "(not the defaults the config notice names): " +
+                            line + "\n";
 }
 
 TrainingOptions Search::optionsFor(const Candidate &cand) const {
@@ -511,7 +546,7 @@ llvm::Expected<PlanSearchResult> Search::finish(int chosen) {
                  "chosen: " + c.layout() + "; plan written to " +
                  request.planPath + " (mpirun -np " +
                  std::to_string(c.world()) + " ds-run " + request.planPath +
-                 ")\n" + report;
+                 ")\n" + autoValuesLine(c) + report;
   }
   if (!options.plotCandidates.empty()) {
     std::error_code ec;

@@ -48,6 +48,9 @@ struct TrainingOptions {
   /// The config's notices (keys without effect, "auto" values), one line
   /// each, for the caller to print once.
   std::vector<std::string> configNotices;
+  /// The config keys set to "auto" (their paths, e.g.
+  /// "zero_optimization.stage"): --plan=auto says what it chose for them.
+  std::vector<std::string> configAutoKeys;
   /// The interleaved schedule's model chunks per pipeline rank (1 otherwise;
   /// set by validateTrainingOptions).
   int64_t virtualStages = 1;
