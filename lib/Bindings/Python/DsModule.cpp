@@ -141,6 +141,18 @@ PYBIND11_MODULE(_ds, m) {
       py::arg("plan_path") = "",
       "Compiles model.onnx in-process; returns (ok, plan bytes, plan folder, "
       "messages, report).");
+  m.def(
+      "estimate",
+      [](const std::string &model,
+         const std::vector<std::pair<std::string, std::string>> &flags,
+         const std::string &config) {
+        ds::python::CompileOutcome r =
+            ds::python::estimateModel(model, flags, config);
+        return py::make_tuple(r.ok, r.messages, r.report);
+      },
+      py::arg("model"), py::arg("flags"), py::arg("config") = "",
+      "Runs the --plan=auto search in-process; returns (ok, messages, the "
+      "JSON report with plan.candidates[]).");
   m.def("rank", [] { return world().rank(); });
   m.def("world_size", [] { return world().size(); });
   m.def("barrier", [] {

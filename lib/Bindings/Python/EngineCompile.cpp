@@ -14,6 +14,7 @@
 #include "ds/Dialect/DsRt/IR/DsRtOps.h"
 #include "ds/Pipeline/Compile.h"
 #include "ds/Pipeline/DeepSpeedConfig.h"
+#include "ds/Pipeline/PlanSearch.h"
 #include "ds/Pipeline/TrainingOptions.h"
 #include "ds/Transforms/Passes.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -75,23 +76,16 @@ bool buildOptions(const std::vector<std::pair<std::string, std::string>> &flags,
 
 } // namespace
 
-CompileOutcome
-compileModel(const std::string &modelPath,
-             const std::vector<std::pair<std::string, std::string>> &flags,
-             const std::string &configPath, const std::string &planPath) {
+namespace {
+/// Runs `body` with a context whose diagnostics become lines of
+/// `messages` ("error: ...", "warning: ...").
+template <typename Body>
+void withContext(std::string &messages, Body body) {
   static std::once_flag registered;
   std::call_once(registered, [] {
     mlir::ds::registerDsPasses();
     mlir::ds::registerTrainingPipeline();
   });
-  CompileOutcome out;
-  mlir::ds::TrainingOptions options;
-  if (!buildOptions(flags, configPath, options, out.messages))
-    return out;
-  if (options.emitKind != "plan") {
-    out.messages += "error: the engine needs --emit=plan\n";
-    return out;
-  }
   DialectRegistry registry;
   registry.insert<mlir::ds::DsDialect, mlir::dsrt::DsRtDialect,
                   func::FuncDialect>();
@@ -102,33 +96,89 @@ compileModel(const std::string &modelPath,
         diag.getSeverity() == DiagnosticSeverity::Error     ? "error"
         : diag.getSeverity() == DiagnosticSeverity::Warning ? "warning"
                                                             : "note";
-    out.messages += std::string(severity) + ": " + diag.str() + "\n";
+    messages += std::string(severity) + ": " + diag.str() + "\n";
     return success();
   });
-  mlir::ds::CompileRequest request;
-  request.modelPath = modelPath;
+  body(context);
+}
+
+/// The model's folder (where a plan's weights path is relative to).
+std::string folderOf(const std::string &modelPath) {
   llvm::SmallString<256> dir(modelPath);
   llvm::sys::path::remove_filename(dir);
-  if (dir.empty())
-    dir = ".";
-  out.planDir = dir.str().str();
-  request.planPath =
-      planPath.empty() ? (dir + "/plan.bin").str() : planPath;
-  if (planPath.empty())
-    request.planBytes = &out.plan;
-  request.commandLine = "ds.initialize " + modelPath;
-  for (const auto &[flag, value] : flags)
-    request.commandLine += " --" + flag + "=" + value;
-  llvm::Expected<mlir::ds::CompileResult> result =
-      mlir::ds::compile(context, options, request);
-  if (!result) {
-    addError(result.takeError(), out.messages);
+  return dir.empty() ? std::string(".") : dir.str().str();
+}
+} // namespace
+
+CompileOutcome
+compileModel(const std::string &modelPath,
+             const std::vector<std::pair<std::string, std::string>> &flags,
+             const std::string &configPath, const std::string &planPath) {
+  CompileOutcome out;
+  mlir::ds::TrainingOptions options;
+  if (!buildOptions(flags, configPath, options, out.messages))
+    return out;
+  if (options.emitKind != "plan") {
+    out.messages += "error: the engine needs --emit=plan\n";
     return out;
   }
-  for (const std::string &notice : result->notices)
-    out.messages += "warning: " + notice + "\n";
-  out.report = mlir::ds::formatReport(*result, options);
-  out.ok = true;
+  withContext(out.messages, [&](MLIRContext &context) {
+    mlir::ds::CompileRequest request;
+    request.modelPath = modelPath;
+    out.planDir = folderOf(modelPath);
+    request.planPath =
+        planPath.empty() ? out.planDir + "/plan.bin" : planPath;
+    if (planPath.empty())
+      request.planBytes = &out.plan;
+    request.commandLine = "ds.initialize " + modelPath;
+    for (const auto &[flag, value] : flags)
+      request.commandLine += " --" + flag + "=" + value;
+    llvm::Expected<mlir::ds::CompileResult> result =
+        mlir::ds::compile(context, options, request);
+    if (!result) {
+      addError(result.takeError(), out.messages);
+      return;
+    }
+    for (const std::string &notice : result->notices)
+      out.messages += "warning: " + notice + "\n";
+    out.report = mlir::ds::formatReport(*result, options);
+    out.ok = true;
+  });
+  return out;
+}
+
+CompileOutcome
+estimateModel(const std::string &modelPath,
+              const std::vector<std::pair<std::string, std::string>> &flags,
+              const std::string &configPath) {
+  CompileOutcome out;
+  mlir::ds::TrainingOptions options;
+  if (!buildOptions(flags, configPath, options, out.messages))
+    return out;
+  if (options.planMode != "auto" || options.reportKind != "json") {
+    out.messages += "error: ds.estimate runs --plan=auto --report=json\n";
+    return out;
+  }
+  withContext(out.messages, [&](MLIRContext &context) {
+    mlir::ds::CompileRequest request;
+    request.modelPath = modelPath;
+    out.planDir = folderOf(modelPath);
+    request.planPath = out.planDir + "/plan.bin"; // not written
+    request.planBytes = &out.plan;
+    request.commandLine = "ds.estimate " + modelPath;
+    std::string progress;
+    llvm::raw_string_ostream progressStream(progress);
+    llvm::Expected<mlir::ds::PlanSearchResult> result =
+        mlir::ds::searchPlan(context, options, request, progressStream);
+    if (!result) {
+      addError(result.takeError(), out.messages);
+      return;
+    }
+    for (const std::string &notice : result->chosen.notices)
+      out.messages += "warning: " + notice + "\n";
+    out.report = result->output;
+    out.ok = true;
+  });
   return out;
 }
 

@@ -41,6 +41,15 @@ compileModel(const std::string &modelPath,
              const std::vector<std::pair<std::string, std::string>> &flags,
              const std::string &configPath, const std::string &planPath);
 
+/// Runs the --plan=auto search on `modelPath` as `ds-opt modelPath
+/// --plan=auto --report=json ...` would (the flags must hold plan=auto,
+/// report=json, a cluster and a global batch), without writing a plan:
+/// `report` receives the JSON report with plan.candidates[].
+CompileOutcome
+estimateModel(const std::string &modelPath,
+              const std::vector<std::pair<std::string, std::string>> &flags,
+              const std::string &configPath);
+
 } // namespace ds::python
 
 #endif // DS_BINDINGS_PYTHON_ENGINECOMPILE_H
