@@ -112,7 +112,7 @@ private:
   llvm::Error loadModel();
   FailureOr<ModuleOp> modelAt(int64_t micro);
   TrainingOptions optionsFor(const Candidate &cand) const;
-  std::string autoValuesLine(const Candidate &c) const;
+  std::string autoValuesLine(const Candidate &c, bool json = false) const;
   bool compileOne(Candidate &cand);
   void evaluate(Candidate &cand);
   void compileShortlist();
@@ -186,10 +186,11 @@ FailureOr<ModuleOp> Search::modelAt(int64_t micro) {
 }
 
 /// The config's "auto" values the search decided, as the chosen layout
-/// has them (empty when there are none).
-std::string Search::autoValuesLine(const Candidate &c) const {
+/// has them: one text line (empty when there are none), or with `json` a
+/// JSON object of key and value.
+std::string Search::autoValuesLine(const Candidate &c, bool json) const {
   TrainingOptions o = optionsFor(c);
-  std::string line;
+  std::string line, object;
   for (const std::string &key : options.configAutoKeys) {
     llvm::StringRef leaf = llvm::StringRef(key).rsplit('.').second;
     if (leaf.empty())
@@ -211,8 +212,11 @@ std::string Search::autoValuesLine(const Candidate &c) const {
       value = std::to_string(o.prefetchBucketSize);
     else
       continue; // not the search's: the config notice's value holds
+    object += (object.empty() ? "" : ", ") + ("\"" + key + "\": ") + value;
     line += (line.empty() ? "" : "; ") + key + " = " + value;
   }
+  if (json)
+    return "{" + object + "}";
   return line.empty() ? line
                       : "config \"auto\" values as the planner chose them "
                         "(not the defaults the config notice names): " +
@@ -536,8 +540,11 @@ llvm::Expected<PlanSearchResult> Search::finish(int chosen) {
   std::string report = formatReport(*r, o);
   if (json) {
     llvm::StringRef body = llvm::StringRef(report).rtrim();
-    out.output = (body.drop_back() + ", \"plan\": " +
-                  candidatesJson(all, chosen, compiles, options.explainPlan) + "}\n")
+    std::string planJson =
+        candidatesJson(all, chosen, compiles, options.explainPlan);
+    llvm::StringRef plan(planJson);
+    out.output = (body.drop_back() + ", \"plan\": " + plan.rtrim().drop_back() +
+                  ", \"auto_values\": " + autoValuesLine(c, true) + "}}\n")
                      .str();
   } else {
     out.output = note +

@@ -53,7 +53,7 @@ PREDICTED = {
 
 # With --plan=auto (docs/planner.md): the search's candidates.
 PLAN = {"plan": {"chosen": str, "compiles": int, "states": dict,
-                 "candidates": list}}
+                 "candidates": list, "auto_values": dict}}
 CANDIDATE = {"layout": str, "family": str, "dp": int, "tp": int, "pp": int,
              "sequence_parallel": bool, "zero": int, "micro_batch": int,
              "grad_accum": int, "schedule": str, "recompute": str,
