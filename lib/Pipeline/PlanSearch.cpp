@@ -237,7 +237,10 @@ TrainingOptions Search::optionsFor(const Candidate &cand) const {
   o.virtualStages = 1;
   o.recompute = cand.recompute;
   o.offloadMode = "none";
-  o.offloadOptimizer = cand.offload ? "cpu" : "none";
+  if (!options.isGiven("offload-optimizer"))
+    o.offloadOptimizer = cand.offload ? "cpu" : "none";
+  if (!options.isGiven("offload-param"))
+    o.offloadParam = cand.offloadParam ? "cpu" : "none";
   o.deviceMemory.clear();
   o.clusterSpec.clear();
   o.emitTrace.clear();
@@ -310,7 +313,7 @@ bool Search::compileOne(Candidate &cand) {
 }
 
 /// Recompute none, then full, then (with a host) the optimizer state
-/// offloaded: the first that fits.
+/// offloaded, then (ZeRO-3) the parameters too: the first that fits.
 void Search::evaluate(Candidate &cand) {
   std::vector<std::string> modes{"none", "full"};
   if (options.isGiven("recompute") && options.recompute != "auto")
@@ -325,6 +328,16 @@ void Search::evaluate(Candidate &cand) {
       !options.isGiven("offload-optimizer")) {
     Candidate trial = cand;
     trial.offload = true;
+    if (compileOne(trial) &&
+        (trial.state == State::Fits || trial.peak < cand.peak))
+      cand = trial;
+  }
+  // ZeRO-3: the parameters on the host as well, last.
+  if (cluster.host.present && cand.zero == 3 && cand.state == State::TooBig &&
+      !options.isGiven("offload-optimizer") &&
+      !options.isGiven("offload-param")) {
+    Candidate trial = cand;
+    trial.offload = trial.offloadParam = true;
     if (compileOne(trial) &&
         (trial.state == State::Fits || trial.peak < cand.peak))
       cand = trial;

@@ -58,6 +58,8 @@ struct Candidate {
   // The memory choices the compile settled on.
   std::string recompute = "none";
   bool offload = false;
+  /// ZeRO-3 with a host: the parameters on the host too (--offload-param).
+  bool offloadParam = false;
   int64_t bucket = 0; // 0: the default bucket sizes
   // The analytic figures.
   int64_t lowerBound = 0;

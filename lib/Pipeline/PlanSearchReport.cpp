@@ -155,6 +155,7 @@ std::string plan_search::candidatesJson(const std::vector<Candidate> &all,
        << ", \"grad_accum\": " << c.accum << ", \"schedule\": \""
        << c.schedule << "\", \"recompute\": \"" << c.recompute
        << "\", \"offload_optimizer\": " << (c.offload ? "true" : "false")
+       << ", \"offload_param\": " << (c.offloadParam ? "true" : "false")
        << ", \"bucket\": " << c.bucket << ", \"state\": \""
        << stateName(c.state) << "\", \"chosen\": "
        << (order[k] == chosen ? "true" : "false")

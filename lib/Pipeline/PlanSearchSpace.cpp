@@ -85,6 +85,8 @@ std::string Candidate::layout() const {
     s += " rc=" + recompute;
     if (offload)
       s += " offload";
+    if (offloadParam)
+      s += " offload-param";
   }
   if (bucket > 0)
     s += " bucket=" + std::to_string(bucket);
@@ -195,7 +197,12 @@ int64_t plan_search::memoryLowerBound(const Candidate &cand,
   int64_t wb = weightBytes(o), share = cand.tp * cand.pp;
   int64_t trainable = m.trainable / share;
   int64_t frozen = (m.parameters - m.trainable) / share;
-  int64_t weights = trainable * wb / (cand.zero == 3 ? cand.dp : 1) + frozen * wb;
+  // With a host, ZeRO-3 may keep the parameters there (the search tries
+  // --offload-param last): then none need stay on the device.
+  int64_t weights = cand.offload && cand.zero == 3
+                        ? 0
+                        : trainable * wb / (cand.zero == 3 ? cand.dp : 1) +
+                              frozen * wb;
   int64_t perElem = 0;
   llvm::StringRef opt = o.optimizerName;
   if (opt == "adam" || opt == "adamw" || opt == "lamb")

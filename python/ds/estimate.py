@@ -42,6 +42,7 @@ class Candidate:
     mfu: float
     bottleneck: str
     why: str
+    offload_param: bool = False  # ZeRO-3: the parameters on the host too
 
     @property
     def fits(self):

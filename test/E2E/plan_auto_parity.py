@@ -28,6 +28,11 @@ def main():
     ap.add_argument("--ds-run", required=True)
     ap.add_argument("--mpirun", required=True)
     ap.add_argument("--work", required=True)
+    ap.add_argument("--fraction", type=float, default=0.6,
+                    help="device memory as a fraction of the naive peak")
+    ap.add_argument("--host", action="store_true",
+                    help="give the cluster a host (offload may be chosen)")
+    ap.add_argument("--zero", default=None, help="fix the ZeRO stage")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     w = lambda f: os.path.join(args.work, f)
@@ -43,15 +48,19 @@ def main():
         [args.ds_opt, onnx_path, *shapes(4), *opt, "--world-size=2", "--zero=0",
          "--report=json", "-o", w("naive.plan")],
         check=True, capture_output=True, text=True).stdout)["per_rank_peak"]
-    memory = int(naive * 0.6)
+    memory = int(naive * args.fraction)
     cluster = {"name": "two-small", "nodes": 1, "devices_per_node": 2,
                "device": {"memory": memory, "flops": {"fp32": 1e9},
                           "memory_bandwidth": 1e10},
                "intra_node": {"bandwidth": 1e9, "latency": 1e-5}}
+    if args.host:
+        cluster["host"] = {"memory": 1e12, "bandwidth": 1e10,
+                           "optimizer_bandwidth": 1e10}
+    fixed = ["--zero=" + args.zero] if args.zero else []
     json.dump(cluster, open(w("cluster.json"), "w"))
     out = subprocess.run(
         [args.ds_opt, onnx_path, *shapes(8), *opt, "--plan=auto", "--cluster=" + w("cluster.json"),
-         "--global-batch=8", "--world-size=2", "--report=json", "-o", w("auto.plan")],
+         "--global-batch=8", "--world-size=2", *fixed, "--report=json", "-o", w("auto.plan")],
         capture_output=True, text=True)
     if out.returncode:
         print("FAIL: ds-opt --plan=auto:", out.stderr)
@@ -61,7 +70,7 @@ def main():
     chosen = [c for c in plan["candidates"] if c["chosen"]]
     peak = report["memory"]["total"] if "memory" in report else chosen[0]["peak"]
     fits = peak <= memory and report["per_rank_peak"] <= memory
-    print(f"naive ZeRO-0 2-rank peak {naive} bytes; device memory {memory} (60%); chosen "
+    print(f"naive ZeRO-0 2-rank peak {naive} bytes; device memory {memory} ({args.fraction:.0%}); chosen "
           f"{plan['chosen']}: peak {peak}: {'fits' if fits else 'DOES NOT FIT'}")
     print("predicted step_time_s positive:", report["predicted"]["step_time_s"] > 0)
     run = lambda prefix, p, tag: subprocess.run(
