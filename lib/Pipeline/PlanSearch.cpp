@@ -318,9 +318,15 @@ void Search::evaluate(Candidate &cand) {
   std::vector<std::string> modes{"none", "full"};
   if (options.isGiven("recompute") && options.recompute != "auto")
     modes = {options.recompute};
+  // Offload given on the command line or by the config holds throughout.
+  bool givenOptimizer = options.isGiven("offload-optimizer") &&
+                        options.offloadOptimizer != "none";
+  bool givenParam =
+      options.isGiven("offload-param") && options.offloadParam != "none";
   for (const std::string &mode : modes) {
     cand.recompute = mode;
-    cand.offload = false;
+    cand.offload = givenOptimizer;
+    cand.offloadParam = givenParam;
     if (!compileOne(cand) || cand.state == State::Fits)
       return;
   }
