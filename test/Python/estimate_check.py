@@ -62,6 +62,17 @@ def main():
             print("no error for", bad)
         except (ValueError, RuntimeError) as e:
             print("refused:", str(e).splitlines()[0][:90])
+    # Nothing fits a 64 KiB device: the planner's one-line error.
+    tiny = cluster + ".tiny.json"
+    spec = json.load(open(cluster))
+    spec["device"]["memory"] = 65536
+    json.dump(spec, open(tiny, "w"))
+    try:
+        ds.estimate(wrapped, inputs, cluster=tiny, global_batch=8,
+                    optimizer=opt)
+        print("no error for a 64 KiB device")
+    except RuntimeError as e:
+        print("refused:", str(e).splitlines()[0][:60])
     print("PASS")
 
 
