@@ -108,6 +108,24 @@ std::string folderOf(const std::string &modelPath) {
   llvm::sys::path::remove_filename(dir);
   return dir.empty() ? std::string(".") : dir.str().str();
 }
+
+/// The request for `modelPath`: with an empty `planPath` the plan goes
+/// to out.plan (no file); the command line records `tool` and the flags.
+mlir::ds::CompileRequest
+requestFor(const std::string &tool, const std::string &modelPath,
+           const std::vector<std::pair<std::string, std::string>> &flags,
+           const std::string &planPath, CompileOutcome &out) {
+  mlir::ds::CompileRequest request;
+  request.modelPath = modelPath;
+  out.planDir = folderOf(modelPath);
+  request.planPath = planPath.empty() ? out.planDir + "/plan.bin" : planPath;
+  if (planPath.empty())
+    request.planBytes = &out.plan;
+  request.commandLine = tool + " " + modelPath;
+  for (const auto &[flag, value] : flags)
+    request.commandLine += " --" + flag + "=" + value;
+  return request;
+}
 } // namespace
 
 CompileOutcome
@@ -123,16 +141,8 @@ compileModel(const std::string &modelPath,
     return out;
   }
   withContext(out.messages, [&](MLIRContext &context) {
-    mlir::ds::CompileRequest request;
-    request.modelPath = modelPath;
-    out.planDir = folderOf(modelPath);
-    request.planPath =
-        planPath.empty() ? out.planDir + "/plan.bin" : planPath;
-    if (planPath.empty())
-      request.planBytes = &out.plan;
-    request.commandLine = "ds.initialize " + modelPath;
-    for (const auto &[flag, value] : flags)
-      request.commandLine += " --" + flag + "=" + value;
+    mlir::ds::CompileRequest request =
+        requestFor("ds.initialize", modelPath, flags, planPath, out);
     llvm::Expected<mlir::ds::CompileResult> result =
         mlir::ds::compile(context, options, request);
     if (!result) {
@@ -160,12 +170,8 @@ estimateModel(const std::string &modelPath,
     return out;
   }
   withContext(out.messages, [&](MLIRContext &context) {
-    mlir::ds::CompileRequest request;
-    request.modelPath = modelPath;
-    out.planDir = folderOf(modelPath);
-    request.planPath = out.planDir + "/plan.bin"; // not written
-    request.planBytes = &out.plan;
-    request.commandLine = "ds.estimate " + modelPath;
+    mlir::ds::CompileRequest request =
+        requestFor("ds.estimate", modelPath, flags, "", out); // no file
     std::string progress;
     llvm::raw_string_ostream progressStream(progress);
     llvm::Expected<mlir::ds::PlanSearchResult> result =
