@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Cpu/Kernels.h"
+#include "TensorViews.h"
 #include "plan.pb.h"
 
 #include <gtest/gtest.h>
@@ -21,6 +22,8 @@
 using namespace ds::rt;
 
 namespace {
+
+using ds::rt::test::view;
 
 using Shape = std::vector<int64_t>;
 
@@ -91,13 +94,6 @@ std::vector<float> random(int64_t n, unsigned seed) {
   std::vector<float> v(n);
   std::generate(v.begin(), v.end(), [&] { return d(gen); });
   return v;
-}
-
-TensorView view(std::vector<float> &v, Shape s) {
-  TensorView t;
-  t.data = v.data();
-  t.shape = std::move(s);
-  return t;
 }
 
 void addInts(ds::plan::Instruction &ins, const char *name, const Shape &v) {

@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Cpu/Kernels.h"
+#include "TensorViews.h"
 #include "plan.pb.h"
 #include "ds/Support/Pooling.h"
 
@@ -20,6 +21,8 @@
 using namespace ds::rt;
 
 namespace {
+
+using ds::rt::test::view;
 
 /// One pooling case: shapes and attributes.
 struct PoolCase {
@@ -99,14 +102,6 @@ Reference reference(const PoolCase &c, const std::vector<float> &x,
         r.avgGrad[p * g.inPlane() + idx] += dy[po] / div;
     }
   return r;
-}
-
-TensorView view(std::vector<float> &v, std::vector<int64_t> shape) {
-  TensorView t;
-  t.data = v.data();
-  t.dtype = DType::F32;
-  t.shape = std::move(shape);
-  return t;
 }
 
 /// Runs kernel `name`, its attributes the case's, checking it succeeds.

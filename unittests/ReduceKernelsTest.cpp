@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Cpu/Kernels.h"
+#include "TensorViews.h"
 #include "plan.pb.h"
 
 #include <gtest/gtest.h>
@@ -21,13 +22,7 @@ using namespace ds::rt;
 
 namespace {
 
-TensorView view(void *data, std::vector<int64_t> shape) {
-  TensorView v;
-  v.data = data;
-  v.dtype = DType::F32;
-  v.shape = std::move(shape);
-  return v;
-}
+using ds::rt::test::view;
 
 /// The kernel `name` over `axes` of `x` (shape `shape`).
 std::vector<float> run(const char *name, const std::vector<float> &x,

@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Cpu/Kernels.h"
+#include "TensorViews.h"
 #include "plan.pb.h"
 
 #include <gtest/gtest.h>
@@ -24,6 +25,8 @@
 using namespace ds::rt;
 
 namespace {
+
+using ds::rt::test::view;
 
 struct ResizeCase {
   std::vector<int64_t> in, out;
@@ -106,14 +109,6 @@ allTaps(const ResizeCase &c) {
       all[p * outPlane + o] = cur;
     }
   return all;
-}
-
-TensorView view(void *data, DType t, std::vector<int64_t> shape) {
-  TensorView v;
-  v.data = data;
-  v.dtype = t;
-  v.shape = std::move(shape);
-  return v;
 }
 
 void run(const char *name, const ResizeCase &c, TensorView in, TensorView out) {

@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Cpu/Kernels.h"
+#include "TensorViews.h"
 #include "plan.pb.h"
 
 #include <gtest/gtest.h>
@@ -23,6 +24,8 @@
 using namespace ds::rt;
 
 namespace {
+
+using ds::rt::test::view;
 
 struct TopKCase {
   std::vector<int64_t> shape;
@@ -46,14 +49,6 @@ bool before(float a, int64_t ia, float b, int64_t ib, bool largest) {
   if (a == b)
     return ia < ib;
   return largest ? a > b : a < b;
-}
-
-TensorView view(void *data, DType t, std::vector<int64_t> shape) {
-  TensorView v;
-  v.data = data;
-  v.dtype = t;
-  v.shape = std::move(shape);
-  return v;
 }
 
 void run(const char *name, const TopKCase &c, std::vector<TensorView> in,
