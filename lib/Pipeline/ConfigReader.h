@@ -122,6 +122,9 @@ bool readParallelism(Reader &r, const std::string &key, const Value &v);
 bool readAio(Reader &r, const std::string &key, const Value &v);
 bool readDsExtensions(Reader &r, const std::string &key, const Value &v);
 bool readScheduler(Reader &r, const std::string &key, const Value &v);
+/// steps_per_print, wall_clock_breakdown, tensorboard, csv_monitor,
+/// comms_logger, flops_profiler (DeepSpeedConfigMonitors.cpp).
+bool readMonitorKey(Reader &r, const std::string &key, const Value &v);
 
 /// The text of a config as DeepSpeed's HJSON reader takes it, made JSON:
 /// comments (#, //, /* */) and trailing commas removed. Strings are kept

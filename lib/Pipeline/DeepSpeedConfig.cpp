@@ -30,10 +30,6 @@ namespace {
 const std::map<std::string, KnownKey> &knownTopKeys() {
   using K = KnownKey;
   static const std::map<std::string, KnownKey> m = {
-      {"steps_per_print",
-       {K::NoOp, "ds-run prints every step (--log-json FILE writes them)"}},
-      {"wall_clock_breakdown",
-       {K::NoOp, "ds-run --profile prints the time of each kernel"}},
       {"zero_allow_untested_optimizer",
        {K::NoOp, "ds runs its own optimizers, all of them tested"}},
       {"zero_force_ds_cpu_optimizer",
@@ -48,22 +44,14 @@ const std::map<std::string, KnownKey> &knownTopKeys() {
       {"memory_breakdown",
        {K::NoOp, "ds-opt --report gives the planned memory, which ds-run "
                  "checks"}},
-      {"tensorboard",
-       {K::NoOp, "no TensorBoard files yet; ds-run --log-json FILE logs "
-                 "loss, learning rate and time per step"}},
-      {"wandb", {K::NoOp, "no wandb files yet; ds-run --log-json FILE logs "
-                          "loss, learning rate and time per step"}},
-      {"csv_monitor",
-       {K::NoOp, "no CSV files yet; ds-run --log-json FILE logs loss, "
-                 "learning rate and time per step"}},
+      {"wandb", {K::NoOp, "wandb is not written (no network; ds-run's "
+                          "tensorboard and csv_monitor files hold the same "
+                          "scalars)"}},
       {"comet", {K::NoOp, "no comet logs yet; ds-run --log-json FILE logs "
                           "loss, learning rate and time per step"}},
       {"monitor_config",
        {K::NoOp, "no monitor files yet; ds-run --log-json FILE logs loss, "
                  "learning rate and time per step"}},
-      {"flops_profiler", {K::NoOp, "ds-opt --report gives the FLOPs"}},
-      {"comms_logger",
-       {K::NoOp, "ds-opt --report lists every collective and its bytes"}},
       {"comms_config",
        {K::NoOp, "ds-opt --report lists every collective and its bytes"}},
       {"autotuning",
@@ -104,7 +92,14 @@ const std::vector<std::string> topKeys = {"train_batch_size",
                                           "tensor_parallel",
                                           "pipeline",
                                           "sequence_parallel_size",
-                                          "ds"};
+                                          "ds",
+                                          // Monitors and logging.
+                                          "steps_per_print",
+                                          "wall_clock_breakdown",
+                                          "tensorboard",
+                                          "csv_monitor",
+                                          "comms_logger",
+                                          "flops_profiler"};
 
 bool readTopKey(Reader &r, const std::string &key, const Value &v) {
   if (key == "train_batch_size" || key == "train_micro_batch_size_per_gpu" ||
@@ -130,6 +125,10 @@ bool readTopKey(Reader &r, const std::string &key, const Value &v) {
     return readAio(r, key, v);
   if (key == "ds")
     return readDsExtensions(r, key, v);
+  if (key == "steps_per_print" || key == "wall_clock_breakdown" ||
+      key == "tensorboard" || key == "csv_monitor" || key == "comms_logger" ||
+      key == "flops_profiler")
+    return readMonitorKey(r, key, v);
   if (key == "sequence_parallel_size") {
     auto n = r.integer(v, key);
     if (n && *n > 1)

@@ -8,6 +8,7 @@
 
 #include "ds/Dialect/DsRt/IR/DsRtOps.h"
 #include "ds/Pipeline/Cluster.h"
+#include "ds/Pipeline/DeepSpeedConfig.h"
 #include "ds/Target/Plan/PlanWriter.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -203,6 +204,7 @@ compileRecord(const TrainingOptions &o, const MemoryChoices &c,
   }
   for (const std::string &spec : o.inputShapes)
     r["input-shape:" + spec] = spec;
+  addRunSettings(o, r); // monitors and logging, for ds-run
   return r;
 }
 } // namespace

@@ -307,9 +307,18 @@ bool Executor::Impl::runInstruction(int i, KernelContext &ctx, RunStats &stats,
   return true;
 }
 
-void Executor::Impl::recordProfile(const plan::Instruction &ins,
+void Executor::Impl::recordProfile(int i, const plan::Instruction &ins,
                                    const KernelContext &ctx, double ms,
                                    RunStats &stats) {
+  // Per phase, instruction and collective call (the monitors').
+  int phase = static_cast<int>(ins.phase());
+  stats.phaseMilliseconds[phase >= 0 && phase < 6 ? phase : 0] += ms;
+  if (stats.instructionMilliseconds.size() <= static_cast<size_t>(i))
+    stats.instructionMilliseconds.resize(i + 1, 0.0);
+  stats.instructionMilliseconds[i] += ms;
+  for (const plan::Collective &c : ins.collectives())
+    stats.collectiveCalls.push_back({static_cast<int>(c.kind()), c.bytes(),
+                                     ms / ins.collectives_size(), i});
   auto &entry = stats.kernelTimes[ins.kernel()];
   entry.milliseconds += ms;
   entry.calls += 1;
@@ -343,7 +352,7 @@ bool Executor::Impl::runInstructions(int from, int to, uint64_t runSeed,
     if (device && options.profile && !device->synchronize(err))
       return false;
     if (options.profile)
-      recordProfile(prog.instructions(i), ctx, millisecondsSince(k0), stats);
+      recordProfile(i, prog.instructions(i), ctx, millisecondsSince(k0), stats);
     // Scanning goes on to the end (other ranks run the same collectives).
     if (scan && stats.firstNan.empty() &&
         !firstNonFinite(i, ctx, stats.firstNan, err))

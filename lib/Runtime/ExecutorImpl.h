@@ -219,7 +219,8 @@ struct Executor::Impl {
   KernelContext contextOf(int i, uint64_t runSeed);
   bool runInstruction(int i, KernelContext &ctx, RunStats &stats,
                       std::string &err);
-  void recordProfile(const plan::Instruction &ins, const KernelContext &ctx,
+  void recordProfile(int i, const plan::Instruction &ins,
+                     const KernelContext &ctx,
                      double ms, RunStats &stats);
   /// The `ds.step` input: 1 on the first run that updates.
   void setStepInput(uint64_t runIndex);

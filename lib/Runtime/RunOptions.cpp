@@ -309,6 +309,47 @@ std::vector<RunFlag> runningFlags() {
   };
 }
 
+/// Monitors and logging: DeepSpeed's steps_per_print, wall_clock_breakdown,
+/// tensorboard, csv_monitor, comms_logger and flops_profiler, which the plan
+/// records from the config; these flags override it.
+std::vector<RunFlag> monitorFlags() {
+  return {
+      flag({"--steps-per-print"}, "--steps-per-print N",
+           "print the progress line of every N-th step (and the\n"
+           "last); default: the plan's steps_per_print, else 1",
+           toInt(&O::stepsPerPrint, "--steps-per-print", 1)),
+      option({"--wall-clock-breakdown"},
+             "time each step's forward, backward, optimizer step\n"
+             "and communication (the plan's phases; kernels are\n"
+             "synchronized): printed with each progress line, in\n"
+             "--log-json and the monitors",
+             &O::wallClockBreakdown),
+      flag({"--tensorboard-dir"}, "--tensorboard-dir DIR",
+           "write a TensorBoard event file into DIR: DeepSpeed's\n"
+           "Train/Samples/train_loss, lr, loss_scale (fp16) and\n"
+           "the wall-clock times, against samples",
+           toString(&O::tensorboardDir), "--tensorboard-dir needs a folder"),
+      flag({"--csv-monitor-dir"}, "--csv-monitor-dir DIR",
+           "the same scalars as DeepSpeed's CSV monitor: one\n"
+           "file per tag in DIR (step,<name> rows)",
+           toString(&O::csvMonitorDir), "--csv-monitor-dir needs a folder"),
+      flag({"--comms-logger"}, "--comms-logger=M",
+           "summary: log every collective and print count,\n"
+           "bytes and time per kind and message size at the\n"
+           "end (DeepSpeed's comms summary); verbose: each call\n"
+           "too",
+           toChoice(&O::commsLogger, "--comms-logger", "summary, verbose"),
+           "--comms-logger needs summary or verbose"),
+      flag({"--flops-profile-step"}, "--flops-profile-step N",
+           "profile step N: the plan's FLOPs per op and module,\n"
+           "the step's measured time and FLOP/s",
+           toInt(&O::flopsProfileStep, "--flops-profile-step", 1)),
+      flag({"--flops-output-file"}, "--flops-output-file FILE",
+           "write the flops profile to FILE (default: stdout)",
+           toString(&O::flopsOutputFile), "--flops-output-file needs a file"),
+  };
+}
+
 /// Measuring the machine for the planner.
 std::vector<RunFlag> calibrationFlags() {
   return {
@@ -370,7 +411,8 @@ const std::vector<RunFlag> &runFlags() {
   static const std::vector<RunFlag> flags = [] {
     std::vector<RunFlag> all;
     for (auto group :
-         {trainingFlags, checkpointFlags, runningFlags, calibrationFlags})
+         {trainingFlags, checkpointFlags, runningFlags, monitorFlags,
+          calibrationFlags})
       for (RunFlag &f : group())
         all.push_back(std::move(f));
     return all;

@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Monitor.h"
 #include "TrainerImpl.h"
 
 #include <algorithm>
@@ -57,7 +58,7 @@ void logStep(RunContext &ctx, const TrainState &ts, const StepFigures &f) {
                "\"samples_per_s\": %.3f, \"time_ms\": %.3f, "
                "\"peak_bytes\": %llu, \"planned_bytes\": %llu, "
                "\"collective_bytes\": %llu, "
-               "\"planned_collective_bytes\": %llu%s}\n",
+               "\"planned_collective_bytes\": %llu%s%s}\n",
                f.step,
                std::isnan(f.loss) ? "null" : std::to_string(f.loss).c_str(),
                std::isnan(f.lr) ? "null" : fullDigits(f.lr).c_str(),
@@ -65,7 +66,7 @@ void logStep(RunContext &ctx, const TrainState &ts, const StepFigures &f) {
                static_cast<ull>(stats.arenaHighWater),
                static_cast<ull>(stats.arenaPlanned),
                static_cast<ull>(ts.stepComm), static_cast<ull>(ts.plannedComm),
-               scaler.c_str());
+               scaler.c_str(), ctx.monitors->breakdownJson(stats).c_str());
 }
 
 /// The ranks' layout: pipeline stages (every stage reports its own), data
@@ -193,12 +194,13 @@ void printStep(RunContext &ctx, const TrainState &ts, const StepFigures &f) {
     if (s == steps ||
         (s - first + 1) % std::max<long long>(1, (steps - first + 1) / 10) == 0)
       std::printf("\n");
-  } else if (ctx.lead) {
+  } else if (ctx.lead && ctx.monitors->printsStep(s, steps)) {
     std::printf("step %lld/%lld | loss %.6f | lr %s | %.1f samples/s | %.3f ms "
                 "| arena %s of %s planned%s%s\n",
                 s, steps, f.loss, lrText, f.samplesPerSecond,
                 stats.milliseconds, human(stats.arenaHighWater).c_str(),
                 human(stats.arenaPlanned).c_str(), scaleText, etaText);
+    std::fputs(ctx.monitors->breakdownText(stats).c_str(), stdout);
   }
   std::fflush(stdout);
   if (ctx.log && ctx.lead)

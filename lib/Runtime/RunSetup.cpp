@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Monitor.h"
 #include "TrainerImpl.h"
 
 #include <algorithm>
@@ -324,6 +325,8 @@ bool setUpRun(RunContext &ctx) {
   if (!checkPlan(ctx))
     return false;
   ctx.execOptions = executorOptions(ctx);
+  if (!setUpMonitors(ctx)) // may turn the executors' timing on
+    return false;
   if (!ctx.opts.injectOverflow.empty() && !ctx.info.lossScaling)
     return ctx.fail(
         "--inject-overflow needs an fp16 plan (ds-opt --precision=fp16)");

@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Monitor.h"
 #include "TrainerImpl.h"
 #include "ds/Runtime/Checkpoint.h"
 #include "ds/Runtime/Schedule.h"
@@ -256,6 +257,8 @@ bool finishStep(RunContext &ctx, TrainState &ts, long long s, StepRun &step,
                          info.totalSteps, info.minLr);
   ++ts.stepsDone;
   printStep(ctx, ts, f);
+  if (!monitorStep(ctx, ts, f)) // monitors, comms logger, flops profile
+    return false;
   if (stats.arenaHighWater > stats.arenaPlanned)
     return ctx.fail("the arena high-water mark exceeds the plan");
   return saveStep(ctx, ts, s);
@@ -312,6 +315,7 @@ bool train(RunContext &ctx) {
   for (long long s = ts.firstStep; s <= ctx.opts.steps; ++s) {
     StepRun step;
     uint64_t comm0 = ctx.sc->collectiveBytes;
+    ctx.monitors->beginStep(ctx.stats);
     if (!runStep(ctx, ts, s, step))
       return false;
     if (!step.skipped && !finishStep(ctx, ts, s, step, comm0))
@@ -329,6 +333,7 @@ bool train(RunContext &ctx) {
   if (!saveTrainedWeights(ctx))
     return false;
   printTrainingReport(ctx, ts);
+  ctx.monitors->finish(ctx);
   return true;
 }
 

@@ -28,6 +28,8 @@
 
 namespace ds::rt {
 
+class Monitors; // Monitor.h
+
 /// Everything a run holds: the options, the ranks' layout, the plan's
 /// figures and the executors.
 struct RunContext {
@@ -61,6 +63,9 @@ struct RunContext {
   /// One executor per model chunk (one without interleaving).
   std::vector<std::unique_ptr<Executor>> execs;
   std::FILE *log = nullptr; // --log-json
+  /// steps_per_print, wall_clock_breakdown, monitors, comms logger, flops
+  /// profiler (Monitor.cpp); set by setUpRun.
+  std::shared_ptr<Monitors> monitors;
   RunStats stats;
 
   RunContext(const RunOptions &opts, Communicator &world)

@@ -19,6 +19,7 @@
 #include "llvm/Support/Error.h"
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -57,6 +58,12 @@ llvm::Error resolveBatch(DeepSpeedConfig &config, int64_t worldSize,
 /// steps from the batch sizes and `configMicroBatch`.
 llvm::Error applyDeepSpeedConfig(llvm::StringRef path,
                                  TrainingOptions &options);
+
+/// The run-time settings of `options` (steps per print, wall-clock
+/// breakdown, monitors, comms logger, flops profiler) as the plan's
+/// "run.*" options, which ds-run reads (lib/Runtime/Monitor.cpp).
+void addRunSettings(const TrainingOptions &options,
+                    std::map<std::string, std::string> &record);
 
 } // namespace mlir::ds
 

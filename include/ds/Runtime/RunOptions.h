@@ -51,6 +51,14 @@ struct RunOptions {
   std::string logJson;
   bool profile = false;
   bool noProgressBar = false;
+  // Monitors and logging (docs/training.md "Monitors and logging"); each
+  // left at its zero value takes the plan's setting (a DeepSpeed config's).
+  int64_t stepsPerPrint = 0;
+  bool wallClockBreakdown = false;
+  std::string tensorboardDir, csvMonitorDir;
+  std::string commsLogger; // summary or verbose
+  int64_t flopsProfileStep = 0;
+  std::string flopsOutputFile;
   // Execution.
   int64_t threads = defaultThreads();
   int64_t seed = 0;

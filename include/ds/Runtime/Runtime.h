@@ -179,6 +179,21 @@ struct RunStats {
     double flops = 0;
   };
   std::map<std::string, KernelTime> kernelTimes;
+  /// With profile, for the monitors (lib/Runtime/Monitor.cpp): milliseconds
+  /// per plan phase (plan::Phase: 0 unspecified, forward, backward,
+  /// optimizer, communication, transfer), per instruction of the plan's
+  /// program, and each collective call (its plan::CollectiveKind, bytes,
+  /// the instruction's time split over its collectives, the instruction).
+  /// They add up until the caller clears them.
+  double phaseMilliseconds[6] = {};
+  std::vector<double> instructionMilliseconds;
+  struct CollectiveCall {
+    int kind = 0;
+    uint64_t bytes = 0;
+    double milliseconds = 0;
+    int instruction = 0;
+  };
+  std::vector<CollectiveCall> collectiveCalls;
   /// With ExecutorOptions::nanGuard: the run stopped once the loss was
   /// computed because it is NaN or infinite on some rank; no parameter or
   /// state changed (the optimizer kernels come later).
