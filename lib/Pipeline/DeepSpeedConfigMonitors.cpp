@@ -46,11 +46,12 @@ const std::vector<std::pair<std::string, std::string>> &commOps() {
 bool readMonitorSection(Reader &r, const std::string &key, const Value &v,
                         const std::string &flag) {
   const Object *o = r.object(v, key);
-  if (!o || !r.checkKeys(*o, key, {"enabled", "output_path", "job_name"}))
+  if (!o)
     return false;
+  // An unknown key does not stop the others' checks (all are listed).
+  bool ok = r.checkKeys(*o, key, {"enabled", "output_path", "job_name"});
   bool enabled = false;
   std::string path, job = "DeepSpeedJobName";
-  bool ok = true;
   if (const Value *e = o->get("enabled")) {
     auto b = r.boolean(*e, key + ".enabled");
     ok &= b.has_value();
@@ -81,13 +82,13 @@ bool readMonitorSection(Reader &r, const std::string &key, const Value &v,
 /// comms_logger: {enabled, verbose, prof_all, prof_ops, debug}.
 bool readCommsLogger(Reader &r, const std::string &key, const Value &v) {
   const Object *o = r.object(v, key);
-  if (!o || !r.checkKeys(*o, key, {"enabled", "verbose", "prof_all",
-                                   "prof_ops", "debug"}))
+  if (!o)
     return false;
+  bool ok = r.checkKeys(*o, key, {"enabled", "verbose", "prof_all",
+                                  "prof_ops", "debug"});
   std::map<std::string, bool> flags = {
       {"enabled", false}, {"verbose", false}, {"prof_all", true},
       {"debug", false}};
-  bool ok = true;
   for (auto &[name, value] : flags)
     if (const Value *b = o->get(name)) {
       auto got = r.boolean(*b, key + "." + name);
@@ -147,11 +148,12 @@ bool atLeast(Reader &r, const Value &v, const std::string &key, int64_t min,
 /// detailed, output_file, recompute_fwd_factor}.
 bool readFlopsProfiler(Reader &r, const std::string &key, const Value &v) {
   const Object *o = r.object(v, key);
-  if (!o || !r.checkKeys(*o, key, {"enabled", "profile_step", "module_depth",
-                                   "top_modules", "detailed", "output_file",
-                                   "recompute_fwd_factor"}))
+  if (!o)
     return false;
-  bool ok = true, enabled = false, detailed = true;
+  bool ok = r.checkKeys(*o, key, {"enabled", "profile_step", "module_depth",
+                                  "top_modules", "detailed", "output_file",
+                                  "recompute_fwd_factor"});
+  bool enabled = false, detailed = true;
   int64_t step = 1, depth = -1, top = 1;
   std::string file;
   for (const auto &kv : *o) {
