@@ -321,6 +321,10 @@ LogicalResult NodeContext::emit(Args &&...args) {
 /// The constant value of `v`: a folded constant, or the data of an
 /// initializer (a parameter argument) read at import time; null otherwise.
 DenseElementsAttr constantValue(Importer &importer, Value v);
+/// Records that graph input `v` (or the graph input it slices without
+/// narrowing `axis`) holds the batch along `axis`: ds-run splits its data
+/// over data-parallel ranks along that axis (`ds.batch_axis`).
+void recordBatchAxis(Value v, int64_t axis);
 
 //===----------------------------------------------------------------------===//
 // HandlerTable: the handler of each ONNX op type

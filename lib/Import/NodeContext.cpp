@@ -28,6 +28,28 @@ DenseElementsAttr onnx_import::constantValue(Importer &importer, Value v) {
   return succeeded(data) ? *data : nullptr;
 }
 
+void onnx_import::recordBatchAxis(Value v, int64_t axis) {
+  auto extent = [&](Value x) {
+    auto t = dyn_cast<RankedTensorType>(x.getType());
+    return t && axis < t.getRank() ? t.getDimSize(axis) : ShapedType::kDynamic;
+  };
+  int64_t batch = extent(v);
+  while (auto slice = v.getDefiningOp<SliceOp>()) {
+    if (extent(slice.getInput()) != batch)
+      return; // the slice narrows the batch: not the input's own layout
+    v = slice.getInput();
+  }
+  auto arg = dyn_cast<BlockArgument>(v);
+  auto func = arg ? dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp())
+                  : func::FuncOp();
+  if (!func || !func.getArgAttr(arg.getArgNumber(), attrs::kInput) ||
+      axis == 0)
+    return;
+  func.setArgAttr(arg.getArgNumber(), "ds.batch_axis",
+                  IntegerAttr::get(IntegerType::get(func.getContext(), 64),
+                                   axis));
+}
+
 std::string NodeContext::name() const {
   return cast<NameLoc>(loc).getName().str();
 }

@@ -343,6 +343,11 @@ FailureOr<RnnSpec> readSpec(NodeContext &n, Cell cell) {
   if (failed(checkActivations(n, s)) || failed(checkShapes(n, s)) ||
       failed(checkSequenceLens(n, s)))
     return failure();
+  // The initial states hold the batch on axis 1 (layout 0), which ds-run
+  // must know to give each data-parallel rank its part.
+  for (size_t i : {5, 6})
+    if (n.input(i))
+      recordBatchAxis(n.input(i), s.batchFirst ? 0 : 1);
   return s;
 }
 

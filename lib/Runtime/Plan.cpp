@@ -569,8 +569,11 @@ PlanInfo describe(const Plan &plan) {
     t.shape.assign(b.shape().begin(), b.shape().end());
     return std::make_pair(v.name(), t);
   };
-  for (const plan::Value &v : p.inputs())
+  for (const plan::Value &v : p.inputs()) {
     info.inputs.push_back(spec(v));
+    if (v.batch_axis() != 0)
+      info.batchAxes[v.name()] = static_cast<int>(v.batch_axis());
+  }
   // Inputs read as indices: the gathered dimension or the class count.
   for (const plan::Instruction &ins : p.programs(0).instructions()) {
     int64_t limit = indexLimit(p, ins, std::max(1, info.tensorParallel));

@@ -115,6 +115,7 @@ void mergeChunkInfo(RunContext &ctx) {
     PlanInfo more = describe(*ctx.chunkPlans[k]);
     if (ctx.info.loss.empty())
       ctx.info.loss = more.loss;
+    ctx.info.batchAxes.insert(more.batchAxes.begin(), more.batchAxes.end());
     for (auto &in : more.inputs) {
       bool have = false;
       for (auto &mine : ctx.info.inputs)

@@ -3,8 +3,9 @@
 // Part of the ds project (runtime: no MLIR or LLVM).
 //
 // --data: each array is one global batch (world x the plan's per-rank
-// batch) or k of them stacked along the first dimension, used in turn;
-// each data-parallel rank takes its rows. --tokens: a stream of token ids
+// batch) or k of them stacked along the batch axis (the first dimension,
+// or the one the plan records for the input), used in turn; each
+// data-parallel rank takes its rows along that axis. --tokens: a stream of token ids
 // from which every step samples windows at random (splitmix64 of seed,
 // run and row), the inputs at [o, o+T) and the targets at [o+1, o+T+1).
 //
@@ -29,35 +30,51 @@ bool isTokenInput(const std::string &tokenInputs, const std::string &name) {
                               name.size() + 1, "," + name) == 0);
 }
 
+/// The axis of input `name` that holds the batch (0 unless the plan says).
+size_t batchAxis(const RunContext &ctx, const std::string &name) {
+  auto it = ctx.info.batchAxes.find(name);
+  return it == ctx.info.batchAxes.end() ? 0 : static_cast<size_t>(it->second);
+}
+
 /// Checks data array `t` against graph input `spec`; counts its batches.
+/// The ranks' rows and the stacked batches lie along the input's batch
+/// axis (the plan's, 0 unless an LSTM/GRU initial state says 1).
 bool checkArray(RunContext &ctx, TrainData &data, const std::string &name,
                 const HostTensor &spec, const HostTensor &t) {
   int dpSize = ctx.dpSize;
-  int64_t unit = spec.shape.empty() ? 0 : spec.shape[0] * dpSize;
+  size_t b = batchAxis(ctx, name);
+  if (b > 0 && b >= spec.shape.size())
+    return ctx.fail("the plan's batch axis " + std::to_string(b) +
+                    " of input '" + name + "' is outside its shape " +
+                    spec.shapeString());
+  int64_t unit = spec.shape.empty() ? 0 : spec.shape[b] * dpSize;
   bool whole = t.shape == spec.shape;
   bool stacked = !spec.shape.empty() && t.shape.size() == spec.shape.size() &&
-                 unit > 0 && t.shape[0] % unit == 0 &&
-                 std::equal(t.shape.begin() + 1, t.shape.end(),
-                            spec.shape.begin() + 1);
+                 unit > 0 && t.shape[b] % unit == 0;
+  for (size_t d = 0; stacked && d < spec.shape.size(); ++d)
+    stacked = d == b || t.shape[d] == spec.shape[d];
+  std::string along = b == 0 ? "the first dimension"
+                             : "dimension " + std::to_string(b);
   if (!whole && !stacked)
     return ctx.fail("data array '" + name + "' has shape " + t.shapeString() +
                     ", the plan's input is " + spec.shapeString() +
                     (dpSize > 1 ? " per rank: give " + std::to_string(dpSize) +
-                                      " x that many rows"
+                                      " x that many along " + along
                                 : "") +
-                    " (or k of them stacked along the first dimension)");
-  int64_t k = stacked ? t.shape[0] / unit : 1;
+                    " (or k of them stacked along " + along + ")");
+  int64_t k = stacked ? t.shape[b] / unit : 1;
   if (k > 1 && data.batches > 1 && k != data.batches)
     return ctx.fail("data arrays hold different numbers of batches (" +
                     std::to_string(data.batches) + " and " +
                     std::to_string(k) + ")");
   data.batches = std::max(data.batches, k);
-  data.samples = (spec.shape.empty() ? 1 : spec.shape[0]) * dpSize;
+  data.samples = (spec.shape.empty() ? 1 : spec.shape[b]) * dpSize;
   if (data.tokensPerSample == 0 && spec.shape.size() >= 2 &&
       (t.dtype == DType::I64 || t.dtype == DType::I32)) {
     data.tokensPerSample = 1;
-    for (size_t d = 1; d < spec.shape.size(); ++d)
-      data.tokensPerSample *= spec.shape[d];
+    for (size_t d = 0; d < spec.shape.size(); ++d)
+      if (d != b)
+        data.tokensPerSample *= spec.shape[d];
   }
   return true;
 }
@@ -207,16 +224,24 @@ bool feedBatches(RunContext &ctx, const TrainData &data, Executor *ex,
     const HostTensor &t = it->second;
     HostTensor batch = t;
     if (t.shape != spec.shape || ctx.sc->size() > 1) {
-      // Global batch (m-1) mod k, this rank's rows of it.
-      int64_t unit = spec.shape[0] * ctx.dpSize;
-      int64_t k = t.shape[0] % unit == 0 ? t.shape[0] / unit : 1;
-      size_t rowBytes = t.data.size() / t.shape[0];
-      size_t first = t.shape[0] % unit == 0
-                         ? (((m - 1) % k) * unit + ctx.dpRank * spec.shape[0])
+      // Global batch (m-1) mod k, this rank's rows of it, along the
+      // input's batch axis: `outer` blocks of rows of `rowBytes` each.
+      size_t b = batchAxis(ctx, name);
+      int64_t unit = spec.shape[b] * ctx.dpSize;
+      int64_t k = t.shape[b] % unit == 0 ? t.shape[b] / unit : 1;
+      int64_t outer = 1;
+      for (size_t d = 0; d < b; ++d)
+        outer *= t.shape[d];
+      size_t rowBytes = t.data.size() / (outer * t.shape[b]);
+      size_t first = t.shape[b] % unit == 0
+                         ? (((m - 1) % k) * unit + ctx.dpRank * spec.shape[b])
                          : 0;
+      size_t take = spec.shape[b] * rowBytes;
       batch.shape = spec.shape;
-      batch.data.assign(t.data.begin() + first * rowBytes,
-                        t.data.begin() + (first + spec.shape[0]) * rowBytes);
+      batch.data.resize(outer * take);
+      for (int64_t o = 0; o < outer; ++o)
+        std::memcpy(batch.data.data() + o * take,
+                    t.data.data() + (o * t.shape[b] + first) * rowBytes, take);
     }
     if (hasInput(ctx, ex, name) && !ex->setInput(name, std::move(batch), err))
       return ctx.fail(err);

@@ -14,8 +14,11 @@ torch loop), and:
               by ~1e-6 per step; 1e-4 leaves room for 6 steps of it while
               a wrong gradient moves the second loss by far more).
   zero3       ZeRO-3 on 2 ranks (each its half of the batch, the export
-              traced at the half batch) against 1 rank, Adam: losses within
-              1e-5 relative (only the order of the ranks' sums differs).
+              traced at the half batch; an input whose batch is not on
+              axis 0, models.BATCH_AXES, is halved along its own axis)
+              against 1 rank, Adam (or --zero3-optimizer=sgd): losses
+              within 1e-5 relative (only the order of the ranks' sums
+              differs).
               With BatchNormalization in the graph the 2-rank plan gets
               --sync-batchnorm, so that the statistics are the whole
               batch's as on one rank.
@@ -124,18 +127,22 @@ def importable(tools, onnx_path, name):
         sys.exit(2)
 
 
-def check_ranks(tools, model, inputs, has_bn, want):
-    """ZeRO-3 on 2 ranks (the export at half the batch) against 1 rank."""
-    half = {k: v[: v.shape[0] // 2] for k, v in inputs.items()}
+def check_ranks(tools, name, model, inputs, has_bn, optimizer, want):
+    """ZeRO-3 on 2 ranks (the export at half the batch, halved along each
+    input's batch axis) against 1 rank, with `optimizer`."""
+    axes = models.BATCH_AXES.get(name, {})
+    half = {k: v.narrow(axes.get(k, 0), 0, v.shape[axes.get(k, 0)] // 2)
+            for k, v in inputs.items()}
     part = tools.w("half.onnx")
     ds.export(model, half, part)
     sync = ["--sync-batchnorm"] if has_bn else []
-    tools.compile(part, tools.w("z3.plan"), *opt_flags("adam"), "--world-size=2",
-                  "--zero=3", "--reduce-bucket-size=1000",
+    tools.compile(part, tools.w("z3.plan"), *opt_flags(optimizer),
+                  "--world-size=2", "--zero=3", "--reduce-bucket-size=1000",
                   "--prefetch-bucket-size=1000", *sync)
     got, _ = tools.train(tools.w("z3.plan"), "z3", ranks=2)
     err = worst_rel(got, want)
-    return err <= TOL["ranks"], (f"zero3: 2 ranks against 1{' --sync-batchnorm' if sync else ''}: "
+    return err <= TOL["ranks"], (f"zero3: 2 ranks against 1 ({optimizer}"
+                                 f"{', --sync-batchnorm' if sync else ''}): "
                                  f"worst loss rel error {err:.1e} (tol {TOL['ranks']:g})")
 
 
@@ -170,6 +177,9 @@ def main():
         ap.add_argument(a, required=True)
     ap.add_argument("--mpirun", default="mpirun")
     ap.add_argument("--checks", default=",".join(ALL_CHECKS))
+    ap.add_argument("--zero3-optimizer", choices=["adam", "sgd"], default="adam",
+                    help="the optimizer of the zero3 check (the test header "
+                         "says why a model uses sgd)")
     args = ap.parse_args()
     checks = args.checks.split(",")
     if set(checks) - set(ALL_CHECKS):
@@ -186,17 +196,20 @@ def main():
     importable(tools, onnx_path, name)
     has_bn = any(n.op_type == "BatchNormalization" for n in proto.graph.node)
 
-    results, ref = [], {}
+    results, ref, ds_losses = [], {}, {}
     ref["adam"] = torch_losses(model, inputs, "adam")
     plain = None
+    z3 = args.zero3_optimizer if "zero3" in checks else None
     for opt in ("adam", "sgd"):
-        if opt not in checks and not (opt == "adam" and set(checks) & {"zero3", "recompute"}):
+        needed = opt == z3 or (opt == "adam" and "recompute" in checks)
+        if opt not in checks and not needed:
             continue
         want = ref.setdefault(opt, torch_losses(model, inputs, opt))
         report = tools.compile(onnx_path, tools.w(opt + ".plan"), *opt_flags(opt))
         got, _ = tools.train(tools.w(opt + ".plan"), opt)
+        ds_losses[opt] = got
         if opt == "adam":
-            plain, ds_adam = report, got
+            plain = report
         if opt in checks:
             err = worst_rel(got, want)
             results.append((err <= TOL["parity"],
@@ -204,7 +217,8 @@ def main():
                             f"error {err:.1e} (tol {TOL['parity']:g}); ds {got[0]:.6f} .. "
                             f"{got[-1]:.6f}"))
     if "zero3" in checks:
-        results.append(check_ranks(tools, model, inputs, has_bn, ds_adam))
+        results.append(check_ranks(tools, name, model, inputs, has_bn, z3,
+                                   ds_losses[z3]))
     if "bf16" in checks:
         tools.compile(onnx_path, tools.w("bf16.plan"), *opt_flags("adam"),
                       "--precision=bf16")
@@ -213,7 +227,7 @@ def main():
         results.append((err <= TOL["bf16"], f"bf16: against torch fp32: worst loss rel "
                                             f"error {err:.1e} (tol {TOL['bf16']:g})"))
     if "recompute" in checks:
-        results.append(check_recompute(tools, onnx_path, plain, ds_adam))
+        results.append(check_recompute(tools, onnx_path, plain, ds_losses["adam"]))
     for ok, line in results:
         print(f"{name} {line}")
     bad = [line for ok, line in results if not ok]

@@ -90,6 +90,9 @@ struct PlanInfo {
   /// For graph inputs used as gather indices or loss labels: the bound the
   /// plan implies (embedding rows, classes). Used to check token data.
   std::map<std::string, int64_t> indexLimits;
+  /// Graph inputs whose batch is not on axis 0 (an LSTM/GRU initial
+  /// state): the axis ranks split the data along.
+  std::map<std::string, int> batchAxes;
   std::string schedule = "constant";
   int64_t warmupSteps = 0, totalSteps = 0, accumSteps = 1;
   double minLr = 0;

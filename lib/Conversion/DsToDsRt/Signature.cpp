@@ -102,6 +102,8 @@ void lowerArguments(LoweringState &state) {
           b, func.getLoc(), bufferType(arg.getType()),
           b.getI64IntegerAttr(inputIndex++),
           inName ? inName : b.getStringAttr("arg" + std::to_string(i)));
+      if (auto axis = func.getArgAttrOfType<IntegerAttr>(i, "ds.batch_axis"))
+        buffer.getDefiningOp()->setAttr("dsrt.batch_axis", axis);
     }
     state.map.map(arg, buffer);
   }

@@ -389,6 +389,8 @@ LogicalResult PlanBuilder::addOp(Operation &op) {
     pb::Value *v = p.add_inputs();
     v->set_name(in.getName().str());
     v->set_buffer(ids[in]);
+    if (auto axis = in->getAttrOfType<IntegerAttr>("dsrt.batch_axis"))
+      v->set_batch_axis(axis.getInt());
     return success();
   }
   if (auto c = dyn_cast<dsrt::ConstOp>(op)) {
