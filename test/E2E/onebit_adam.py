@@ -18,9 +18,9 @@ Checks and their tolerances:
   correction the variance after 10 steps is ~1% of its value and 1-bit
   Adam diverges when it is frozen there (DeepSpeed tunes freeze_step to a
   stable variance too);
-- a run saved at step `--resume-at` (after the freeze) and resumed gives
-  the uninterrupted run's losses and weights bit for bit (the error
-  buffers are optimizer state in the checkpoint).
+- runs saved at step freeze - 2 and at `--resume-at` (after the freeze)
+  and resumed give the uninterrupted run's losses and weights bit for bit
+  (the error buffers are optimizer state in the checkpoint).
 """
 import argparse
 import json
@@ -114,17 +114,19 @@ def main():
     print(f"mean loss of steps {args.steps - 7}-{args.steps}: uncompressed {last_p:.5f}, "
           f"1-bit {last_o:.5f} ({100 * rel:+.2f}%; at most +2%)")
     ok &= rel <= 0.02
-    # Resume across the freeze: save at resume-at, continue to steps.
-    ck = w("onebit_ck")
-    subprocess.run(["rm", "-rf", ck], check=True)
-    run("onebit", "first", args.resume_at, ["--save", ck])
-    rest = run("onebit", "rest", args.steps, ["--resume", ck])
-    same = [a["loss"] for a in onebit[args.resume_at:]] == [b["loss"] for b in rest]
-    wa, wb = np.load(w("onebit.npz")), np.load(w("rest.npz"))
-    same_w = sorted(wa.files) == sorted(wb.files) and all(
-        np.array_equal(wa[k], wb[k]) for k in wa.files)
-    print(f"resumed at step {args.resume_at}: losses identical {same}, weights identical {same_w}")
-    ok &= same and same_w
+    # Resume across the freeze: saved before it (the resumed run crosses
+    # it) and after it (the error buffers come from the checkpoint).
+    for at in (f - 2, args.resume_at):
+        ck = w(f"onebit_ck{at}")
+        subprocess.run(["rm", "-rf", ck], check=True)
+        run("onebit", "first", at, ["--save", ck])
+        rest = run("onebit", "rest", args.steps, ["--resume", ck])
+        same = [a["loss"] for a in onebit[at:]] == [b["loss"] for b in rest]
+        wa, wb = np.load(w("onebit.npz")), np.load(w("rest.npz"))
+        same_w = sorted(wa.files) == sorted(wb.files) and all(
+            np.array_equal(wa[k], wb[k]) for k in wa.files)
+        print(f"resumed at step {at}: losses identical {same}, weights identical {same_w}")
+        ok &= same and same_w
     print("PASS" if ok else "FAIL")
     sys.exit(0 if ok else 1)
 
