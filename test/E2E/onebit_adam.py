@@ -33,11 +33,8 @@ import numpy as np
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--ds-opt", required=True)
-    ap.add_argument("--ds-run", required=True)
-    ap.add_argument("--mpirun", required=True)
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--onnx", required=True)
+    for tool in ("--ds-opt", "--ds-run", "--mpirun", "--work", "--onnx"):
+        ap.add_argument(tool, required=True)
     ap.add_argument("--ranks", type=int, default=3)
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--freeze", type=int, default=20)
