@@ -38,7 +38,8 @@ config.substitutions.append(
      "env TMPDIR=$(mktemp -d) mpirun --allow-run-as-root --oversubscribe"))
 
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
-llvm_config.add_tool_substitutions(["ds-opt", "ds-run"], [config.ds_tools_dir])
+llvm_config.add_tool_substitutions(["ds-opt", "ds-run", "ds-onebit-tests"],
+                                   [config.ds_tools_dir])
 
 # GPU tests (REQUIRES: cuda-device) run where ds-run sees a CUDA device;
 # elsewhere lit reports them as unsupported, not passed.

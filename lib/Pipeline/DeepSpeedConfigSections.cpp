@@ -69,7 +69,18 @@ static bool readOptimizerParams(Reader &r, const std::string &key, const Value &
       {"fused", {KnownKey::NoOp, "ds runs its own kernels"}}};
   if (t == "sgd")
     valid.insert(valid.end(), {"momentum", "dampening", "nesterov"});
-  else
+  else if (t == "onebitadam") { // DeepSpeed's OnebitAdam arguments
+    valid.insert(valid.end(), {"betas", "eps", "freeze_step"});
+    known["cuda_aware"] = {KnownKey::NoOp, "ds exchanges through its own "
+                                           "communicator"};
+    known["comm_backend_name"] = {KnownKey::NoOp,
+                                  "ds runs the exchange with MPI (CPU)"};
+    known["bias_correction"] = {KnownKey::NoOp,
+                                "1-bit Adam never corrects bias"};
+    known["max_grad_norm"] = {KnownKey::NoOp,
+                              "DeepSpeed's OnebitAdam does not read it"};
+    known["amsgrad"] = {KnownKey::OffOnly, "1-bit Adam has no AMSGrad"};
+  } else
     valid.insert(valid.end(), {"betas", "eps", "bias_correction"});
   if (t == "adam" || t == "adamw") // AdamW is always in W mode
     valid.push_back("adam_w_mode");
@@ -122,14 +133,15 @@ bool config::readOptimizer(Reader &r, const std::string &key, const Value &v) {
   std::string t = llvm::StringRef(*type).lower();
   if (t == "fusedadam" || t == "cpuadam" || t == "deepspeedcpuadam")
     t = "adam"; // DeepSpeed's implementations of Adam, as "Adam" picks
-  if (t != "adam" && t != "adamw" && t != "sgd" && t != "lamb")
+  if (t != "adam" && t != "adamw" && t != "sgd" && t != "lamb" &&
+      t != "onebitadam")
     return r.fail(key + ".type",
                   "'" + *type + "' is not supported yet (ds has Adam, AdamW, "
-                  "SGD and Lamb" +
+                  "SGD, Lamb and OneBitAdam" +
                   (llvm::StringRef(t).contains("onebit") ||
                            llvm::StringRef(t).contains("zeroone")
-                       ? std::string("; compressed-communication optimizers "
-                                     "are not built yet")
+                       ? std::string("; of the compressed-communication "
+                                     "optimizers only OneBitAdam is built")
                        : std::string()) +
                   ")");
   double decay = 0;
@@ -140,6 +152,10 @@ bool config::readOptimizer(Reader &r, const std::string &key, const Value &v) {
   // DeepSpeed's "Adam" is AdamW unless adam_w_mode is false (decay added to
   // the gradient, as torch.optim.Adam); without decay the two are the same
   // update.
+  if (t == "onebitadam") { // its weight decay is AdamW's (decoupled)
+    r.set("optimizer", "onebit-adam", key + ".type");
+    return true;
+  }
   r.set("optimizer", t == "adam" && wMode && decay != 0 ? "adamw" : t,
         key + ".type");
   return true;

@@ -148,6 +148,7 @@ void mlir::ds::addTrainingPasses(OpPassManager &pm, const TrainingOptions &o,
     opt.gradClip = o.gradClip;
     opt.gradAccum = o.gradAccum;
     opt.allgatherBucketSize = o.allgatherBucketSize;
+    opt.freezeStep = o.freezeStep;
     opt.masterWeights = c.offloadOptimizer != "none";
     pm.addNestedPass<func::FuncOp>(createOptimizerPass(opt));
   }

@@ -30,9 +30,10 @@ llvm::Error checkOptimizer(const TrainingOptions &o) {
   if (!oneOf(o.emitKind, {"plan", "mlir", "mlir-import", "dsrt", "summary"}))
     return fail("--emit='" + o.emitKind +
                 "' is not one of plan, mlir, mlir-import, dsrt, summary");
-  if (!oneOf(o.optimizerName, {"none", "adam", "adamw", "sgd", "lamb"}))
+  if (!oneOf(o.optimizerName,
+             {"none", "adam", "adamw", "sgd", "lamb", "onebit-adam"}))
     return fail("--optimizer='" + o.optimizerName +
-                "' is not one of none, adam, adamw, sgd, lamb");
+                "' is not one of none, adam, adamw, sgd, lamb, onebit-adam");
   if (o.learningRate < 0 || o.weightDecay < 0 || o.momentum < 0) {
     std::string lr;
     llvm::raw_string_ostream(lr) << o.learningRate;
@@ -187,6 +188,38 @@ llvm::Error checkSteps(const TrainingOptions &o) {
     return fail("--report='" + o.reportKind + "' is not one of table, json");
   return llvm::Error::success();
 }
+
+/// 1-bit Adam (docs/compression.md): the first slice runs at ZeRO-0 on the
+/// data-parallel ranks with f32 gradients; what it does not run yet is
+/// refused by name.
+llvm::Error checkCompression(const TrainingOptions &o) {
+  if (o.optimizerName != "onebit-adam")
+    return llvm::Error::success();
+  auto limit = [](const llvm::Twine &what) {
+    return fail("--optimizer=onebit-adam with " + what +
+                " is not supported yet (1-bit Adam runs at ZeRO-0, f32, on "
+                "data-parallel ranks)");
+  };
+  if (o.freezeStep < 0)
+    return fail("--freeze-step must not be negative, got " +
+                llvm::Twine(o.freezeStep));
+  if (o.zeroStage > 0)
+    return limit("--zero=" + llvm::Twine(o.zeroStage));
+  if (o.pipelineParallel > 1)
+    return limit("--pipeline-parallel=" + llvm::Twine(o.pipelineParallel));
+  if (o.tensorParallel > 1)
+    return limit("--tensor-parallel=" + llvm::Twine(o.tensorParallel));
+  if (o.precision != "fp32" || o.effectiveCommDtype() != "fp32")
+    return limit("--precision=" + o.precision + " --comm-dtype=" +
+                 o.effectiveCommDtype());
+  if (o.gradClip > 0)
+    return limit("--grad-clip");
+  if (o.gradAccum > 1)
+    return limit("--grad-accum=" + llvm::Twine(o.gradAccum));
+  if (o.offloadOptimizer != "none")
+    return limit("--offload-optimizer=" + o.offloadOptimizer);
+  return llvm::Error::success();
+}
 } // namespace
 
 llvm::Error mlir::ds::validateTrainingOptions(TrainingOptions &options) {
@@ -197,6 +230,8 @@ llvm::Error mlir::ds::validateTrainingOptions(TrainingOptions &options) {
   if (llvm::Error e = checkPipeline(options))
     return e;
   if (llvm::Error e = checkPrecisionAndZero(options))
+    return e;
+  if (llvm::Error e = checkCompression(options))
     return e;
   return checkSteps(options);
 }

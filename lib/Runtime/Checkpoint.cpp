@@ -568,7 +568,27 @@ bool loadCheckpoint(const std::string &dir, Executor &exec, int rank,
     // another optimizer or other tensors are refused.
     if (!sameOptimizer(stepDir, m, info, err))
       return false;
-    if (!loadRepartitioned(stepDir, m, exec, rank,
+    // 1-bit Adam's server errors differ per rank and its error buffers'
+    // shapes depend on the world size: only its own shards resume it.
+    if (info.optimizer == "onebit_adam" && m.world != info.worldSize) {
+      err = "a 1-bit Adam checkpoint of " + std::to_string(m.world) +
+            " ranks cannot resume on " + std::to_string(info.worldSize) +
+            " (its error-feedback buffers are per rank)";
+      return false;
+    }
+    if (info.optimizer == "onebit_adam") {
+      std::map<std::string, HostTensor> own;
+      if (!readShard(stepDir, m, rank, own, err))
+        return false;
+      for (const Executor::Storage &st : exec.storage()) {
+        auto it = own.find(st.name);
+        if (it == own.end() || it->second.data.size() != st.bytes) {
+          err = "checkpoint tensor '" + st.name + "' differs from the plan's";
+          return false;
+        }
+        std::memcpy(st.data, it->second.data.data(), st.bytes);
+      }
+    } else if (!loadRepartitioned(stepDir, m, exec, rank,
                            std::max(1, info.tensorParallel), err))
       return false;
     exec.setCompletedRuns(m.runs);

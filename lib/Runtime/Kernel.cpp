@@ -107,6 +107,7 @@ static const KernelSignature kSignatures[] = {
     {"vocab_cross_entropy_grad", 4, 4, 1, 1},
     // Optimizers (an optional accumulator)
     {"adam", 5, 6, 3, 4},
+    {"onebit_adam", 7, 7, 5, 5}, // Cpu/OneBitAdam.cpp
     {"sgd", 4, 5, 2, 3},
     {"onnx_update", 5, 6, 2, 3},
     // Collectives and the loss scaler's overflow check

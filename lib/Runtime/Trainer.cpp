@@ -222,6 +222,8 @@ bool finishStep(RunContext &ctx, TrainState &ts, long long s, StepRun &step,
   ts.stepNvmeWrite = stats.nvmeWriteBytes;
   if (stats.hostArenaHighWater > stats.hostArenaPlanned)
     return ctx.fail("the host arena high-water mark exceeds the plan");
+  // 1-bit Adam: after its freeze step a step exchanges compressed bytes.
+  ts.plannedComm = ctx.planned.collectiveBytesAt(s) * ts.accum;
   if (ts.stepComm > ts.plannedComm)
     return ctx.fail("step " + std::to_string(s) + " handed " +
                     std::to_string(ts.stepComm) +

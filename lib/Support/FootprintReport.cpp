@@ -313,6 +313,20 @@ void reportCollectives(std::string &out, const Footprint &f,
     out += line;
   }
   formulaRow(out, "ring traffic per rank", f.ringBytes(), fRing, ringRule);
+  if (f.freezeStep >= 0) { // 1-bit Adam (docs/compression.md)
+    std::snprintf(
+        line, sizeof line,
+        "  after the freeze (step > %lld): %d compressed all-reduce replace "
+        "%llu bytes of gradient all-reduce; %llu bytes handed per step, "
+        "ring traffic per rank %.0f bytes (%.1fx less)\n",
+        static_cast<long long>(f.freezeStep), f.compressedAllReduces,
+        static_cast<unsigned long long>(f.warmupOnlyBytes),
+        static_cast<unsigned long long>(f.collectiveBytesAfterFreeze()),
+        f.compressedRingBytes(),
+        f.compressedRingBytes() > 0 ? f.ringBytes() / f.compressedRingBytes()
+                                    : 0.0);
+    out += line;
+  }
 }
 
 /// Why the plan's figures differ from the formulas'.
@@ -453,6 +467,12 @@ std::string formatFootprintJson(const Footprint &f) {
   kv("reduce_scatter", f.reduceScatters);
   kv("reduce_scatter_bytes", f.reduceScatterBytes);
   kv("async", f.asyncCollectives);
+  if (f.freezeStep >= 0) { // 1-bit Adam: the figures after the freeze
+    kv("freeze_step", f.freezeStep);
+    kv("compressed_all_reduce", f.compressedAllReduces);
+    kv("bytes_per_step_after_freeze", f.collectiveBytesAfterFreeze());
+    kv("compressed_ring_bytes_per_rank", f.compressedRingBytes());
+  }
   kv("ring_bytes_per_rank", f.ringBytes(), false);
   o << "}, ";
   kv("accum_steps", f.accumSteps, false);

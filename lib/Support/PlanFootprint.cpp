@@ -45,6 +45,14 @@ double Footprint::ringBytes() const {
   return part * (2.0 * allReduceBytes + allGatherBytes + reduceScatterBytes);
 }
 
+double Footprint::compressedRingBytes() const {
+  if (world <= 1)
+    return 0;
+  double part = static_cast<double>(world - 1) / world;
+  double warmupRing = 2.0 * part * static_cast<double>(warmupOnlyBytes);
+  return ringBytes() - warmupRing + part * static_cast<double>(compressedBytes);
+}
+
 int bufferLocation(const plan::Plan &p, uint32_t id) {
   const plan::Buffer &b = p.buffers(id);
   if (b.space() == plan::HOST_ARENA)
@@ -203,6 +211,12 @@ void addCollectivesAndOptimizer(const plan::Plan &p,
       case plan::COLLECTIVE_ALL_REDUCE:
         ++f.allReduces;
         f.allReduceBytes += c.bytes();
+        if (ins.kind() == plan::KIND_ONEBIT_ADAM) // the warm-up's gradient
+          f.warmupOnlyBytes += c.bytes();
+        break;
+      case plan::COLLECTIVE_COMPRESSED_ALL_REDUCE: // after the freeze
+        ++f.compressedAllReduces;
+        f.compressedBytes += c.bytes();
         break;
       case plan::COLLECTIVE_ALL_GATHER:
         ++f.allGathers;
@@ -221,6 +235,8 @@ void addCollectivesAndOptimizer(const plan::Plan &p,
       f.optimizer = ins.optimizer().lamb()        ? "lamb"
                     : ins.optimizer().decoupled() ? "adamw"
                                                   : kernelName(ins.kind());
+      if (ins.optimizer().has_freeze_step())
+        f.freezeStep = ins.optimizer().freeze_step();
       if (ins.optimizer().accum_steps() > 1)
         f.accumSteps = ins.optimizer().accum_steps();
       f.grads += keptGradient(p, ins.inputs(1), writer);

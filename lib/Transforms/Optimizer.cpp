@@ -433,8 +433,14 @@ LogicalResult UpdateSection::updateParameter(unsigned result, StringAttr name) {
     return addArg(
         t, b.getNamedAttr("ds.state", b.getStringAttr(stateName(suffix))));
   };
+  auto addTypedState = [&](StringRef suffix, Type type) {
+    return addArg(
+        type, b.getNamedAttr("ds.state", b.getStringAttr(stateName(suffix))));
+  };
   optimizer::UpdateOutput out = options.rule->build(
-      b, {name.getValue(), loc, target->value, grad, step, accum},
+      b,
+      {name.getValue(), loc, target->value, grad, step, accum, world,
+       addTypedState},
       hyperparametersOf(name), addState);
   results[result] = newParameter(result, *target, out.newParam);
   resultAttrs[result] = updateAttr(name);
@@ -494,6 +500,9 @@ LogicalResult UpdateSection::build() {
   if (failed(read))
     return failure();
   groups = std::move(*read);
+  if (options.rule->prepare &&
+      failed(options.rule->prepare(func, options.hyper)))
+    return failure();
   collectParameters();
   step = addArg(RankedTensorType::get({}, b.getI64Type()),
                 b.getNamedAttr("ds.step", b.getUnitAttr()));
@@ -574,6 +583,10 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
     hyper.minCoeff = minCoeff;
     hyper.schedule = {schedule, warmupSteps, totalSteps, minLr};
     hyper.gradAccum = gradAccum;
+    hyper.freezeStep = freezeStep;
+    if (freezeStep < 0)
+      return func.emitError("freeze-step must not be negative, got ")
+             << static_cast<int64_t>(freezeStep);
     return UpdateOptions{rule, hyper, gradClip, masterWeights,
                          allgatherBucketSize};
   }

@@ -84,6 +84,8 @@ const UpdateRule kRules[] = {
     {"adamw", buildAdamW, /*needsWholeTensors=*/false},
     {"sgd", buildSgd, /*needsWholeTensors=*/false},
     {"lamb", buildLamb, /*needsWholeTensors=*/true},
+    {"onebit-adam", buildOneBitAdam, /*needsWholeTensors=*/false,
+     prepareOneBitAdam},
 };
 
 } // namespace

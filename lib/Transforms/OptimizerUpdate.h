@@ -14,6 +14,7 @@
 #define DS_TRANSFORMS_OPTIMIZERUPDATE_H
 
 #include "ds/Dialect/Ds/IR/DsOps.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/StringMap.h"
 
@@ -40,6 +41,7 @@ struct Hyperparameters {
   double maxCoeff = 10.0, minCoeff = 0.01; // Lamb's trust-ratio bounds
   LrSchedule schedule;
   int64_t gradAccum = 1; // micro-batches per update
+  int64_t freezeStep = 100000; // 1-bit Adam: the last warm-up step
 };
 
 /// What a rule updates, for one parameter.
@@ -50,6 +52,10 @@ struct UpdateInput {
   Value grad;      // of `param`'s type
   Value step;      // the step counter
   Value gradAccum; // the accumulated gradient, or null without accumulation
+  int64_t world = 1; // the data-parallel ranks
+  /// Declares a state tensor `<name>.<suffix>` of type `type` (not the
+  /// gradient's: 1-bit Adam's padded error buffers).
+  llvm::function_ref<Value(StringRef suffix, Type type)> addTypedState = {};
 };
 
 /// What a rule made: the new parameter, the new value of each state it
@@ -76,7 +82,20 @@ struct UpdateRule {
   /// The rule needs norms of whole tensors (Lamb's trust ratio), so it
   /// cannot update ZeRO shards or tensor-parallel slices.
   bool needsWholeTensors;
+  /// The rule's own checks and rewrites of the step before any update
+  /// (1-bit Adam: it takes over the gradients' data-parallel exchange);
+  /// null: none.
+  LogicalResult (*prepare)(func::FuncOp func, const Hyperparameters &hp) =
+      nullptr;
 };
+
+/// DeepSpeed's OneBitAdam (OneBitAdam.cpp): `ds.onebit_adam` with the
+/// padded error-feedback buffers as state.
+UpdateOutput buildOneBitAdam(OpBuilder &b, const UpdateInput &in,
+                             const Hyperparameters &hp, AddStateFn addState);
+/// Refuses what 1-bit Adam does not run yet and returns the gradients of
+/// ZeRO-0's all-reduce to this rank's own (the update exchanges them).
+LogicalResult prepareOneBitAdam(func::FuncOp func, const Hyperparameters &hp);
 
 /// The optimizers, in the order the diagnostics list them.
 ArrayRef<UpdateRule> updateRules();

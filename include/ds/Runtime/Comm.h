@@ -10,6 +10,7 @@
 
 #include "ds/Runtime/Runtime.h"
 
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -77,6 +78,19 @@ public:
     if (size() == 1)
       return true;
     err = "broadcast needs MPI (start with mpirun)";
+    return false;
+  }
+
+  /// All-to-all of raw bytes: rank r's `input` holds size() blocks of
+  /// `bytesPerRank`, block j for rank j; `output` receives block r of
+  /// every rank, in rank order (1-bit Adam's packed signs).
+  virtual bool allToAll(const void *input, void *output, uint64_t bytesPerRank,
+                        std::string &err) {
+    if (size() == 1) {
+      std::memcpy(output, input, bytesPerRank);
+      return true;
+    }
+    err = "all-to-all needs MPI (start with mpirun)";
     return false;
   }
 

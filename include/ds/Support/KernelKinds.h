@@ -77,7 +77,8 @@ inline bool isMatMul(plan::Kind kind) {
   return kernelFamily(kind) == KernelFamily::MatMul;
 }
 inline bool isOptimizer(plan::Kind kind) {
-  return kind == plan::KIND_ADAM || kind == plan::KIND_SGD;
+  return kind == plan::KIND_ADAM || kind == plan::KIND_SGD ||
+         kind == plan::KIND_ONEBIT_ADAM;
 }
 /// The loss's gradient, where the backward pass starts.
 inline bool startsBackward(plan::Kind kind) {

@@ -81,6 +81,22 @@ struct Footprint {
   uint64_t collectiveBytes() const {
     return allReduceBytes + allGatherBytes + reduceScatterBytes;
   }
+  /// 1-bit Adam (docs/compression.md): the step after which the momentum
+  /// is exchanged compressed (-1: no such optimizer), the bytes of the
+  /// collectives that run only until then (the gradients' all-reduce) and
+  /// those of the compressed exchanges that replace them afterwards.
+  int64_t freezeStep = -1;
+  int compressedAllReduces = 0;
+  uint64_t warmupOnlyBytes = 0, compressedBytes = 0;
+  /// The bytes handed to collectives by a step after the freeze.
+  uint64_t collectiveBytesAfterFreeze() const {
+    return collectiveBytes() - warmupOnlyBytes + compressedBytes;
+  }
+  /// The bytes handed by step `step` (1-based).
+  uint64_t collectiveBytesAt(int64_t step) const {
+    return freezeStep >= 0 && step > freezeStep ? collectiveBytesAfterFreeze()
+                                                : collectiveBytes();
+  }
   /// Collectives that run asynchronously (dsrt-overlap-comm), their bytes,
   /// and the kernels that run between their start and their wait.
   int asyncCollectives = 0;
@@ -89,6 +105,9 @@ struct Footprint {
   /// Bytes a rank sends per step with ring algorithms: 2(N-1)/N of an
   /// all-reduce, (N-1)/N of an all-gather or reduce-scatter.
   double ringBytes() const;
+  /// The same after the freeze: the compressed exchanges' signs and scales
+  /// are all-to-all and all-gather traffic, (N-1)/N of their bytes.
+  double compressedRingBytes() const;
 
   /// The arena at its fullest: the instruction at which the most arena
   /// bytes are live (a tensor is live from its first write to its last

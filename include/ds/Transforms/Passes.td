@@ -217,7 +217,7 @@ def OptimizerPass : Pass<"ds-optimizer", "func::FuncOp"> {
            "give f32 parameters an f32 master copy in the optimizer state "
            "too (offload keeps it on the host)">,
     Option<"optimizer", "optimizer", "std::string", "\"adam\"",
-           "adam, adamw, sgd or lamb">,
+           "adam, adamw, sgd, lamb or onebit-adam">,
     Option<"lr", "lr", "double", "1e-3", "learning rate">,
     Option<"beta1", "beta1", "double", "0.9", "Adam's first-moment decay">,
     Option<"beta2", "beta2", "double", "0.999", "Adam's second-moment decay">,
@@ -247,6 +247,9 @@ def OptimizerPass : Pass<"ds-optimizer", "func::FuncOp"> {
            "20000000",
            "ZeRO stages 1-2: updated shards gathered by one collective, in "
            "elements (DeepSpeed's allgather_bucket_size)">,
+    Option<"freezeStep", "freeze-step", "int64_t", "100000",
+           "onebit-adam: the last warm-up step; later steps exchange the "
+           "momentum compressed to 1 bit per element">,
   ];
 }
 

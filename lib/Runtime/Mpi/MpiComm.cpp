@@ -152,6 +152,18 @@ public:
     }
     return true;
   }
+  bool allToAll(const void *input, void *output, uint64_t bytesPerRank,
+                std::string &err) override {
+    if (!checkCount(static_cast<int64_t>(bytesPerRank), err))
+      return false;
+    int bytes = static_cast<int>(bytesPerRank);
+    if (MPI_Alltoall(input, bytes, MPI_BYTE, output, bytes, MPI_BYTE,
+                     comm_) != MPI_SUCCESS) {
+      err = "MPI_Alltoall failed";
+      return false;
+    }
+    return true;
+  }
   bool reduceScatter(const void *input, void *output, int64_t count,
                      DType dtype, bool mean, std::string &err) override {
     MPI_Datatype type;

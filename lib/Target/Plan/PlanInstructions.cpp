@@ -15,6 +15,7 @@
 
 #include "ds/Dialect/DsRt/IR/DsRtOps.h"
 #include "ds/Support/KernelKinds.h"
+#include "ds/Support/OneBit.h"
 #include "ds/Support/PlanTimeline.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
@@ -61,6 +62,8 @@ void addOptimizer(DictionaryAttr params, pb::Optimizer &o) {
     o.set_min_lr(*lr);
   if (auto n = intParam(params, "accum_steps"))
     o.set_accum_steps(*n);
+  if (auto n = intParam(params, "freeze_step")) // 1-bit Adam
+    o.set_freeze_step(*n);
 }
 
 uint64_t bufferBytes(const pb::Plan &p, uint32_t id) {
@@ -98,6 +101,18 @@ void addCollectives(const pb::Plan &p, pb::Instruction &ins, int64_t group) {
     add(pb::COLLECTIVE_ALL_GATHER, g,
         rows * ::ds::groupRanks(g, dp, tp));
     add(pb::COLLECTIVE_ALL_REDUCE, g, 2 * rows);
+    return;
+  }
+  case pb::KIND_ONEBIT_ADAM: { // docs/compression.md
+    // The warm-up's all-reduce of the gradient; after the freeze, the
+    // compressed exchange of the padded momentum (its worker error's size).
+    if (ins.inputs_size() != 7)
+      return;
+    int64_t world = std::max<int64_t>(1, p.world_size());
+    add(pb::COLLECTIVE_ALL_REDUCE, g, bufferBytes(p, ins.inputs(1)));
+    add(pb::COLLECTIVE_COMPRESSED_ALL_REDUCE, g,
+        ::ds::onebit::exchangeBytes(
+            static_cast<int64_t>(bufferBytes(p, ins.inputs(4)) / 4), world));
     return;
   }
   default:

@@ -4,7 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "ds/Dialect/Ds/IR/DsOps.h"
+#include "ds/Dialect/Ds/IR/DsCompression.h"
 #include "ds/Dialect/Ds/IR/DsShapes.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
@@ -21,6 +21,9 @@ void DsDialect::initialize() {
   addOperations<
 #define GET_OP_LIST
 #include "ds/Dialect/Ds/IR/DsOps.cpp.inc"
+      ,
+#define GET_OP_LIST
+#include "ds/Dialect/Ds/IR/DsCompression.cpp.inc"
       >();
   detail::attachVJPModels(*getContext());
   detail::attachSplitAxisModels(*getContext());

@@ -1,0 +1,64 @@
+//===- DsCompression.td - compressed-communication ops -----*- tablegen -*-===//
+//
+// Optimizers that exchange compressed tensors between the data-parallel
+// ranks (issue 26, docs/compression.md). Kept apart from DsOps.td so that
+// the family's ops are generated on their own (DsCompression.h).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DS_DIALECT_DS_IR_DSCOMPRESSION_TD
+#define DS_DIALECT_DS_IR_DSCOMPRESSION_TD
+
+include "ds/Dialect/Ds/IR/DsBase.td"
+include "ds/Dialect/Ds/IR/DsInterfaces.td"
+include "mlir/IR/CommonAttrConstraints.td"
+
+def Ds_OneBitAdamOp : Op<Ds_Dialect, "onebit_adam",
+    [Ds_OptimizerStep, DeclareOpInterfaceMethods<Ds_CostOpInterface>]> {
+  let summary = "one step of DeepSpeed's 1-bit Adam with its own exchange";
+  let description = [{
+    One parameter's step of DeepSpeed's `OneBitAdam`, with the
+    data-parallel exchange inside (so `grad` is this rank's own gradient).
+    With `t` = `step`:
+
+    - `t <= freeze_step` (warm-up): `g` = the mean of `grad` over the
+      ranks (an all-reduce), `m = b1 m + (1-b1) g`,
+      `v = b2 v + (1-b2) g^2`.
+    - `t > freeze_step`: `v` is frozen; `m = b1 m + (1-b1) grad` with the
+      local gradient, then `m` is replaced by its compressed all-reduce:
+      `x = pad(m) + worker_error`, the worker sends sign(x) (0 counts as
+      +1) as bits and `||x|| / sqrt(len x)`, `worker_error = x - scale
+      sign(x)`; rank j averages chunk j of every rank's decompressed `x`,
+      adds `server_error`, compresses it the same way (`server_error`
+      keeps the rest) and every rank gathers the chunks.
+
+    In both phases `p -= lr (m / (sqrt(v) + eps) + weight_decay p)`: no
+    bias correction. `worker_error` holds the padded length (a multiple of
+    N lcm(N, 8) for N ranks), `server_error` its N-th part. The op
+    communicates, so it is not pure.
+  }];
+  let arguments = (ins Ds_FloatTensor:$param, Ds_FloatTensor:$grad,
+                       Ds_FloatTensor:$exp_avg, Ds_FloatTensor:$exp_avg_sq,
+                       Ds_FloatTensor:$worker_error,
+                       Ds_FloatTensor:$server_error,
+                       StaticShapeTensorOf<[I64]>:$step, F64Attr:$lr,
+                       F64Attr:$beta1, F64Attr:$beta2, F64Attr:$eps,
+                       F64Attr:$weight_decay,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$freeze_step,
+                       DefaultValuedAttr<StrAttr, "\"constant\"">:$schedule,
+                       DefaultValuedAttr<I64Attr, "0">:$warmup_steps,
+                       DefaultValuedAttr<I64Attr, "0">:$total_steps,
+                       DefaultValuedAttr<F64Attr, "0.0">:$min_lr);
+  let results = (outs Ds_FloatTensor:$new_param, Ds_FloatTensor:$new_exp_avg,
+                      Ds_FloatTensor:$new_exp_avg_sq,
+                      Ds_FloatTensor:$new_worker_error,
+                      Ds_FloatTensor:$new_server_error);
+  let assemblyFormat = [{
+    $param `,` $grad `,` $exp_avg `,` $exp_avg_sq `,` $worker_error `,`
+      $server_error `,` $step attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+  let cppNamespace = "::mlir::ds";
+}
+
+#endif // DS_DIALECT_DS_IR_DSCOMPRESSION_TD

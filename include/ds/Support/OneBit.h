@@ -1,0 +1,37 @@
+//===- OneBit.h - 1-bit compression sizes -----------------------*- C++ -*-===//
+//
+// Part of the ds project (no MLIR or LLVM).
+//
+// The sizes of 1-bit Adam's compressed exchange (docs/compression.md), one
+// rule for the compiler (error buffers), the plan writer (bytes) and the
+// runtime (the exchange): a tensor of n elements is padded with zeros to a
+// multiple of N lcm(N, 8) for N ranks, as DeepSpeed's OnebitAdam does;
+// rank j serves the j-th of N equal chunks, whose signs pack into bytes.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DS_SUPPORT_ONEBIT_H
+#define DS_SUPPORT_ONEBIT_H
+
+#include <cstdint>
+#include <numeric>
+
+namespace ds::onebit {
+
+/// The padded length of a tensor of `n` elements over `world` ranks.
+inline int64_t paddedSize(int64_t n, int64_t world) {
+  int64_t unit = world * std::lcm<int64_t>(world, 8);
+  return (n + unit - 1) / unit * unit;
+}
+
+/// The bytes one exchange hands to collectives, counted as ds-run counts
+/// them (the all-to-all's input, the all-gathers' outputs): the worker
+/// signs (padded/8 bytes), the N worker scales, the gathered server signs
+/// (padded/8) and the N server scales.
+inline uint64_t exchangeBytes(int64_t padded, int64_t world) {
+  return static_cast<uint64_t>(padded / 8 * 2 + 2 * 4 * world);
+}
+
+} // namespace ds::onebit
+
+#endif // DS_SUPPORT_ONEBIT_H

@@ -1,0 +1,52 @@
+//===- Compressed.h - 1-bit compression and its all-reduce ------*- C++ -*-===//
+//
+// Part of the ds project (runtime: no MLIR or LLVM).
+//
+// DeepSpeed's error-compensated 1-bit compression (docs/compression.md):
+// a vector becomes the signs of its elements (0 counts as +1), packed
+// eight to a byte with the first element in the high bit, and one scale
+// ||x|| / sqrt(n); what the compression loses is kept as the error that
+// the next exchange adds back. The all-reduce compresses twice: each rank
+// (worker) its whole vector, each rank (server) its chunk of the average.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DS_RUNTIME_MPI_COMPRESSED_H
+#define DS_RUNTIME_MPI_COMPRESSED_H
+
+#include <cstdint>
+#include <string>
+
+namespace ds::rt {
+class Communicator;
+
+namespace onebit {
+
+/// x = values + error (written into `error`), then the scale ||x|| /
+/// sqrt(n), the packed signs of x (n/8 bytes; n a multiple of 8) and the
+/// new error x - scale sign(x). Returns the scale.
+float compress(const float *values, float *error, int64_t n,
+               uint8_t *packed);
+
+/// The sign (+1 or -1) of element i of packed signs.
+inline float signAt(const uint8_t *packed, int64_t i) {
+  return (packed[i >> 3] >> (7 - (i & 7))) & 1 ? 1.0f : -1.0f;
+}
+
+/// The compressed all-reduce (mean) of `m` (n elements) over `comm`, as
+/// DeepSpeed's compressed_allreduce: `m` padded with zeros to the
+/// worker error's `padded` elements (ds::onebit::paddedSize) is
+/// compressed with the worker error; the packed signs go to their chunk's
+/// rank by all-to-all and the scales to every rank by all-gather; rank j
+/// averages chunk j, compresses it with the server error (padded / N
+/// elements) and every rank all-gathers the server signs and scales. `m`
+/// receives the decompressed result. Adds the bytes it hands to
+/// collectives to comm.collectiveBytes.
+bool compressedAllReduce(Communicator &comm, float *m, int64_t n,
+                         float *workerError, int64_t padded,
+                         float *serverError, std::string &err);
+
+} // namespace onebit
+} // namespace ds::rt
+
+#endif // DS_RUNTIME_MPI_COMPRESSED_H

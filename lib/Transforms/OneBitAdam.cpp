@@ -1,0 +1,113 @@
+//===- OneBitAdam.cpp - DeepSpeed's 1-bit Adam as an update rule ----------===//
+//
+// Part of the ds project.
+//
+// The `onebit-adam` rule of --ds-optimizer (docs/compression.md). Its
+// update op, `ds.onebit_adam`, runs the data-parallel exchange itself: the
+// all-reduced gradient during the warm-up, the 1-bit compressed momentum
+// after the freeze. So before the updates are built, the gradients' mean
+// all-reduce that --ds-zero inserted at stage 0 is taken out again (each
+// update reads this rank's own gradient), and what the rule does not run
+// yet is refused by name.
+//
+//===----------------------------------------------------------------------===//
+
+#include "OptimizerUpdate.h"
+#include "ds/Dialect/Ds/IR/DsCompression.h"
+#include "ds/Support/OneBit.h"
+#include "ds/Transforms/Sharding.h"
+#include "llvm/ADT/SetVector.h"
+
+namespace mlir::ds::optimizer {
+
+UpdateOutput buildOneBitAdam(OpBuilder &b, const UpdateInput &in,
+                             const Hyperparameters &hp, AddStateFn addState) {
+  Value m = addState("exp_avg");
+  Value v = addState("exp_avg_sq");
+  auto t = cast<RankedTensorType>(in.grad.getType());
+  int64_t padded = ::ds::onebit::paddedSize(t.getNumElements(), in.world);
+  auto errType = [&](int64_t n) {
+    return RankedTensorType::get({n}, b.getF32Type());
+  };
+  Value we = in.addTypedState("worker_error", errType(padded));
+  Value se = in.addTypedState("server_error", errType(padded / in.world));
+  const LrSchedule &s = hp.schedule;
+  SmallVector<Type> types{t, t, t, we.getType(), se.getType()};
+  auto op = OneBitAdamOp::create(
+      b, in.loc, types, in.param, in.grad, m, v, we, se, in.step,
+      b.getF64FloatAttr(hp.lr), b.getF64FloatAttr(hp.beta1),
+      b.getF64FloatAttr(hp.beta2), b.getF64FloatAttr(hp.eps),
+      b.getF64FloatAttr(hp.weightDecay), b.getI64IntegerAttr(hp.freezeStep),
+      b.getStringAttr(s.kind), b.getI64IntegerAttr(s.warmupSteps),
+      b.getI64IntegerAttr(s.totalSteps), b.getF64FloatAttr(s.minLr));
+  return {op.getNewParam(),
+          {{"exp_avg", op.getNewExpAvg()},
+           {"exp_avg_sq", op.getNewExpAvgSq()},
+           {"worker_error", op.getNewWorkerError()},
+           {"server_error", op.getNewServerError()}},
+          Value()};
+}
+
+namespace {
+/// The all-reduces a gradient result comes from: its defining ops are
+/// followed up through the unpacking of a bucket (reshape, split, slice,
+/// concat) to the collective.
+void findGradientReduces(Value grad, llvm::SetVector<Operation *> &found) {
+  SmallVector<Value> work{grad};
+  for (int depth = 0; depth < 6 && !work.empty(); ++depth) {
+    SmallVector<Value> next;
+    for (Value v : work) {
+      Operation *def = v.getDefiningOp();
+      if (!def)
+        continue;
+      if (isa<AllReduceOp>(def)) {
+        found.insert(def);
+        continue;
+      }
+      if (isa<ReshapeOp, SplitOp, SliceOp, ConcatOp>(def))
+        next.append(def->operand_begin(), def->operand_end());
+    }
+    work = std::move(next);
+  }
+}
+} // namespace
+
+LogicalResult prepareOneBitAdam(func::FuncOp func, const Hyperparameters &hp) {
+  auto refuse = [&](const Twine &what) {
+    return func.emitError("onebit-adam with ")
+           << what
+           << " is not supported yet (1-bit Adam runs at ZeRO-0, f32, on "
+              "data-parallel ranks)";
+  };
+  auto stage = func->getAttrOfType<IntegerAttr>(kZeroStageAttr);
+  if (stage && stage.getInt() > 0)
+    return refuse("ZeRO stage " + Twine(stage.getInt()));
+  if (func->hasAttr("ds.pipeline"))
+    return refuse("pipeline parallelism");
+  if (func->hasAttr("ds.tensor_parallel"))
+    return refuse("tensor parallelism");
+  if (hp.gradAccum > 1)
+    return refuse("gradient accumulation");
+  Block &body = func.getBody().front();
+  for (BlockArgument arg : body.getArguments())
+    if (func.getArgAttr(arg.getArgNumber(), "ds.loss_scale"))
+      return refuse("loss scaling (fp16)");
+  Operation *ret = body.getTerminator();
+  llvm::SetVector<Operation *> reduces;
+  for (unsigned i = 0; i < ret->getNumOperands(); ++i) {
+    if (!func.getResultAttr(i, "ds.grad"))
+      continue;
+    auto t = cast<RankedTensorType>(ret->getOperand(i).getType());
+    if (!t.getElementType().isF32())
+      return refuse("a gradient of " + Twine(t.getNumElements()) +
+                    " non-f32 elements");
+    findGradientReduces(ret->getOperand(i), reduces);
+  }
+  for (Operation *op : reduces) {
+    op->getResult(0).replaceAllUsesWith(op->getOperand(0));
+    op->erase();
+  }
+  return success();
+}
+
+} // namespace mlir::ds::optimizer

@@ -1,0 +1,192 @@
+//===- OneBitTest.cpp - 1-bit compression against a naive reference -------===//
+//
+// Part of the ds project. The compressor of 1-bit Adam (Mpi/Compressed.h)
+// against a reference written from DeepSpeed's formulas with plain loops
+// and unpacked signs: packing (first element in the high bit), sign(0) =
+// +1, the scale ||x|| / sqrt(n), the error feedback; then the compressed
+// all-reduce on however many ranks run the binary (ctest: one; lit's
+// test/E2E/onebit-adam.test: three under mpirun) against a simulation of
+// every rank's part on each rank, over three exchanges so that the worker
+// and server errors carry over. Tolerance: exact for signs and bits; 1e-6
+// relative for scales and values (the reference sums the norm in the same
+// double order, so they agree to the last bit in practice).
+//
+//===----------------------------------------------------------------------===//
+
+#include "Mpi/Compressed.h"
+#include "ds/Runtime/Comm.h"
+#include "ds/Support/OneBit.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+using namespace ds::rt;
+
+namespace {
+
+Communicator *gComm = nullptr;
+
+/// The reference compressor: signs as +-1 floats.
+struct Reference {
+  std::vector<float> signs;
+  float scale = 0;
+};
+
+Reference compressNaive(const std::vector<float> &values,
+                        std::vector<float> &error) {
+  size_t n = values.size();
+  std::vector<float> x(n);
+  double sumSq = 0;
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = values[i] + error[i];
+    sumSq += double(x[i]) * x[i];
+  }
+  Reference r;
+  r.scale = float(std::sqrt(sumSq) / std::sqrt(double(n)));
+  r.signs.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    r.signs[i] = x[i] >= 0.0f ? 1.0f : -1.0f; // sign(0) = +1
+    error[i] = x[i] - r.scale * r.signs[i];
+  }
+  return r;
+}
+
+std::vector<float> values(int rank, int round, int64_t n) {
+  std::vector<float> v(n);
+  uint32_t s = 1234567u * (rank + 1) + 7919u * round;
+  for (int64_t i = 0; i < n; ++i) {
+    s = s * 1664525u + 1013904223u;
+    v[i] = (float((s >> 8) & 0xffff) / 65536.0f - 0.5f) * (1 + rank);
+  }
+  if (n > 3)
+    v[3] = 0.0f; // a zero: its sign is +1
+  return v;
+}
+
+TEST(OneBitCompress, PackSignScaleAndError) {
+  const int64_t n = 40;
+  std::vector<float> v = values(0, 0, n);
+  std::vector<float> error(n, 0.0f), errorRef(n, 0.0f);
+  for (int64_t i = 0; i < n; ++i)
+    error[i] = errorRef[i] = 0.01f * float(i % 5) - 0.02f;
+  std::vector<uint8_t> packed(n / 8);
+  float scale = onebit::compress(v.data(), error.data(), n, packed.data());
+  Reference ref = compressNaive(v, errorRef);
+  EXPECT_NEAR(scale, ref.scale, 1e-6 * ref.scale);
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_EQ(onebit::signAt(packed.data(), i), ref.signs[i]) << i;
+    EXPECT_NEAR(error[i], errorRef[i], 1e-6 * std::fabs(ref.scale)) << i;
+  }
+  // The first element is the high bit of the first byte.
+  EXPECT_EQ((packed[0] >> 7) & 1, ref.signs[0] > 0 ? 1 : 0);
+}
+
+TEST(OneBitCompress, ZeroIsPositiveAndErrorFeedsBack) {
+  // All zeros: every sign +1, scale 0, no error.
+  std::vector<float> zeros(16, 0.0f), error(16, 0.0f);
+  std::vector<uint8_t> packed(2);
+  EXPECT_EQ(onebit::compress(zeros.data(), error.data(), 16, packed.data()),
+            0.0f);
+  EXPECT_EQ(packed[0], 0xff);
+  EXPECT_EQ(packed[1], 0xff);
+  // x = (3, -1, 0, 0, 0, 0, 0, 0): scale sqrt(10/8); the error is what the
+  // compression lost, and is added to the next input.
+  std::vector<float> x = {3, -1, 0, 0, 0, 0, 0, 0}, e(8, 0.0f);
+  std::vector<uint8_t> p(1);
+  float s = onebit::compress(x.data(), e.data(), 8, p.data());
+  EXPECT_FLOAT_EQ(s, float(std::sqrt(10.0 / 8.0)));
+  EXPECT_EQ(p[0], 0xbf); // 1011 1111: only the second element is negative
+  EXPECT_FLOAT_EQ(e[0], 3 - s);
+  EXPECT_FLOAT_EQ(e[1], -1 + s);
+  EXPECT_FLOAT_EQ(e[2], -s);
+  std::vector<float> zero8(8, 0.0f);
+  float s2 = onebit::compress(zero8.data(), e.data(), 8, p.data());
+  double sum = 0;
+  for (float v : {3 - s, -1 + s, -s, -s, -s, -s, -s, -s})
+    sum += double(v) * v;
+  EXPECT_FLOAT_EQ(s2, float(std::sqrt(sum / 8)));
+}
+
+TEST(OneBitCompress, PaddingFollowsDeepSpeed) {
+  // A multiple of N lcm(N, 8): 8 for one rank, 72 for three, 16 for two.
+  EXPECT_EQ(::ds::onebit::paddedSize(1, 1), 8);
+  EXPECT_EQ(::ds::onebit::paddedSize(100, 3), 144);
+  EXPECT_EQ(::ds::onebit::paddedSize(72, 3), 72);
+  EXPECT_EQ(::ds::onebit::paddedSize(17, 2), 32);
+  EXPECT_EQ(::ds::onebit::exchangeBytes(144, 3), 144u / 4 + 24u);
+}
+
+TEST(OneBitAllReduce, MatchesASimulationOfEveryRank) {
+  int world = gComm->size(), rank = gComm->rank();
+  const int64_t n = 100;
+  int64_t padded = ::ds::onebit::paddedSize(n, world), chunk = padded / world;
+  std::vector<float> we(padded, 0.0f), se(chunk, 0.0f);
+  // The simulation: every rank's worker error and server error.
+  std::vector<std::vector<float>> weRef(world, std::vector<float>(padded, 0)),
+      seRef(world, std::vector<float>(chunk, 0));
+  for (int round = 0; round < 3; ++round) {
+    std::vector<float> m = values(rank, round, n);
+    uint64_t bytes0 = gComm->collectiveBytes;
+    std::string err;
+    if (world == 1) { // the kernel does not exchange on one rank
+      SUCCEED();
+      return;
+    }
+    ASSERT_TRUE(onebit::compressedAllReduce(*gComm, m.data(), n, we.data(),
+                                            padded, se.data(), err))
+        << err;
+    EXPECT_EQ(gComm->collectiveBytes - bytes0,
+              ::ds::onebit::exchangeBytes(padded, world));
+    std::vector<Reference> workers;
+    for (int r = 0; r < world; ++r) {
+      std::vector<float> x = values(r, round, n);
+      x.resize(padded, 0.0f);
+      workers.push_back(compressNaive(x, weRef[r]));
+    }
+    std::vector<float> expect(padded);
+    for (int j = 0; j < world; ++j) {
+      std::vector<float> y(chunk, 0.0f);
+      for (int r = 0; r < world; ++r)
+        for (int64_t k = 0; k < chunk; ++k)
+          y[k] += workers[r].signs[j * chunk + k] *
+                  (workers[r].scale * (1.0f / float(world)));
+      Reference server = compressNaive(y, seRef[j]);
+      for (int64_t k = 0; k < chunk; ++k)
+        expect[j * chunk + k] = server.scale * server.signs[k];
+    }
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_NEAR(m[i], expect[i], 1e-6 * std::fabs(expect[i]))
+          << "round " << round << ", element " << i;
+    for (int64_t i = 0; i < padded; ++i)
+      ASSERT_NEAR(we[i], weRef[rank][i], 1e-6) << "worker error " << i;
+    for (int64_t k = 0; k < chunk; ++k)
+      ASSERT_NEAR(se[k], seRef[rank][k], 1e-6) << "server error " << k;
+  }
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  std::string err;
+  std::unique_ptr<Communicator> comm = createCommunicator(err);
+  if (!comm) {
+    std::fprintf(stderr, "error: %s\n", err.c_str());
+    return 1;
+  }
+  gComm = comm.get();
+  // Only rank 0 prints gtest's report; every rank's failures fail the run.
+  if (comm->rank() != 0) {
+    auto &listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  int rc = RUN_ALL_TESTS();
+  bool ok = comm->allOk(rc == 0);
+  if (comm->rank() == 0)
+    std::printf("onebit tests on %d ranks: %s\n", comm->size(),
+                ok ? "PASS" : "FAIL");
+  return ok ? 0 : 1;
+}
