@@ -75,19 +75,8 @@ bool Executor::run(RunStats &stats, std::string &err) {
   // step runs: written back if a resume changed it, then freed.
   if (im.nvmeShadow && !im.pushShadow(err))
     return false;
-  im.bindBuffers();
-  if (im.device) {
-    im.hostBufferPtr.resize(p.buffers_size());
-    for (int i = 0; i < p.buffers_size(); ++i)
-      im.hostBufferPtr[i] = im.pointer(p.buffers(i), true);
-    for (int i = 0; i < p.inputs_size(); ++i) {
-      const HostTensor &t = im.inputs[i];
-      if (!t.data.empty() &&
-          !im.device->toDevice(im.deviceInputs[i]->ptr, t.data.data(),
-                               t.data.size(), err))
-        return false;
-    }
-  }
+  if (!im.bindForRun(err))
+    return false;
   stats.arenaPlanned = p.programs(0).arena_bytes();
   stats.arenaHighWater = im.arenaHighWater;
   stats.hostArenaPlanned = p.programs(0).host_arena_bytes();
@@ -129,6 +118,23 @@ bool Executor::run(RunStats &stats, std::string &err) {
     return false;
   }
   stats.milliseconds = millisecondsSince(t0);
+  return true;
+}
+
+bool Executor::Impl::bindForRun(std::string &err) {
+  bindBuffers();
+  if (!device)
+    return true;
+  hostBufferPtr.resize(p().buffers_size());
+  for (int i = 0; i < p().buffers_size(); ++i)
+    hostBufferPtr[i] = pointer(p().buffers(i), true);
+  for (int i = 0; i < p().inputs_size(); ++i) {
+    const HostTensor &t = inputs[i];
+    if (!t.data.empty() &&
+        !device->toDevice(deviceInputs[i]->ptr, t.data.data(), t.data.size(),
+                          err))
+      return false;
+  }
   return true;
 }
 
@@ -251,7 +257,7 @@ bool Executor::scanForNan(RunStats &stats, std::string &err) {
 }
 
 KernelContext Executor::Impl::contextOf(int i, uint64_t runSeed) {
-  const plan::Instruction &ins = p().programs(0).instructions(i);
+  const plan::Instruction &ins = program().instructions(i);
   KernelContext ctx{{}, {}, Attrs(&ins), 0, {}, NAN, nullptr};
   // On the CUDA backend a host instruction reads host copies.
   const std::vector<void *> &ptrs =
@@ -288,7 +294,7 @@ KernelContext Executor::Impl::contextOf(int i, uint64_t runSeed) {
 
 bool Executor::Impl::runInstruction(int i, KernelContext &ctx, RunStats &stats,
                                     std::string &err) {
-  const plan::Instruction &ins = p().programs(0).instructions(i);
+  const plan::Instruction &ins = program().instructions(i);
   // Wait for the NVMe I/O and device copies whose bytes this instruction
   // touches; a transfer starts its own.
   if (!awaitNvme(ctx, err))
@@ -299,7 +305,7 @@ bool Executor::Impl::runInstruction(int i, KernelContext &ctx, RunStats &stats,
   bool handled = false;
   if (isTransfer(ins) && !startTransfer(ins, ctx, nvmeIo, stats, handled, err))
     return false;
-  if (!handled && !kernels[i]->fn(ctx)) {
+  if (!handled && !kernelAt(i)->fn(ctx)) {
     err = instructionName(i, ins) + ": " + ctx.error;
     return false;
   }
@@ -334,7 +340,7 @@ bool Executor::Impl::runInstructions(int from, int to, uint64_t runSeed,
     Impl *impl;
     ~Collect() { impl->collectBytes(); }
   } collect{this};
-  const plan::Program &prog = p().programs(0);
+  const plan::Program &prog = program();
   for (int i = from; i < to; ++i) {
     KernelContext ctx = contextOf(i, runSeed);
     auto k0 = std::chrono::steady_clock::now();
@@ -348,7 +354,7 @@ bool Executor::Impl::runInstructions(int from, int to, uint64_t runSeed,
     if (scan && stats.firstNan.empty() &&
         !firstNonFinite(i, ctx, stats.firstNan, err))
       return false;
-    if (i == lossInstruction && options.nanGuard) {
+    if (i == lossInstruction && options.nanGuard && !evalRunning) {
       bool bad = false;
       if (!lossNotFinite(ctx, bad, err))
         return false;
@@ -390,7 +396,7 @@ bool Executor::Impl::lossIsBad(const TensorView &loss, bool &bad,
 
 bool Executor::Impl::firstNonFinite(int i, const KernelContext &ctx,
                                     std::string &found, std::string &err) {
-  const plan::Instruction &ins = p().programs(0).instructions(i);
+  const plan::Instruction &ins = program().instructions(i);
   for (size_t o = 0; o < ctx.out.size() && found.empty(); ++o) {
     const TensorView &t = ctx.out[o];
     if (!isFloat(t.dtype))

@@ -29,9 +29,11 @@ bool isTokenInput(const std::string &tokenInputs, const std::string &name) {
                               name.size() + 1, "," + name) == 0);
 }
 
-/// Checks data array `t` against graph input `spec`; counts its batches.
+} // namespace
+
 bool checkArray(RunContext &ctx, TrainData &data, const std::string &name,
-                const HostTensor &spec, const HostTensor &t) {
+                const HostTensor &spec, const HostTensor &t,
+                const std::string &what) {
   int dpSize = ctx.dpSize;
   int64_t unit = spec.shape.empty() ? 0 : spec.shape[0] * dpSize;
   bool whole = t.shape == spec.shape;
@@ -40,7 +42,7 @@ bool checkArray(RunContext &ctx, TrainData &data, const std::string &name,
                  std::equal(t.shape.begin() + 1, t.shape.end(),
                             spec.shape.begin() + 1);
   if (!whole && !stacked)
-    return ctx.fail("data array '" + name + "' has shape " + t.shapeString() +
+    return ctx.fail(what + " '" + name + "' has shape " + t.shapeString() +
                     ", the plan's input is " + spec.shapeString() +
                     (dpSize > 1 ? " per rank: give " + std::to_string(dpSize) +
                                       " x that many rows"
@@ -61,6 +63,8 @@ bool checkArray(RunContext &ctx, TrainData &data, const std::string &name,
   }
   return true;
 }
+
+namespace {
 
 /// The token ids of --tokens: a .npy of integers or raw uint16/uint32.
 bool readTokens(RunContext &ctx, std::vector<int64_t> &tokens) {
