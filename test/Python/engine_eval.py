@@ -20,31 +20,16 @@ import os
 import sys
 
 import torch
-import torch.nn as nn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "examples", "gpt"))
 import export_gpt  # noqa: E402
+from engine_parity import LossOnly, batches, check  # noqa: E402
 
 import ds  # noqa: E402
 
 TOL = 1e-5
-
-
-class LossOnly(nn.Module):
-    def __init__(self, gpt):
-        super().__init__()
-        self.gpt = gpt
-
-    def forward(self, idx, targets):
-        return self.gpt(idx, targets)[1]
-
-
-def batches(vocab, rows, seq, n, seed):
-    g = torch.Generator().manual_seed(seed)
-    return [{"idx": torch.randint(0, vocab, (rows, seq), generator=g),
-             "targets": torch.randint(0, vocab, (rows, seq), generator=g)}
-            for _ in range(n)]
 
 
 def torch_eval(model, data):
@@ -53,21 +38,12 @@ def torch_eval(model, data):
         return sum(float(model(**b)) for b in data) / len(data)
 
 
-def check(what, got, want):
-    r = abs(got - want) / abs(want)
-    ok = r <= TOL
-    print("%s: ds %.7f torch %.7f rel %.2e %s" % (
-        what, got, want, r, "ok" if ok else "FAIL (tolerance %g)" % TOL))
-    return ok
-
-
 def main():
     mode = sys.argv[1]
-    if len(sys.argv) > 2:  # one file per rank (mpirun interleaves stdout)
-        rank = os.environ.get("OMPI_COMM_WORLD_RANK", "0")
-        sys.stdout = open("%s.%s" % (sys.argv[2], rank), "w")
     world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+    if len(sys.argv) > 2:  # one file per rank (mpirun interleaves stdout)
+        sys.stdout = open("%s.%d" % (sys.argv[2], rank), "w")
     vocab, block, layers, heads, d, rows, seq = export_gpt.SIZES["tiny"]
     torch.manual_seed(0)
     model = LossOnly(export_gpt.GPT(vocab, block, layers, heads, d, 0.1))
@@ -85,7 +61,7 @@ def main():
     got = float(engine.eval_batch(iter([cut(b) for b in held]),
                                   num_micro_batches=2))
     ok = check(tag + "eval_batch before training", got,
-               torch_eval(initial, held))
+               torch_eval(initial, held), TOL)
     for b in batches(vocab, rows, seq, 3, seed=5):
         loss = engine(**cut(b))
         engine.backward(loss)
@@ -96,7 +72,7 @@ def main():
     got = float(engine.eval_batch(iter([cut(b) for b in held]),
                                   num_micro_batches=2))
     ok &= check(tag + "eval_batch after 3 steps", got,
-                torch_eval(engine.module, held))
+                torch_eval(engine.module, held), TOL)
     after = plan_values()
     same = engine.global_steps == 3 and all(
         (before[k] == after[k]).all() for k in before)
