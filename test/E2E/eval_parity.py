@@ -105,11 +105,11 @@ def onnx_weights(path):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--work", required=True)
     ap.add_argument("--ds-opt", required=True)
     ap.add_argument("--ds-run", required=True)
     ap.add_argument("--mpirun", default="mpirun")
-    ap.add_argument("--work", required=True)
     ap.add_argument("mode", choices=["step0", "torch", "dropout", "ranks", "tp"])
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
