@@ -86,8 +86,11 @@ bool Executor::run(RunStats &stats, std::string &err) {
   auto t0 = std::chrono::steady_clock::now();
   uint64_t runSeed = runSeedOf(im.runs, im.options.seed);
   im.lastRunSeed = runSeed;
+  // This run's place in the gradient-accumulation window.
+  bool windowEnd = (im.runs - im.skipped) % im.accum == im.accum - 1;
   ++im.runs;
   im.stepState = {};
+  im.stepState.overflow = im.windowOverflow; // an earlier micro-batch's
   for (uint64_t r : im.options.injectOverflow)
     im.stepState.inject |= r == im.runs;
   stats.nanLoss = false;
@@ -110,8 +113,11 @@ bool Executor::run(RunStats &stats, std::string &err) {
   }
   if (im.nvme && !im.nvme->waitAll(err))
     return false;
-  if (im.stepState.overflow)
-    ++im.skipped;
+  // An overflow skips the whole step: its runs do not count for the step
+  // input (the optimizer's update count), as DeepSpeed's skipped step.
+  if (windowEnd && im.stepState.overflow)
+    im.skipped += im.accum;
+  im.windowOverflow = !windowEnd && im.stepState.overflow;
   if (im.inflightCount() != 0) {
     err = "the plan started " + std::to_string(im.inflightCount()) +
           " collective(s) it never waited for";

@@ -115,6 +115,10 @@ struct Executor::Impl {
   std::array<std::map<const void *, int>, 3> inflight;
   KernelContext::StepState stepState;   // the loss scaler's, per run
   uint64_t skipped = 0;                 // runs whose update overflowed
+  // Gradient accumulation: runs per update, and whether a micro-batch of
+  // the update's window overflowed so far (the flag carries to its end).
+  uint64_t accum = 1;
+  bool windowOverflow = false;
   uint64_t lastRunSeed = 0;
   // Pipeline parallelism: the backward section's first instruction, the
   // byte ranges a forward leaves for its backward, and per micro-batch the

@@ -272,6 +272,9 @@ public:
   /// step counter counts the runs that updated.
   bool lastRunOverflowed() const;
   uint64_t skippedRuns() const;
+  /// Skipped optimizer steps (with gradient accumulation an overflow
+  /// skips the step's runs together).
+  uint64_t skippedSteps() const;
   void setSkippedRuns(uint64_t skipped);
   std::vector<std::string> outputNames() const;
 
