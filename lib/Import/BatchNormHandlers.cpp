@@ -188,6 +188,10 @@ LogicalResult batchNorm(NodeContext &n) {
   Value x = bn.cast(n.input(0), f32);
 
   Value mean, centered, var, sumSq;
+  // The plan's eval section refuses batch statistics (EvalSection.cpp).
+  if (Operation *at = b.getInsertionBlock()->getParentOp(); training && at)
+    if (auto module = at->getParentOfType<ModuleOp>())
+      module->setAttr("ds.batch_statistics", b.getUnitAttr());
   if (training) {
     mean = bn.perCount(bn.batchSum(x), *count, 0);
     centered = bn.binary<SubOp>(x, mean);

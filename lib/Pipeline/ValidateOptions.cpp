@@ -146,8 +146,9 @@ llvm::Error checkPrecisionAndZero(const TrainingOptions &o) {
     return fail("loss scaler options out of range (--loss-scale >= 0, "
                 "--loss-scale-window >= 1, --hysteresis >= 1, "
                 "--min-loss-scale > 0, --initial-scale-power 0-64)");
-  if (o.precision == "fp16" && o.gradAccum > 1)
-    return fail("--precision=fp16 with --grad-accum is not supported yet");
+  if (o.precision == "fp16" && o.gradAccum > 1 && o.pipelineParallel > 1)
+    return fail("--precision=fp16 with --grad-accum and --pipeline-parallel "
+                "is not supported yet");
   if (o.precision != "fp32" && !o.training() && !o.emitGrads)
     return fail("--precision=" + o.precision +
                 " is for training (give --optimizer=...)");

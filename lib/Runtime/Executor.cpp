@@ -79,8 +79,11 @@ std::unique_ptr<Executor> Executor::create(std::shared_ptr<const Plan> plan,
     return nullptr;
   impl->inputs.resize(p.inputs_size());
   impl->inputSet.assign(p.inputs_size(), false);
-  for (const plan::Instruction &ins : p.programs(0).instructions())
+  for (const plan::Instruction &ins : p.programs(0).instructions()) {
     impl->kernels.push_back(findKernel(ins.kernel()));
+    if (ins.optimizer().accum_steps() > 1)
+      impl->accum = static_cast<uint64_t>(ins.optimizer().accum_steps());
+  }
   if (p.pipeline().stages() > 1) {
     if (options.backend == "cuda") {
       err = "this plan is a pipeline stage, which the CUDA backend does not "
@@ -156,6 +159,9 @@ std::vector<std::string> Executor::parameterNames() const {
 uint64_t Executor::completedRuns() const { return impl->runs; }
 bool Executor::lastRunOverflowed() const { return impl->stepState.overflow; }
 uint64_t Executor::skippedRuns() const { return impl->skipped; }
+uint64_t Executor::skippedSteps() const {
+  return impl->skipped / impl->accum;
+}
 void Executor::setSkippedRuns(uint64_t skipped) { impl->skipped = skipped; }
 void Executor::setCompletedRuns(uint64_t runs) { impl->runs = runs; }
 

@@ -75,19 +75,8 @@ bool Executor::run(RunStats &stats, std::string &err) {
   // step runs: written back if a resume changed it, then freed.
   if (im.nvmeShadow && !im.pushShadow(err))
     return false;
-  im.bindBuffers();
-  if (im.device) {
-    im.hostBufferPtr.resize(p.buffers_size());
-    for (int i = 0; i < p.buffers_size(); ++i)
-      im.hostBufferPtr[i] = im.pointer(p.buffers(i), true);
-    for (int i = 0; i < p.inputs_size(); ++i) {
-      const HostTensor &t = im.inputs[i];
-      if (!t.data.empty() &&
-          !im.device->toDevice(im.deviceInputs[i]->ptr, t.data.data(),
-                               t.data.size(), err))
-        return false;
-    }
-  }
+  if (!im.bindForRun(err))
+    return false;
   stats.arenaPlanned = p.programs(0).arena_bytes();
   stats.arenaHighWater = im.arenaHighWater;
   stats.hostArenaPlanned = p.programs(0).host_arena_bytes();
@@ -97,8 +86,11 @@ bool Executor::run(RunStats &stats, std::string &err) {
   auto t0 = std::chrono::steady_clock::now();
   uint64_t runSeed = runSeedOf(im.runs, im.options.seed);
   im.lastRunSeed = runSeed;
+  // This run's place in the gradient-accumulation window.
+  bool windowEnd = (im.runs - im.skipped) % im.accum == im.accum - 1;
   ++im.runs;
   im.stepState = {};
+  im.stepState.overflow = im.windowOverflow; // an earlier micro-batch's
   for (uint64_t r : im.options.injectOverflow)
     im.stepState.inject |= r == im.runs;
   stats.nanLoss = false;
@@ -121,14 +113,34 @@ bool Executor::run(RunStats &stats, std::string &err) {
   }
   if (im.nvme && !im.nvme->waitAll(err))
     return false;
-  if (im.stepState.overflow)
-    ++im.skipped;
+  // An overflow skips the whole step: its runs do not count for the step
+  // input (the optimizer's update count), as DeepSpeed's skipped step.
+  if (windowEnd && im.stepState.overflow)
+    im.skipped += im.accum;
+  im.windowOverflow = !windowEnd && im.stepState.overflow;
   if (im.inflightCount() != 0) {
     err = "the plan started " + std::to_string(im.inflightCount()) +
           " collective(s) it never waited for";
     return false;
   }
   stats.milliseconds = millisecondsSince(t0);
+  return true;
+}
+
+bool Executor::Impl::bindForRun(std::string &err) {
+  bindBuffers();
+  if (!device)
+    return true;
+  hostBufferPtr.resize(p().buffers_size());
+  for (int i = 0; i < p().buffers_size(); ++i)
+    hostBufferPtr[i] = pointer(p().buffers(i), true);
+  for (int i = 0; i < p().inputs_size(); ++i) {
+    const HostTensor &t = inputs[i];
+    if (!t.data.empty() &&
+        !device->toDevice(deviceInputs[i]->ptr, t.data.data(), t.data.size(),
+                          err))
+      return false;
+  }
   return true;
 }
 
@@ -251,7 +263,7 @@ bool Executor::scanForNan(RunStats &stats, std::string &err) {
 }
 
 KernelContext Executor::Impl::contextOf(int i, uint64_t runSeed) {
-  const plan::Instruction &ins = p().programs(0).instructions(i);
+  const plan::Instruction &ins = program().instructions(i);
   KernelContext ctx{{}, {}, Attrs(&ins), 0, {}, NAN, nullptr};
   // On the CUDA backend a host instruction reads host copies.
   const std::vector<void *> &ptrs =
@@ -288,7 +300,7 @@ KernelContext Executor::Impl::contextOf(int i, uint64_t runSeed) {
 
 bool Executor::Impl::runInstruction(int i, KernelContext &ctx, RunStats &stats,
                                     std::string &err) {
-  const plan::Instruction &ins = p().programs(0).instructions(i);
+  const plan::Instruction &ins = program().instructions(i);
   // Wait for the NVMe I/O and device copies whose bytes this instruction
   // touches; a transfer starts its own.
   if (!awaitNvme(ctx, err))
@@ -299,7 +311,7 @@ bool Executor::Impl::runInstruction(int i, KernelContext &ctx, RunStats &stats,
   bool handled = false;
   if (isTransfer(ins) && !startTransfer(ins, ctx, nvmeIo, stats, handled, err))
     return false;
-  if (!handled && !kernels[i]->fn(ctx)) {
+  if (!handled && !kernelAt(i)->fn(ctx)) {
     err = instructionName(i, ins) + ": " + ctx.error;
     return false;
   }
@@ -343,7 +355,7 @@ bool Executor::Impl::runInstructions(int from, int to, uint64_t runSeed,
     Impl *impl;
     ~Collect() { impl->collectBytes(); }
   } collect{this};
-  const plan::Program &prog = p().programs(0);
+  const plan::Program &prog = program();
   for (int i = from; i < to; ++i) {
     KernelContext ctx = contextOf(i, runSeed);
     auto k0 = std::chrono::steady_clock::now();
@@ -357,7 +369,7 @@ bool Executor::Impl::runInstructions(int from, int to, uint64_t runSeed,
     if (scan && stats.firstNan.empty() &&
         !firstNonFinite(i, ctx, stats.firstNan, err))
       return false;
-    if (i == lossInstruction && options.nanGuard) {
+    if (i == lossInstruction && options.nanGuard && !evalRunning) {
       bool bad = false;
       if (!lossNotFinite(ctx, bad, err))
         return false;
@@ -399,7 +411,7 @@ bool Executor::Impl::lossIsBad(const TensorView &loss, bool &bad,
 
 bool Executor::Impl::firstNonFinite(int i, const KernelContext &ctx,
                                     std::string &found, std::string &err) {
-  const plan::Instruction &ins = p().programs(0).instructions(i);
+  const plan::Instruction &ins = program().instructions(i);
   for (size_t o = 0; o < ctx.out.size() && found.empty(); ++o) {
     const TensorView &t = ctx.out[o];
     if (!isFloat(t.dtype))

@@ -115,6 +115,10 @@ struct Executor::Impl {
   std::array<std::map<const void *, int>, 3> inflight;
   KernelContext::StepState stepState;   // the loss scaler's, per run
   uint64_t skipped = 0;                 // runs whose update overflowed
+  // Gradient accumulation: runs per update, and whether a micro-batch of
+  // the update's window overflowed so far (the flag carries to its end).
+  uint64_t accum = 1;
+  bool windowOverflow = false;
   uint64_t lastRunSeed = 0;
   // Pipeline parallelism: the backward section's first instruction, the
   // byte ranges a forward leaves for its backward, and per micro-batch the
@@ -134,8 +138,25 @@ struct Executor::Impl {
   uint64_t stashBytes = 0, stashHigh = 0;
   /// The instruction that computes this rank's loss (-1: none).
   int lossInstruction = -1;
+  // Evaluation (ExecutorEval.cpp): while `evalRunning` the instruction
+  // loop runs the plan's eval section, with its own kernels.
+  bool evalRunning = false;
+  std::vector<const KernelInfo *> evalKernels;
+  uint64_t evalHighWater = 0, evalHostHighWater = 0;
 
   const plan::Plan &p() const { return plan->proto; }
+  /// The program the instruction loop runs: the step's, or the eval's.
+  const plan::Program &program() const {
+    return evalRunning ? p().eval() : p().programs(0);
+  }
+  const KernelInfo *kernelAt(int i) const {
+    return evalRunning ? evalKernels[i] : kernels[i];
+  }
+  /// Binds the buffers and, on a device, uploads the inputs (run, runEval).
+  bool bindForRun(std::string &err);
+  /// The eval section's kernels (the device's on a device) and the arena
+  /// bytes its results reach; checks the inputs it reads are set.
+  bool prepareEval(std::string &err);
 
   // Memory (ExecutorMemory.cpp).
   /// The arena and host arena at the plan's sizes, and the high-water

@@ -271,6 +271,17 @@ bool checkInstructions(const plan::Plan &p, std::string &err) {
     if (!checkKernel(p, ins, id, err) || !checkMemorySides(p, ins, id, err))
       return false;
   }
+  // The eval section: the same checks, and its arena within the step's.
+  for (int i = 0; i < p.eval().instructions_size(); ++i) {
+    const plan::Instruction &ins = p.eval().instructions(i);
+    std::string id =
+        "eval instruction " + std::to_string(i) + " (" + ins.kernel() + ")";
+    if (!checkKernel(p, ins, id, err) || !checkMemorySides(p, ins, id, err))
+      return false;
+  }
+  if (p.eval().arena_bytes() > prog.arena_bytes() ||
+      p.eval().host_arena_bytes() > prog.host_arena_bytes())
+    return fail(err, "the eval section's arena exceeds the step's");
   return true;
 }
 

@@ -180,6 +180,19 @@ std::vector<RunFlag> trainingFlags() {
                               v + "'"
                         : std::string();
            }),
+      flag({"--eval-data"}, "--eval-data FILE.npz",
+           "evaluation data (--data's format): the plan's eval\n"
+           "section (loss only: no gradients, update or dropout)\n"
+           "runs over its batches at step 0, every --eval-every\n"
+           "steps and after the last; prints 'eval loss X'",
+           toString(&O::evalDataPath), "--eval-data needs a file"),
+      flag({"--eval-every"}, "--eval-every N",
+           "evaluate every N steps (without it: after the last)",
+           toInt(&O::evalEvery, "--eval-every", 1)),
+      flag({"--eval-batches"}, "--eval-batches K",
+           "evaluate the first K batches of --eval-data (default:\n"
+           "all)",
+           toInt(&O::evalBatches, "--eval-batches", 1)),
       flag({"--lr"}, "--lr X", "override the plan's learning rate", setLr),
       flag({"--inject-overflow"}, "--inject-overflow K,..",
            "debug (fp16 plans): at these runs turn one gradient\n"
@@ -542,6 +555,12 @@ bool checkRunOptions(const RunOptions &o, std::string &err) {
           "--outputs";
   } else if (o.saveEvery && o.saveDir.empty()) {
     err = "--save-every needs --save DIR";
+  } else if ((o.evalEvery || o.evalBatches) && o.evalDataPath.empty()) {
+    err = std::string(o.evalEvery ? "--eval-every" : "--eval-batches") +
+          " needs --eval-data FILE.npz (the evaluation batches)";
+  } else if (!o.evalDataPath.empty() && o.forwardOnly) {
+    err = "--eval-data evaluates during training (--steps); a forward plan "
+          "runs with --forward-only --inputs";
   } else if (o.planPath.empty()) {
     err = "no plan given (usage: ds-run PLAN --forward-only ...; see --help)";
   }

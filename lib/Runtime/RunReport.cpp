@@ -50,7 +50,7 @@ void logStep(RunContext &ctx, const TrainState &ts, const StepFigures &f) {
   if (ctx.info.lossScaling)
     scaler = ", \"loss_scale\": " + std::to_string(f.usedScale) +
              ", \"overflow\": " + (f.overflow ? "true" : "false") +
-             ", \"skipped\": " + std::to_string(ctx.exec()->skippedRuns()) +
+             ", \"skipped\": " + std::to_string(ctx.exec()->skippedSteps()) +
              ", \"hysteresis\": " + std::to_string(ts.scaler.curHysteresis) +
              ", \"next_loss_scale\": " + std::to_string(ts.scaler.scale);
   std::fprintf(ctx.log,
@@ -121,7 +121,7 @@ void printSummary(RunContext &ctx, const TrainState &ts) {
   std::printf("; peak memory per rank %llu bytes measured, %llu planned; "
               "skipped steps %llu\n",
               static_cast<ull>(measuredPeak), static_cast<ull>(plannedPeak),
-              static_cast<ull>(ctx.exec()->skippedRuns()));
+              static_cast<ull>(ctx.exec()->skippedSteps()));
   if (planned.hostTotal() + planned.nvmeStorage > 0)
     std::printf("offload: host memory per rank %llu bytes measured, %llu "
                 "planned (storage %llu, host arena %llu); NVMe %llu bytes; "
@@ -176,7 +176,7 @@ void printStep(RunContext &ctx, const TrainState &ts, const StepFigures &f) {
     std::snprintf(scaleText, sizeof scaleText,
                   " | loss scale %g%s | skipped %lld | hysteresis %lld",
                   f.usedScale, f.overflow ? " (overflow: step skipped)" : "",
-                  static_cast<long long>(ctx.exec()->skippedRuns()),
+                  static_cast<long long>(ctx.exec()->skippedSteps()),
                   static_cast<long long>(ts.scaler.curHysteresis));
   // Time left at the mean step time so far.
   double eta = ts.totalMs / ts.stepsDone * static_cast<double>(steps - s) / 1e3;

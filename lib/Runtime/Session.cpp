@@ -65,8 +65,8 @@ std::unique_ptr<Session> Session::open(std::shared_ptr<const Plan> plan,
 
 Session::~Session() = default;
 
-bool Session::run(const std::map<std::string, HostTensor> &inputs,
-                  double &loss, std::string &err) {
+bool Session::setBatch(const std::map<std::string, HostTensor> &inputs,
+                       std::string &err) {
   for (const auto &[name, spec] : specs) {
     auto it = inputs.find(name);
     if (it == inputs.end()) {
@@ -88,6 +88,34 @@ bool Session::run(const std::map<std::string, HostTensor> &inputs,
       err = "the batch's '" + given.first + "' is not an input of the plan";
       return false;
     }
+  return true;
+}
+
+bool Session::readLoss(double &loss, std::string &err) {
+  loss = NAN;
+  HostTensor l;
+  if (!planInfo.loss.empty() && exec->output(planInfo.loss, l, err) &&
+      l.numel() == 1) {
+    if (!convertTensor(l, DType::F32, err))
+      return false;
+    float f;
+    std::memcpy(&f, l.data.data(), 4);
+    loss = f;
+  }
+  return true;
+}
+
+bool Session::eval(const std::map<std::string, HostTensor> &inputs,
+                   double &loss, std::string &err) {
+  RunStats stats;
+  return setBatch(inputs, err) && exec->runEval(stats, err) &&
+         readLoss(loss, err);
+}
+
+bool Session::run(const std::map<std::string, HostTensor> &inputs,
+                  double &loss, std::string &err) {
+  if (!setBatch(inputs, err))
+    return false;
   if (planInfo.lossScaling) {
     HostTensor scaleIn;
     scaleIn.dtype = DType::F32;
@@ -104,16 +132,8 @@ bool Session::run(const std::map<std::string, HostTensor> &inputs,
     err = "the loss is not finite";
     return false;
   }
-  loss = NAN;
-  HostTensor l;
-  if (!planInfo.loss.empty() && exec->output(planInfo.loss, l, err) &&
-      l.numel() == 1) {
-    if (!convertTensor(l, DType::F32, err))
-      return false;
-    float f;
-    std::memcpy(&f, l.data.data(), 4);
-    loss = f;
-  }
+  if (!readLoss(loss, err))
+    return false;
   if (atBoundary()) {
     skippedLast = planInfo.lossScaling && exec->lastRunOverflowed();
     if (planInfo.lossScaling)

@@ -307,12 +307,13 @@ bool prepareTraining(RunContext &ctx, TrainState &ts) {
   // A progress bar on a terminal for long runs (--no-progress-bar: lines).
   ts.progressBar = isatty(STDOUT_FILENO) && !o.noProgressBar &&
                    o.steps - ts.firstStep + 1 > 20;
-  return buildOrder(ctx, ts.accum);
+  return prepareEval(ctx, ts) && buildOrder(ctx, ts.accum);
 }
 
 bool train(RunContext &ctx) {
   TrainState ts;
-  if (!prepareTraining(ctx, ts))
+  if (!prepareTraining(ctx, ts) ||
+      !evaluateIfDue(ctx, ts, ts.firstStep - 1, false))
     return false;
   for (long long s = ts.firstStep; s <= ctx.opts.steps; ++s) {
     StepRun step;
@@ -321,6 +322,8 @@ bool train(RunContext &ctx) {
     if (!runStep(ctx, ts, s, step))
       return false;
     if (!step.skipped && !finishStep(ctx, ts, s, step, comm0))
+      return false;
+    if (!evaluateIfDue(ctx, ts, s, s == ctx.opts.steps))
       return false;
   }
   ctx.closeLog();
@@ -336,6 +339,7 @@ bool train(RunContext &ctx) {
     return false;
   printTrainingReport(ctx, ts);
   ctx.monitors->finish(ctx);
+  printEvalReport(ctx, ts);
   return true;
 }
 
@@ -389,7 +393,10 @@ RunResult runPlan(const RunOptions &options, Communicator &world) {
   RunContext ctx(options, world);
   if (!setUpRun(ctx))
     return ctx.result;
-  if (ctx.trainingPlan)
+  if (!ctx.trainingPlan && !options.evalDataPath.empty())
+    ctx.fail("--eval-data needs a training plan (compiled with "
+             "--optimizer=...); a forward plan evaluates with --forward-only");
+  else if (ctx.trainingPlan)
     train(ctx);
   else
     runForward(ctx);

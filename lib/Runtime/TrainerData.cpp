@@ -36,11 +36,14 @@ size_t batchAxis(const RunContext &ctx, const std::string &name) {
   return it == ctx.info.batchAxes.end() ? 0 : static_cast<size_t>(it->second);
 }
 
+} // namespace
+
 /// Checks data array `t` against graph input `spec`; counts its batches.
 /// The ranks' rows and the stacked batches lie along the input's batch
 /// axis (the plan's, 0 unless an LSTM/GRU initial state says 1).
 bool checkArray(RunContext &ctx, TrainData &data, const std::string &name,
-                const HostTensor &spec, const HostTensor &t) {
+                const HostTensor &spec, const HostTensor &t,
+                const std::string &what) {
   int dpSize = ctx.dpSize;
   size_t b = batchAxis(ctx, name);
   if (b > 0 && b >= spec.shape.size())
@@ -56,7 +59,7 @@ bool checkArray(RunContext &ctx, TrainData &data, const std::string &name,
   std::string along = b == 0 ? "the first dimension"
                              : "dimension " + std::to_string(b);
   if (!whole && !stacked)
-    return ctx.fail("data array '" + name + "' has shape " + t.shapeString() +
+    return ctx.fail(what + " '" + name + "' has shape " + t.shapeString() +
                     ", the plan's input is " + spec.shapeString() +
                     (dpSize > 1 ? " per rank: give " + std::to_string(dpSize) +
                                       " x that many along " + along
@@ -78,6 +81,8 @@ bool checkArray(RunContext &ctx, TrainData &data, const std::string &name,
   }
   return true;
 }
+
+namespace {
 
 /// The token ids of --tokens: a .npy of integers or raw uint16/uint32.
 bool readTokens(RunContext &ctx, std::vector<int64_t> &tokens) {

@@ -95,9 +95,19 @@ struct TrainData {
   std::vector<int64_t> window; // [batch, T]
 };
 
+/// Evaluation during training (TrainerEval.cpp): the --eval-data batches
+/// and the eval losses so far (step, loss).
+struct EvalRun {
+  TrainData data;
+  int64_t batches = 0; // evaluated per evaluation
+  std::vector<std::pair<long long, double>> losses;
+  uint64_t arenaHighWater = 0, arenaPlanned = 0;
+};
+
 /// A training run's progress and figures.
 struct TrainState {
   TrainData data;
+  EvalRun eval;
   double lr = 0;
   double firstLoss = 0, lastLoss = 0, totalMs = 0;
   long long stepsDone = 0, firstStep = 1;
@@ -139,6 +149,22 @@ bool feedBatches(RunContext &ctx, const TrainData &data, Executor *ex,
                  long long m);
 bool feedTokens(RunContext &ctx, const TrainData &data, Executor *ex,
                 long long m);
+
+/// Checks data array `name` against graph input `spec` and counts its
+/// batches; errors start with `what` ("data array").
+bool checkArray(RunContext &ctx, TrainData &data, const std::string &name,
+                const HostTensor &spec, const HostTensor &t,
+                const std::string &what = "data array");
+
+// TrainerEval.cpp
+/// --eval-data: loads and checks the batches (before step 1).
+bool prepareEval(RunContext &ctx, TrainState &ts);
+/// Evaluates after step `step` (0: before training) when it is due: every
+/// --eval-every steps and after the last (`last`).
+bool evaluateIfDue(RunContext &ctx, TrainState &ts, long long step,
+                   bool last);
+/// The report's eval line.
+void printEvalReport(RunContext &ctx, const TrainState &ts);
 
 // TrainerCheckpoint.cpp
 /// A folder that cannot take a checkpoint is refused before step 1.

@@ -140,11 +140,6 @@ LogicalResult UpdateSection::verify() {
     return func.emitError(rule.name)
            << "'s trust ratio needs whole-tensor norms; it is not supported "
               "with ZeRO stages 1-3 yet (use --zero=0)";
-  for (BlockArgument arg : body.getArguments())
-    if (func.getArgAttr(arg.getArgNumber(), "ds.loss_scale") &&
-        options.hyper.gradAccum > 1)
-      return func.emitError(
-          "loss scaling with --grad-accum is not supported yet");
   return success();
 }
 

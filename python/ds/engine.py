@@ -205,6 +205,7 @@ class DeepSpeedEngine:
         self._last_loss = None
         self._backward_done = True
         self._dirty = False
+        self._eval_mode = False  # engine.eval(): calls evaluate, not train
         self.micro_steps = 0
         self.global_steps = 0
         self.global_samples = 0
@@ -312,24 +313,37 @@ class DeepSpeedEngine:
             batch[k] = v
         return batch
 
-    def forward(self, *args, **kwargs):
-        """Runs the compiled step on one micro-batch (forward, backward,
-        and the update on an accumulation boundary); returns the loss."""
-        import torch
-        batch = self._bind(args, kwargs)
+    def _prepare(self, batch):
         if self._session is None:
             self._compile(batch)
         unknown = sorted(set(batch) - set(self._names))
         if unknown:
             raise ValueError("engine: %s are not inputs of the compiled step "
                              "(it takes %s)" % (unknown, self._names))
+        return {k: _as_numpy(k, batch[k]) for k in self._names if k in batch}
+
+    def _evaluate(self, batch):
+        """The loss of one batch by the plan's eval section."""
+        import torch
+        arrays = self._prepare(batch)
+        return torch.tensor(self._session.eval(arrays), dtype=torch.float32)
+
+    def forward(self, *args, **kwargs):
+        """Runs the compiled step on one micro-batch (forward, backward,
+        and the update on an accumulation boundary); returns the loss.
+        After engine.eval(), or under torch.no_grad(), it evaluates
+        instead: the loss by the plan's eval section, nothing trained."""
+        import torch
+        batch = self._bind(args, kwargs)
+        if self._eval_mode or not torch.is_grad_enabled():
+            return self._evaluate(batch)
+        arrays = self._prepare(batch)
         if not self._backward_done:
             raise RuntimeError(
                 "engine: the previous micro-batch's loss got no "
                 "engine.backward(loss) and engine.step(); ds runs the whole "
                 "step at the call, so the loop must call both")
-        value = self._session.run(
-            {k: _as_numpy(k, batch[k]) for k in self._names})
+        value = self._session.run(arrays)
         loss = torch.tensor(value, dtype=torch.float32)
         self._last_loss = loss
         self._backward_done = False
@@ -390,24 +404,33 @@ class DeepSpeedEngine:
         import torch
         return torch.tensor(total / gas)
 
-    def eval_batch(self, data_iter, return_logits=False, **kwargs):
-        """The loss of one batch from `data_iter` without training: the
-        torch module with the trained values, in eval mode, without
-        gradients (PyTorch computes it)."""
+    def eval_batch(self, data_iter, return_logits=False, compute_loss=True,
+                   reduce_output="avg", bcast_loss=True,
+                   num_micro_batches=None):
+        """DeepSpeed's eval_batch: the mean loss of num_micro_batches
+        (default gradient_accumulation_steps) batches from `data_iter`,
+        computed by the plan's eval section (forward only: no gradients,
+        no update, dropout off, as torch's eval() and no_grad()); under
+        several ranks each gives its own batches and the loss is the mean
+        over the ranks. Nothing is trained."""
         import torch
         if return_logits:
             raise ValueError("engine.eval_batch: return_logits is not "
                              "supported (the model returns the loss)")
-        batch = next(data_iter)
-        module = self.module
-        was_training = module.training
-        module.eval()
-        try:
-            with torch.no_grad():
-                return module(**batch) if isinstance(batch, dict) \
-                    else module(*batch)
-        finally:
-            module.train(was_training)
+        if not compute_loss or reduce_output not in ("avg", None):
+            raise ValueError("engine.eval_batch: ds computes the loss and "
+                             "averages it (compute_loss=True, "
+                             "reduce_output='avg')")
+        count = num_micro_batches or self.gradient_accumulation_steps()
+        losses = []
+        for _ in range(count):
+            batch = next(data_iter)
+            if not isinstance(batch, dict):
+                batch = self._bind(tuple(batch), {})
+            losses.append(float(self._evaluate(batch)))
+        if reduce_output is None:
+            return [torch.tensor(x) for x in losses]
+        return torch.tensor(sum(losses) / len(losses), dtype=torch.float32)
 
     # -- the module's values ---------------------------------------------
     def _sync_module(self):
@@ -438,9 +461,14 @@ class DeepSpeedEngine:
         return self.module.named_parameters()
 
     def train(self, mode=True):
+        """mode=False is eval(): engine(batch) then evaluates."""
+        self._eval_mode = not mode
         return self
 
     def eval(self):
+        """engine(batch) evaluates (the plan's eval section) until
+        engine.train()."""
+        self._eval_mode = True
         return self
 
     # -- figures ---------------------------------------------------------

@@ -48,3 +48,6 @@ p = fresh(); p.format_version = 3; write("payload_version", p)
 p = fresh(); p.programs.add(); write("two_programs", p)
 p = fresh(); p.parameters[0].master_of = "no.such.weight"; p.parameters[0].state = True; write("bad_master", p)
 p = fresh(); p.tensor_parallel = 2; p.world_size = 2; p.parameters[0].tp_parts = 2; p.parameters[0].tp_whole = 1000; write("bad_tp_whole", p)
+# The eval section (plan.eval): an unknown kernel, and an arena above the step's.
+p = fresh(); p.eval.instructions[0].kernel = "frobnicate"; write("eval_kernel", p)
+p = fresh(); p.eval.arena_bytes = p.programs[0].arena_bytes + 64; write("eval_arena", p)

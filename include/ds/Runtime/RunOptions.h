@@ -38,6 +38,11 @@ struct RunOptions {
   double lr = NAN; // NaN: the plan's
   std::vector<uint64_t> injectOverflow;
   std::string onNan = "stop"; // stop, skip or continue
+  // Evaluation (TrainerEval.cpp): the plan's eval section over these
+  // batches every evalEvery steps (0: at the end only).
+  std::string evalDataPath;
+  int64_t evalEvery = 0;
+  int64_t evalBatches = 0; // 0: every batch of the file
   // Checkpoints and weights.
   std::string saveDir;
   int64_t saveEvery = 0;

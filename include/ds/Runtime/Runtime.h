@@ -235,6 +235,14 @@ public:
   /// infinity; the first found goes to stats.firstNan. For a run that
   /// nanGuard stopped: the parameters are those it read.
   bool scanForNan(RunStats &stats, std::string &err);
+  /// Evaluation (ExecutorEval.cpp): runs the plan's eval section on the
+  /// inputs set (the loss without gradients, update or dropout; the
+  /// parameters as they are); the loss is then output(loss). Changes no
+  /// parameter, state or step count. Collective like run(). False with
+  /// `err` when the plan has no eval section (its reason).
+  bool runEval(RunStats &stats, std::string &err);
+  /// Why the plan has no eval section (empty when it has one).
+  std::string evalRefused() const;
   /// A copy of graph output `name` after run().
   bool output(const std::string &name, HostTensor &out, std::string &err) const;
   std::vector<std::string> inputNames() const;
@@ -282,6 +290,9 @@ public:
   /// step counter counts the runs that updated.
   bool lastRunOverflowed() const;
   uint64_t skippedRuns() const;
+  /// Skipped optimizer steps (with gradient accumulation an overflow
+  /// skips the step's runs together).
+  uint64_t skippedSteps() const;
   void setSkippedRuns(uint64_t skipped);
   std::vector<std::string> outputNames() const;
 

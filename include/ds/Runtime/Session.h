@@ -58,6 +58,11 @@ public:
   /// update happens on every accumSteps-th call. Collective.
   bool run(const std::map<std::string, HostTensor> &inputs, double &loss,
            std::string &err);
+  /// The loss of one batch (the same inputs as run()) by the plan's eval
+  /// section: no gradients, no update, dropout off; changes nothing.
+  /// Collective (the loss is the mean over the data-parallel ranks).
+  bool eval(const std::map<std::string, HostTensor> &inputs, double &loss,
+            std::string &err);
   /// Micro-batches run so far, and optimizer steps completed (boundaries
   /// passed, an fp16 overflow's skipped step included as DeepSpeed counts
   /// it).
@@ -90,6 +95,9 @@ public:
 
 private:
   Session() = default;
+  bool setBatch(const std::map<std::string, HostTensor> &inputs,
+                std::string &err);
+  bool readLoss(double &loss, std::string &err);
   std::shared_ptr<const Plan> plan;
   PlanInfo planInfo;
   Communicator *world = nullptr;

@@ -76,6 +76,16 @@ HostTensor toHost(const std::string &name, py::array array) {
   return t;
 }
 
+/// A batch (name -> array) as host tensors.
+std::map<std::string, HostTensor> hostBatch(py::dict batch) {
+  std::map<std::string, HostTensor> inputs;
+  for (auto [k, v] : batch) {
+    std::string name = py::str(k);
+    inputs[name] = toHost(name, py::array::ensure(v));
+  }
+  return inputs;
+}
+
 py::array toNumpy(HostTensor t) {
   std::string err;
   if (t.dtype == DType::BF16 && !convertTensor(t, DType::F32, err))
@@ -203,14 +213,17 @@ PYBIND11_MODULE(_ds, m) {
            })
       .def("run",
            [](Session &s, py::dict batch) {
-             std::map<std::string, HostTensor> inputs;
-             for (auto [k, v] : batch) {
-               std::string name = py::str(k);
-               inputs[name] = toHost(name, py::array::ensure(v));
-             }
              double loss = 0;
              std::string err;
-             if (!s.run(inputs, loss, err))
+             if (!s.run(hostBatch(batch), loss, err))
+               raise(err);
+             return loss;
+           })
+      .def("eval",
+           [](Session &s, py::dict batch) {
+             double loss = 0;
+             std::string err;
+             if (!s.eval(hostBatch(batch), loss, err))
                raise(err);
              return loss;
            })

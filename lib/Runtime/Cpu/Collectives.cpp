@@ -129,8 +129,9 @@ bool kCheckOverflow(KernelContext &ctx) {
       return ctx.fail(err);
   }
   bool overflow = found > 0.0f;
+  // With accumulation the flag may carry an earlier micro-batch's overflow.
   if (ctx.step)
-    ctx.step->overflow = overflow;
+    ctx.step->overflow = ctx.step->overflow || overflow;
   storeD(ctx.out[0].data, ctx.out[0].dtype, 0, overflow ? 1.0 : 0.0);
   return true;
 }

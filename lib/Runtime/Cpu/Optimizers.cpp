@@ -42,21 +42,25 @@ static bool accumulateOnly(KernelContext &ctx, size_t states, int64_t &t,
     for (size_t s = 0; s < states; ++s)
       keep(ctx.in[2 + s], ctx.out[1 + s]);
   };
-  // A step whose gradients overflowed (loss scaling) changes nothing.
-  if (ctx.step && ctx.step->overflow) {
-    keepAll();
-    return true;
+  // A step whose gradients overflowed (loss scaling; with accumulation,
+  // those of any micro-batch of the step: the executor carries the flag
+  // over the window) changes nothing; at the window's end its accumulator
+  // restarts from zero (DeepSpeed's check over the accumulated gradients).
+  bool overflow = ctx.step && ctx.step->overflow;
+  if (k <= 1 || ctx.in.size() <= accIn) {
+    if (overflow)
+      keepAll();
+    return overflow;
   }
-  if (k <= 1 || ctx.in.size() <= accIn)
-    return false;
   const float *acc = ctx.in[accIn].as<float>();
   float *accOut = ctx.out.back().as<float>();
   const float *g = ctx.in[1].as<float>();
   int64_t micro = (t - 1) % k;
   t = (t - 1) / k + 1;
-  if (micro < k - 1) {
+  if (micro < k - 1 || overflow) {
+    bool last = micro == k - 1;
     for (int64_t i = 0; i < n; ++i)
-      accOut[i] = acc[i] + g[i];
+      accOut[i] = last ? 0.0f : acc[i] + g[i];
     keepAll();
     return true;
   }

@@ -174,8 +174,9 @@ bool kCheckOverflow(KernelContext &ctx) {
       return ctx.fail(err);
   }
   bool overflow = found > 0.0f;
+  // With accumulation the flag may carry an earlier micro-batch's overflow.
   if (ctx.step)
-    ctx.step->overflow = overflow;
+    ctx.step->overflow = ctx.step->overflow || overflow;
   float value = overflow ? 1.0f : 0.0f;
   unsigned char out[8];
   storeD(out, ctx.out[0].dtype, 0, value);

@@ -143,12 +143,14 @@ bool accumulateOnly(KernelContext &ctx, size_t states, int64_t &t,
     for (size_t s = 0; s < states; ++s)
       keep(ctx.in[2 + s], ctx.out[1 + s]);
   };
-  if (ctx.step && ctx.step->overflow) {
-    keepAll();
-    return true;
+  // An overflowed step (any micro-batch's, carried over the window)
+  // changes nothing; its window's end zeroes the accumulator.
+  bool overflow = ctx.step && ctx.step->overflow;
+  if (k <= 1 || ctx.in.size() <= accIn) {
+    if (overflow)
+      keepAll();
+    return overflow;
   }
-  if (k <= 1 || ctx.in.size() <= accIn)
-    return false;
   int64_t micro = (t - 1) % k;
   t = (t - 1) / k + 1;
   bool last = micro == k - 1;
@@ -156,7 +158,7 @@ bool accumulateOnly(KernelContext &ctx, size_t states, int64_t &t,
       ctx.in[accIn].as<float>(), ctx.in[1].as<float>(),
       ctx.out.back().as<float>(), mean.as<float>(), n, last,
       1.0f / static_cast<float>(k));
-  if (!last) {
+  if (!last || overflow) {
     keepAll();
     return true;
   }

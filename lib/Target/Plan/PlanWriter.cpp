@@ -512,16 +512,20 @@ LogicalResult mlir::ds::writePlan(ModuleOp module, StringRef planPath,
     if (failed(plan_writer::writePipelinePlan(module, stages, planPath, options,
                                          p)))
       return failure();
+    p.set_eval_refused("evaluation under pipeline parallelism is not "
+                       "supported yet");
   } else {
     if (failed(plan_writer::buildPlan(module, options, options.worldSize, p)) ||
         failed(plan_writer::addSource(module, planPath, options, p)))
       return failure();
+    plan_writer::addEvalSection(module, p);
     if (failed(writeViews(module, p, options)))
       return failure();
     if (options.report)
       *options.report = options.reportJson
                             ? ::ds::formatFootprintJson(::ds::footprint(p))
-                            : ::ds::formatFootprint(::ds::footprint(p));
+                            : ::ds::formatFootprint(::ds::footprint(p)) +
+                                  plan_writer::evalReportLine(p);
   }
 
   std::string payload;

@@ -57,6 +57,12 @@ LogicalResult addCosts(Operation *op, const ::ds::plan::Plan &p,
 LogicalResult predictOnCluster(ModuleOp module, const ::ds::plan::Plan &p,
                                const PlanWriteOptions &options,
                                ::ds::Timeline *timeline);
+/// The forward-only evaluation section of a flat plan (EvalSection.cpp):
+/// p.eval, or p.eval_refused saying why there is none.
+void addEvalSection(ModuleOp module, ::ds::plan::Plan &p);
+/// The report's line on it: its instructions and arena peak, or why none.
+std::string evalReportLine(const ::ds::plan::Plan &p);
+
 /// Writes `text` to `path` through a temporary file and a rename (an
 /// error on `module` otherwise).
 LogicalResult writeTextFile(ModuleOp module, const std::string &path,
