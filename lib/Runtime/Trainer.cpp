@@ -293,7 +293,8 @@ bool prepareTraining(RunContext &ctx, TrainState &ts) {
                     "accumulated gradient partial); use --on-nan=stop");
   if (!measureStorage(ctx, ts))
     return false;
-  ts.plannedComm = ctx.planned.collectiveBytes() * ts.accum;
+  // Per step: a pipeline stage's update section runs once (update_once).
+  ts.plannedComm = ctx.planned.collectiveBytesPerStep();
   std::string err;
   if (ctx.info.lossScaling && !ts.scaler.configure(ctx.info.options, err))
     return ctx.fail(err);

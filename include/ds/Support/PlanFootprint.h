@@ -9,6 +9,7 @@
 #ifndef DS_SUPPORT_PLANFOOTPRINT_H
 #define DS_SUPPORT_PLANFOOTPRINT_H
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
@@ -80,6 +81,15 @@ struct Footprint {
   uint64_t allReduceBytes = 0, allGatherBytes = 0, reduceScatterBytes = 0;
   uint64_t collectiveBytes() const {
     return allReduceBytes + allGatherBytes + reduceScatterBytes;
+  }
+  /// Of those, the bytes of a pipeline stage's update section that runs
+  /// once per step (the plan's `update_once`: gradients summed over the
+  /// micro-batches, reduced once), and the bytes handed per optimizer step.
+  uint64_t onceBytes = 0;
+  uint64_t collectiveBytesPerStep() const {
+    return (collectiveBytes() - onceBytes) *
+               static_cast<uint64_t>(std::max<int64_t>(1, accumSteps)) +
+           onceBytes;
   }
   /// Collectives that run asynchronously (dsrt-overlap-comm), their bytes,
   /// and the kernels that run between their start and their wait.
