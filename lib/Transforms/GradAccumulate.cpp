@@ -5,7 +5,8 @@
 // DeepSpeed's pipeline engine adds each micro-batch's gradients into the
 // parameters' .grad and reduces them over the data-parallel ranks once,
 // after the last micro-batch. A ds pipeline stage does the same: the
-// backward section ends with `grad_accum += grad` (in place, f32), the
+// backward section adds each gradient to `grad_accum` (in place, f32) as
+// soon as it is made, the
 // update section (which ds-run runs once per step, `update_once` in the
 // plan) reduces the sums, scales them by 1/M, updates and zeroes the
 // sums. GradAccumulate.h.
@@ -54,14 +55,19 @@ void sumLocally(func::FuncOp func, int64_t accumSteps) {
     Value g = results[i];
     auto type = cast<RankedTensorType>(g.getType());
     auto f32 = type.clone(b.getF32Type());
+    // Added as soon as the backward makes it, so that the gradient itself
+    // dies there (the sum is the stage's whole gradient already).
+    OpBuilder at(ret);
+    if (Operation *def = g.getDefiningOp())
+      at.setInsertionPointAfter(def);
     if (type != f32)
-      g = CastOp::create(b, g.getLoc(), f32, g);
+      g = CastOp::create(at, g.getLoc(), f32, g);
     std::string accName = name.str() + ".grad_accum";
     BlockArgument acc = body.addArgument(f32, loc);
     argAttrs.push_back(b.getDictionaryAttr(
         {b.getNamedAttr("ds.state", b.getStringAttr(accName)),
          b.getNamedAttr(kAccumulator, b.getUnitAttr())}));
-    Value sum = AddOp::create(b, g.getLoc(), f32, acc, g);
+    Value sum = AddOp::create(at, g.getLoc(), f32, acc, g);
     results[i] = sum;
     results.push_back(sum);
     resultAttrs.push_back(updateAttr(b, accName));

@@ -156,7 +156,7 @@ def ZeroPass : Pass<"ds-zero", "func::FuncOp"> {
       0-2: the update section runs once per step, after the last
       micro-batch (DeepSpeed's pipeline engine). Each gradient is added
       to a full-size f32 accumulator (`ds.state = "<param>.grad_accum"`,
-      updated in place) at the end of the backward section, the pass
+      updated in place) as soon as the backward makes it, the pass
       inserts `ds.pipe_mark {update}`, and the accumulated gradients are
       reduced after it, once per step instead of once per micro-batch;
       the function is marked `ds.accumulate_once = M` for the optimizer
