@@ -6,10 +6,9 @@
 // parameters' .grad and reduces them over the data-parallel ranks once,
 // after the last micro-batch. A ds pipeline stage does the same: the
 // backward section adds each gradient to `grad_accum` (in place, f32) as
-// soon as it is made, the
-// update section (which ds-run runs once per step, `update_once` in the
-// plan) reduces the sums, scales them by 1/M, updates and zeroes the
-// sums. GradAccumulate.h.
+// soon as it is made, the update section (which ds-run runs once per
+// step, `update_once` in the plan) reduces the sums, scales them by 1/M,
+// updates and zeroes the sums. GradAccumulate.h.
 //
 //===----------------------------------------------------------------------===//
 
