@@ -125,6 +125,7 @@ void mlir::ds::addTrainingPasses(OpPassManager &pm, const TrainingOptions &o,
     dp.reduceBucketSize = o.reduceBucketSize;
     dp.commDtype = o.effectiveCommDtype();
     dp.prefetchBucketSize = o.prefetchBucketSize;
+    dp.accumSteps = o.gradAccum;
     pm.addNestedPass<func::FuncOp>(createZeroPass(dp));
   }
   if (training) {

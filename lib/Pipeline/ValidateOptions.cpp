@@ -92,7 +92,8 @@ llvm::Error checkPipeline(TrainingOptions &o) {
   if (o.zeroStage > 1)
     return fail(p + " with --zero=" + std::to_string(o.zeroStage) +
                 " is not supported (ZeRO stages 0 and 1 only, as in "
-                "DeepSpeed: gradients are reduced once per micro-batch)");
+                "DeepSpeed: a stage sums its whole gradients over the "
+                "micro-batches and reduces them once per step)");
   llvm::StringRef schedule = o.pipeSchedule;
   if (schedule.consume_front("interleaved")) {
     if (!schedule.consume_front(":") ||

@@ -92,6 +92,7 @@ std::unique_ptr<Executor> Executor::create(std::shared_ptr<const Plan> plan,
     }
     impl->backwardStart = static_cast<int>(p.pipeline().backward_start());
     impl->updateStart = static_cast<int>(p.pipeline().update_start());
+    impl->updateOnce = p.pipeline().update_once() && impl->updateStart > 0;
     if (impl->backwardStart <= 0 ||
         impl->backwardStart >= p.programs(0).instructions_size()) {
       err = "the plan's backward section starts at instruction " +

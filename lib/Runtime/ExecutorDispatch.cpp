@@ -201,9 +201,11 @@ bool Executor::runSection(bool forward, int micro, uint64_t runIndex,
   im.micro = micro;
   im.lastRunSeed = st.seed;
   int from = forward ? 0 : im.backwardStart;
-  int to = forward       ? im.backwardStart
-           : deferUpdate ? im.updateStart
-                         : prog.instructions_size();
+  // A plan summing its gradients over the micro-batches updates once per
+  // step: the update section runs for the last micro-batch only.
+  int to = forward                        ? im.backwardStart
+           : deferUpdate || im.updateOnce ? im.updateStart
+                                          : prog.instructions_size();
   if (!im.runInstructions(from, to, st.seed, false, stats, err))
     return false;
   if (stats.nanLoss)

@@ -126,6 +126,7 @@ struct Executor::Impl {
   // forward state is still in the arena (-1: none).
   int backwardStart = -1, updateStart = 0, micro = 0;
   int deferred = -1; // the micro-batch whose update waits (-1: none)
+  bool updateOnce = false; // the update section runs for the last only
   std::vector<ByteRange> stashSpans;
   struct Stashed {
     std::vector<unsigned char> bytes;

@@ -223,7 +223,7 @@ bool finishStep(RunContext &ctx, TrainState &ts, long long s, StepRun &step,
   if (stats.hostArenaHighWater > stats.hostArenaPlanned)
     return ctx.fail("the host arena high-water mark exceeds the plan");
   // 1-bit Adam: after its freeze step a step exchanges compressed bytes.
-  ts.plannedComm = ctx.planned.collectiveBytesAt(s) * ts.accum;
+  ts.plannedComm = ctx.planned.collectiveBytesAt(s);
   if (ts.stepComm > ts.plannedComm)
     return ctx.fail("step " + std::to_string(s) + " handed " +
                     std::to_string(ts.stepComm) +
@@ -298,7 +298,8 @@ bool prepareTraining(RunContext &ctx, TrainState &ts) {
                     "accumulated gradient partial); use --on-nan=stop");
   if (!measureStorage(ctx, ts))
     return false;
-  ts.plannedComm = ctx.planned.collectiveBytes() * ts.accum;
+  // Per step: a pipeline stage's update section runs once (update_once).
+  ts.plannedComm = ctx.planned.collectiveBytesPerStep();
   std::string err;
   if (ctx.info.lossScaling && !ts.scaler.configure(ctx.info.options, err))
     return ctx.fail(err);

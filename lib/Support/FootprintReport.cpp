@@ -286,8 +286,11 @@ void reportCollectives(std::string &out, const Footprint &f,
   if (f.accumSteps > 1) {
     std::snprintf(line, sizeof line,
                   "  gradient accumulation: %lld runs per optimizer step; the "
-                  "collective figures are per run\n",
-                  static_cast<long long>(f.accumSteps));
+                  "collective figures are per run (%llu bytes per step, %llu "
+                  "of them once per step in the update section)\n",
+                  static_cast<long long>(f.accumSteps),
+                  static_cast<unsigned long long>(f.collectiveBytesPerStep()),
+                  static_cast<unsigned long long>(f.onceBytes));
     out += line;
   }
   std::snprintf(line, sizeof line,
@@ -473,7 +476,9 @@ std::string formatFootprintJson(const Footprint &f) {
     kv("bytes_per_step_after_freeze", f.collectiveBytesAfterFreeze());
     kv("compressed_ring_bytes_per_rank", f.compressedRingBytes());
   }
-  kv("ring_bytes_per_rank", f.ringBytes(), false);
+    kv("ring_bytes_per_rank", f.ringBytes());
+  kv("once_per_step_bytes", f.onceBytes);
+  kv("bytes_per_step", f.collectiveBytesPerStep(), false);
   o << "}, ";
   kv("accum_steps", f.accumSteps, false);
   o << "}";

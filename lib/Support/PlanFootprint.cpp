@@ -203,10 +203,18 @@ uint64_t keptGradient(
 void addCollectivesAndOptimizer(const plan::Plan &p,
                                 const plan::Program &prog, Footprint &f) {
   std::map<uint32_t, const plan::Instruction *> writer;
-  for (const plan::Instruction &ins : prog.instructions()) {
+  const int once = p.pipeline().update_once()
+                       ? static_cast<int>(p.pipeline().update_start())
+                       : prog.instructions_size();
+  for (int i = 0; i < prog.instructions_size(); ++i) {
+    const plan::Instruction &ins = prog.instructions(i);
     for (const plan::Collective &c : ins.collectives()) {
       if (groupRanks(c.group(), f.world, f.tensorParallel) <= 1)
         continue;
+      if (i >= once && (c.kind() == plan::COLLECTIVE_ALL_REDUCE ||
+                        c.kind() == plan::COLLECTIVE_ALL_GATHER ||
+                        c.kind() == plan::COLLECTIVE_REDUCE_SCATTER))
+        f.onceBytes += c.bytes();
       switch (c.kind()) {
       case plan::COLLECTIVE_ALL_REDUCE:
         ++f.allReduces;

@@ -68,7 +68,17 @@ int dataParallel(const plan::Plan &p) {
 /// micro-batch.
 struct ChunkTimes {
   double fwd = 0, bwd = 0, update = 0, sendBytes = 0;
+  /// A plan whose update section runs once per step (`update_once`): that
+  /// section's kernel time, exposed communication and FLOPs, counted once
+  /// instead of once per micro-batch.
+  double onceCompute = 0, onceExposed = 0, onceFlops = 0;
   Timeline tl;
+
+  /// Per step over `m` micro-batches: a per-run figure, less its once-per-
+  /// step part.
+  static double perStep(double run, double once, int m) {
+    return (run - once) * m + once;
+  }
 };
 
 ChunkTimes chunkTimes(const plan::Plan &sp, const CostModel &model) {
@@ -88,6 +98,15 @@ ChunkTimes chunkTimes(const plan::Plan &sp, const CostModel &model) {
   c.fwd = fwdEnd;
   c.bwd = bwdEnd - fwdEnd;
   c.update = std::max(0.0, c.tl.stepSeconds - bwdEnd);
+  if (sp.pipeline().update_once() && update > 0) {
+    for (const TimelineEvent &e : c.tl.events)
+      if (e.instruction >= update && e.track == 0) {
+        c.onceCompute += e.duration;
+        c.onceFlops += e.flops;
+      }
+    c.onceExposed = std::min(c.tl.exposedCommSeconds,
+                             std::max(0.0, c.update - c.onceCompute));
+  }
   if (sp.programs_size() > 0) {
     const plan::Program &prog = sp.programs(0);
     for (int i = 0; i < prog.instructions_size() && i < split; ++i) {
@@ -153,11 +172,12 @@ StepPrediction predictPipeline(const plan::Plan &p, const ClusterSpec &c,
     bwd.push_back(t.bwd);
     int r = k % stages;
     update[r] += t.update;
-    busy[r] += t.tl.computeSeconds * m;
-    comm[r] += t.tl.exposedCommSeconds * m;
+    busy[r] += ChunkTimes::perStep(t.tl.computeSeconds, t.onceCompute, m);
+    comm[r] +=
+        ChunkTimes::perStep(t.tl.exposedCommSeconds, t.onceExposed, m);
     offload[r] += t.tl.offloadWaitSeconds * m;
     send = std::max(send, t.sendBytes);
-    flops += t.tl.flops * m;
+    flops += ChunkTimes::perStep(t.tl.flops, t.onceFlops, m);
     if (k == 0)
       s.tokensPerStep = static_cast<double>(t.tl.tokens) * m *
                         dataParallel(pl.stage_plans(0));

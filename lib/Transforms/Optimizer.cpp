@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "GradAccumulate.h"
 #include "OptimizerUpdate.h"
 #include "ds/Runtime/Schedule.h"
 #include "ds/Transforms/Passes.h"
@@ -111,6 +112,11 @@ private:
   SmallVector<DictionaryAttr> resultAttrs;
 
   Value step;
+  /// A pipeline stage whose gradients are sums over the micro-batches
+  /// (GradAccumulate.h): updates count optimizer steps, and gradients are
+  /// divided by the micro-batch count.
+  int64_t summedOver = 0;
+  accumulate::StepCounter counter;
   Value invScale; // 1 / loss scale
   Value overflow; // the inf/NaN check of the scaled gradients
   Value clipCoef; // min(1, clip / norm)
@@ -220,6 +226,8 @@ Value UpdateSection::readGradient(Value g) {
   Location loc = g.getLoc();
   if (!t.getElementType().isF32() && isa<FloatType>(t.getElementType()))
     g = CastOp::create(b, loc, t.clone(b.getF32Type()), g);
+  if (summedOver)
+    g = MulOp::create(b, loc, g.getType(), g, counter.inverse);
   if (invScale)
     g = MulOp::create(b, loc, g.getType(), g, invScale);
   return g;
@@ -372,7 +380,8 @@ LogicalResult UpdateSection::sumTiedGradients(BlockArgument param,
       b, grad.getLoc(), types, operands,
       {b.getNamedAttr("peers", peers),
        b.getNamedAttr("accum_steps",
-                      b.getI64IntegerAttr(options.hyper.gradAccum)),
+                      b.getI64IntegerAttr(summedOver ? 1
+                                                     : options.hyper.gradAccum)),
        b.getNamedAttr("tied_id", id ? id : b.getI64IntegerAttr(0))});
   grad = tied.getResult();
   if (accum)
@@ -417,7 +426,7 @@ LogicalResult UpdateSection::updateParameter(unsigned result, StringAttr name) {
     return failure();
   std::string accName = name.str() + ".grad_accum";
   Value accum;
-  if (options.hyper.gradAccum > 1)
+  if (options.hyper.gradAccum > 1 && !summedOver)
     accum = addArg(t, b.getNamedAttr("ds.state", b.getStringAttr(accName)));
   if (failed(sumTiedGradients(param, name, grad, accum)))
     return failure();
@@ -434,8 +443,8 @@ LogicalResult UpdateSection::updateParameter(unsigned result, StringAttr name) {
   };
   optimizer::UpdateOutput out = options.rule->build(
       b,
-      {name.getValue(), loc, target->value, grad, step, accum, world,
-       addTypedState},
+      {name.getValue(), loc, target->value, grad,
+       summedOver ? counter.updates : step, accum, world, addTypedState},
       hyperparametersOf(name), addState);
   results[result] = newParameter(result, *target, out.newParam);
   resultAttrs[result] = updateAttr(name);
@@ -485,8 +494,9 @@ LogicalResult UpdateSection::build() {
   // A pipeline stage: the update section starts here. ds-run runs the last
   // micro-batch's update after the whole schedule, so that exchanging a
   // tied parameter's gradient never waits on a stage that is still running
-  // its backwards.
-  if (func->hasAttr("ds.pipeline"))
+  // its backwards. A stage summing its gradients has its mark already.
+  summedOver = accumulate::accumulatedSteps(func);
+  if (func->hasAttr("ds.pipeline") && !summedOver)
     PipeMarkOp::create(b, func.getLoc())
         ->setAttr("update", b.getI64IntegerAttr(1));
   FailureOr<llvm::StringMap<Hyperparameters>> read =
@@ -501,6 +511,8 @@ LogicalResult UpdateSection::build() {
   collectParameters();
   step = addArg(RankedTensorType::get({}, b.getI64Type()),
                 b.getNamedAttr("ds.step", b.getUnitAttr()));
+  if (summedOver)
+    counter = accumulate::countSteps(b, func.getLoc(), step, summedOver);
   buildOverflowCheck();
   buildClipCoefficient();
   int updated = 0;
@@ -525,6 +537,8 @@ LogicalResult UpdateSection::build() {
         {b.getNamedAttr(attrs::kOutput, b.getStringAttr("ds.overflow"))}));
   }
   gatherUpdatedShards();
+  if (summedOver)
+    accumulate::zeroSums(func, b, counter.lastMicro, results, resultAttrs);
   finish();
   return success();
 }

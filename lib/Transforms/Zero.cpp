@@ -7,15 +7,19 @@
 // (flattened, padded to N shards), so that the optimizer pass updates only
 // this rank's shard; stage 1 does it after the whole backward pass (full
 // gradients stay until then), stages 2 and 3 right after each gradient is
-// produced (the full gradient dies there). Stage 3 also turns every
-// trainable parameter argument into its shard and all-gathers it before
-// its uses: once for the forward pass and again for the backward pass, so
-// that the whole parameter lives only around its uses. Values computed from
-// parameters alone (a transposed weight) that the backward pass reads are
-// recomputed there from the second gather instead of being kept alive.
+// produced (the full gradient dies there); in a pipeline stage with
+// several micro-batches, stages 0-2 reduce the stage's local sum of them
+// once per step, in its update section (GradAccumulate.h). Stage 3 also
+// turns every trainable parameter argument into its shard and all-gathers
+// it before its uses: once for the forward pass and again for the backward
+// pass, so that the whole parameter lives only around its uses. Values
+// computed from parameters alone (a transposed weight) that the backward
+// pass reads are recomputed there from the second gather instead of being
+// kept alive.
 //
 //===----------------------------------------------------------------------===//
 
+#include "GradAccumulate.h"
 #include "ds/Transforms/Passes.h"
 #include "ds/Transforms/Sharding.h"
 #include "mlir/IR/IRMapping.h"
@@ -55,6 +59,9 @@ struct ShardedParam {
 struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
   using ZeroPassBase::ZeroPassBase;
   Type commType; // the element type gradients are reduced in
+  /// A pipeline stage summing its gradients over the micro-batches: they
+  /// are reduced once, in the update section (GradAccumulate.h).
+  bool once = false;
 
   void runOnOperation() override {
     func::FuncOp func = getOperation();
@@ -92,6 +99,10 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
     if (stage == 3 && failed(partitionParameters(func, inForward)))
       return signalPassFailure();
     averageLoss(func);
+    once = stage <= 2 && worldSize > 1 && accumSteps > 1 &&
+           func->hasAttr("ds.pipeline");
+    if (once)
+      accumulate::sumLocally(func, accumSteps);
     reduceGradients(func);
     func.setType(FunctionType::get(func.getContext(), body.getArgumentTypes(),
                                    ret->getOperandTypes()));
@@ -186,7 +197,7 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
   void reduceBucket(Operation *ret, ArrayRef<unsigned> bucket) {
     Value last = ret->getOperand(bucket.back());
     OpBuilder b(ret);
-    if (stage != 1)
+    if (stage != 1 && !once)
       b.setInsertionPointAfterValue(last);
     Operation *next = &*b.getInsertionPoint();
     SmallVector<Value> values;

@@ -9,6 +9,7 @@
 #ifndef DS_SUPPORT_PLANFOOTPRINT_H
 #define DS_SUPPORT_PLANFOOTPRINT_H
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
@@ -92,10 +93,22 @@ struct Footprint {
   uint64_t collectiveBytesAfterFreeze() const {
     return collectiveBytes() - warmupOnlyBytes + compressedBytes;
   }
-  /// The bytes handed by step `step` (1-based).
+  /// The bytes handed by optimizer step `step` (1-based), all its
+  /// micro-batches together.
   uint64_t collectiveBytesAt(int64_t step) const {
-    return freezeStep >= 0 && step > freezeStep ? collectiveBytesAfterFreeze()
-                                                : collectiveBytes();
+    if (freezeStep >= 0 && step > freezeStep)
+      return collectiveBytesAfterFreeze() *
+             static_cast<uint64_t>(std::max<int64_t>(1, accumSteps));
+    return collectiveBytesPerStep();
+  }
+  /// Of those, the bytes of a pipeline stage's update section that runs
+  /// once per step (the plan's `update_once`: gradients summed over the
+  /// micro-batches, reduced once), and the bytes handed per optimizer step.
+  uint64_t onceBytes = 0;
+  uint64_t collectiveBytesPerStep() const {
+    return (collectiveBytes() - onceBytes) *
+               static_cast<uint64_t>(std::max<int64_t>(1, accumSteps)) +
+           onceBytes;
   }
   /// Collectives that run asynchronously (dsrt-overlap-comm), their bytes,
   /// and the kernels that run between their start and their wait.

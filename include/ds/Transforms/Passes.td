@@ -152,6 +152,19 @@ def ZeroPass : Pass<"ds-zero", "func::FuncOp"> {
       parameter alone that the backward pass reads (a transposed weight)
       are recomputed from the second gather.
 
+    - A pipeline stage (`ds.pipeline`) with `accum-steps` M > 1 at stages
+      0-2: the update section runs once per step, after the last
+      micro-batch (DeepSpeed's pipeline engine). Each gradient is added
+      to a full-size f32 accumulator (`ds.state = "<param>.grad_accum"`,
+      updated in place) as soon as the backward makes it, the pass
+      inserts `ds.pipe_mark {update}`, and the accumulated gradients are
+      reduced after it, once per step instead of once per micro-batch;
+      the function is marked `ds.accumulate_once = M` for the optimizer
+      pass (which divides by M and zeroes the accumulators). Stage 3
+      keeps its per-micro-batch reduce-scatter: its gradients never live
+      whole past their production, which a full-size accumulator would
+      undo.
+
     Collectives are bucketed as DeepSpeed does: gradients, in the order
     the backward pass produces them, are reduced together until a bucket
     holds `reduce-bucket-size` elements (the tensors are concatenated so
@@ -178,6 +191,10 @@ def ZeroPass : Pass<"ds-zero", "func::FuncOp"> {
            "20000000",
            "stage 3: parameters gathered by one collective, in elements "
            "(DeepSpeed's stage3_prefetch_bucket_size)">,
+    Option<"accumSteps", "accum-steps", "int64_t", "1",
+           "micro-batches per step; a pipeline stage (`ds.pipeline`) with "
+           "more than one at ZeRO stages 0-2 accumulates its gradients "
+           "locally and reduces them once per step">,
   ];
 }
 

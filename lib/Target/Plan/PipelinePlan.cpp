@@ -15,6 +15,7 @@
 #include "ds/Support/PlanFootprint.h"
 #include "ds/Support/PlanFormat.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -99,6 +100,10 @@ LogicalResult addStagePlan(ModuleOp module, ModuleOp stage, int s,
   own->set_stage(s);
   own->set_backward_start(split);
   own->set_update_start(update);
+  // Gradients summed over the micro-batches (Transforms/GradAccumulate.h):
+  // ds-run runs the update section once per step.
+  if (auto f = stage.lookupSymbol<func::FuncOp>("forward"))
+    own->set_update_once(update > 0 && f->hasAttr("ds.accumulate_once"));
   uint64_t bytes = 0;
   for (const ::ds::ByteRange &r : ::ds::stashRanges(sp, split))
     bytes += r.end - r.begin;
