@@ -41,6 +41,7 @@ void registerPipelineKernels(KernelRegistry &r);    // Pipeline.cpp
 void registerPoolingKernels(KernelRegistry &r);     // Pooling.cpp
 void registerTopKKernels(KernelRegistry &r);        // TopK.cpp (misc family)
 void registerResizeKernels(KernelRegistry &r);      // Resize.cpp (spatial)
+void registerFusedKernels(KernelRegistry &r);       // Fused.cpp (fusion)
 
 /// The matmul kernel's path for operands read through a permutation
 /// (perm_a/perm_b; MatMulPermuted.cpp, issue 24).
