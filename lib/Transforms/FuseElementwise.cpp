@@ -188,6 +188,25 @@ struct FuseElementwisePass
         producers.push_back(v.getDefiningOp());
         parts.push_back(exprOf(producers.back()));
       }
+    // Lifetimes: the fused op runs at `c`, so a producer's inputs live until
+    // then. A producer is absorbed only when nothing but constants and the
+    // other absorbed producers lies between it and `c` (else a tensor made
+    // in between would share the arena with inputs that used to be freed).
+    for (bool dropped = true; dropped;) {
+      dropped = false;
+      for (size_t i = 0; i < producers.size(); ++i) {
+        bool adjacent = true;
+        for (Operation *x = producers[i]->getNextNode(); x && x != c && adjacent;
+             x = x->getNextNode())
+          adjacent = isa<ConstantOp>(x) || llvm::is_contained(producers, x);
+        if (!adjacent) {
+          producers.erase(producers.begin() + i);
+          parts.erase(parts.begin() + i);
+          dropped = true;
+          break;
+        }
+      }
+    }
     if (producers.empty())
       return false;
     // The inputs: the producers' and the consumer's other operands.

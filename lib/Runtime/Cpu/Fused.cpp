@@ -25,6 +25,14 @@ namespace {
 
 constexpr int64_t kBlock = 256;
 
+// The row loops below are inlined into evalInstruction, so they are built
+// for its AVX2 clone too (an out-of-line template would be baseline code).
+#if defined(__clang__) || defined(__GNUC__)
+#define DS_INLINE inline __attribute__((always_inline))
+#else
+#define DS_INLINE inline
+#endif
+
 /// A block-sized operand: `p[i]`, or `p[0]` for every i when `scalar`.
 struct Operand {
   const float *p = nullptr;
@@ -32,7 +40,7 @@ struct Operand {
 };
 
 template <typename F>
-inline void unary(Operand a, float *o, int64_t n, F f) {
+DS_INLINE void unary(Operand a, float *o, int64_t n, F f) {
   if (a.scalar) {
     float v = f(a.p[0]);
     for (int64_t i = 0; i < n; ++i)
@@ -43,7 +51,7 @@ inline void unary(Operand a, float *o, int64_t n, F f) {
 }
 
 template <typename F>
-inline void binary(Operand a, Operand b, float *o, int64_t n, F f) {
+DS_INLINE void binary(Operand a, Operand b, float *o, int64_t n, F f) {
   const float *x = a.p, *y = b.p;
   if (!a.scalar && !b.scalar) {
     DS_VECTORIZE for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
