@@ -557,7 +557,10 @@ def FuseElementwisePass : Pass<"ds-fuse-elementwise", "func::FuncOp"> {
     - the producer's result has the op's type (a broadcast operand is read
       by strides, never recomputed per element),
     - both carry no mark but `ds.recompute` (equal on both), and lie on the
-      same side of the optimizer's first step;
+      same side of the optimizer's first step and of pipeline marks;
+    - nothing but constants and the op's other absorbed producers lies
+      between the producer and the op (the fused op runs at the op's place,
+      so its inputs would otherwise live longer and raise the arena's peak);
     and becomes one `ds.fused_elementwise` whose program lists the chain
     (include/ds/Support/FusedProgram.h); splat f32 constants become its
     immediates. At most 64 registers (inputs and instructions) per fused
