@@ -131,7 +131,7 @@ def bench(args, name, work, threads, peak, set_blas_threads):
         bert(work) if name == "bert" else gpt({"gpt-small": "small", "gpt-train": "train"}[name], work))
     plan = os.path.join(work, name + ".plan")
     subprocess.run([os.path.join(args.build, "bin", "ds-opt"), path, "--optimizer=adam",
-                    f"--lr={LR}", "-o", plan], check=True)
+                    f"--lr={LR}", *args.ds_opt_flag, "-o", plan], check=True)
     params = sum(p.numel() for p in model.parameters())
     flops = 6 * params * batch * seq + 12 * layers * d * seq * seq * batch
     print(f"{name}: {desc}; {params} parameters, {flops / 1e9:.2f} GFLOP per step")
@@ -189,6 +189,9 @@ def main():
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--top", type=int, default=8)
     ap.add_argument("--models", default="gpt-small,gpt-train,bert")
+    ap.add_argument("--ds-opt-flag", action="append", default=[],
+                    help="an extra ds-opt flag for the plans (repeatable), "
+                         "e.g. --ds-opt-flag=--fuse-elementwise=false")
     args = ap.parse_args()
     import torch
     from forward_vs_torch import sgemm_peak

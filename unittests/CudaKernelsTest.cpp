@@ -212,6 +212,26 @@ TEST(Cuda, BinaryBroadcast) {
             0);
 }
 
+// Fusion: the GELU chain of x + b and attention's scale and mask
+// (FusedProgram.h opcodes). CUDA's tanh against Vec.h's (4 ulp) through a
+// chain of nine instructions: 1e-5 relative.
+TEST(Cuda, FusedElementwise) {
+  EXPECT_LE(compare("fused_elementwise",
+                    {random(DType::F32, {3, 5, 300}, 41), random(DType::F32, {300}, 42)},
+                    {empty(DType::F32, {3, 5, 300})},
+                    {L("program", {1, 0, 1, 0, 3, 2, -1, 0, 5, 2, -2, 0, 3, 4, -3, 0,
+                                   1, 2, 5, 0, 3, 6, -4, 0, 15, 7, 0, 0, 1, 8, -5, 0,
+                                   3, 3, 9, 0}),
+                     FL("constants", {0.5, 3.0, 0.044715, 0.7978845608, 1.0})}),
+            1e-5);
+  EXPECT_LE(compare("fused_elementwise",
+                    {random(DType::F32, {2, 3, 8, 8}, 43), random(DType::Bool, {8, 8}, 44)},
+                    {empty(DType::F32, {2, 3, 8, 8})},
+                    {L("program", {3, 0, -1, 0, 18, 1, -2, 2}),
+                     FL("constants", {0.125, -1e30})}),
+            0);
+}
+
 TEST(Cuda, Unary) {
   for (const char *op : {"neg", "abs", "exp", "log", "sqrt", "reciprocal",
                          "erf", "tanh", "relu", "sigmoid"})
@@ -531,7 +551,7 @@ TEST(Cuda, EveryKernelTested) {
       "reduce_scatter", "check_overflow", "wait", "activation",
       "activation_grad", "conv", "conv_grad_input", "conv_grad_weight",
       "max_pool", "max_pool_grad", "avg_pool", "avg_pool_grad", "topk",
-      "topk_grad", "resize", "resize_grad"};
+      "topk_grad", "resize", "resize_grad", "fused_elementwise"};
   // Pipeline and tensor parallelism run on the CPU backend only so far
   // (the CUDA backend refuses stage and tensor-parallel plans): their
   // kernels have no CUDA twin yet.

@@ -163,6 +163,8 @@ void mlir::ds::addTrainingPasses(OpPassManager &pm, const TrainingOptions &o,
     off.param = c.offloadParam;
     pm.addNestedPass<func::FuncOp>(createOffloadPass(off));
   }
+  if (o.fuseElementwise) // last: fusion hides the ops the passes above match
+    pm.addNestedPass<func::FuncOp>(createFuseElementwisePass());
 }
 
 void mlir::ds::addLoweringPasses(OpPassManager &pm, const TrainingOptions &o) {

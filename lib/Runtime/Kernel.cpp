@@ -97,6 +97,8 @@ static const KernelSignature kSignatures[] = {
     // Spatial: resize
     {"resize", 1, 1, 1, 1},
     {"resize_grad", 1, 1, 1, 1},
+    // Fusion: a program over any number of inputs (FusedProgram.h)
+    {"fused_elementwise", 1, 1 << 20, 1, 1},
     // Tensor and sequence parallelism
     {"vocab_gather", 2, 2, 1, 1},
     {"tp_rows", 1, 1, 1, 1},

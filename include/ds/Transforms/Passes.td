@@ -561,6 +561,43 @@ def FoldTransposePass : Pass<"ds-fold-transpose", "func::FuncOp"> {
   }];
 }
 
+def FuseElementwisePass : Pass<"ds-fuse-elementwise", "func::FuncOp"> {
+  let summary = "fuse chains of f32 elementwise ops into one kernel";
+  let description = [{
+    Issue 24 item 1: the memory-bound elementwise work of a step (bias adds,
+    the tanh-GELU chain, residual adds, scales and masks, the mul/add chains
+    autodiff writes for their gradients) runs as one kernel per chain
+    instead of one per op, with no intermediate tensor in the memory plan.
+
+    Walking @forward in program order, an f32 elementwise op (add, sub, mul,
+    div, pow, max, min, neg, abs, exp, log, sqrt, reciprocal, erf, tanh,
+    relu, sigmoid; where with an i1 condition) absorbs each operand that an
+    op of that list (or an earlier fused op) produces when
+    - the producer's only user is the op (no value computed twice),
+    - the producer's result has the op's type (a broadcast operand is read
+      by strides, never recomputed per element),
+    - both carry no mark but `ds.recompute` (equal on both), and lie on the
+      same side of the optimizer's first step and of pipeline marks;
+    - nothing but constants and the op's other absorbed producers lies
+      between the producer and the op (the fused op runs at the op's place,
+      so its inputs would otherwise live longer and raise the arena's peak);
+    and becomes one `ds.fused_elementwise` whose program lists the chain
+    (include/ds/Support/FusedProgram.h); splat f32 constants become its
+    immediates. At most 64 registers (inputs and instructions) per fused
+    op. Runs last in the training passes (after --ds-fold-transpose and
+    offload), on f32 only. The CPU kernel computes each instruction with
+    the expression of the unfused kernel (bit-identical results).
+
+    ```mlir
+    %s = ds.add %x, %b : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+    %t = ds.tanh %s : tensor<4x8xf32>
+    // becomes
+    %t = ds.fused_elementwise %x, %b {program = array<i64: 1, 0, 1, 0, 15, 2, 0, 0>}
+         : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+    ```
+  }];
+}
+
 def SyncBatchNormPass : Pass<"ds-sync-batchnorm", "func::FuncOp"> {
   let summary = "BatchNormalization statistics over the data-parallel ranks";
   let description = [{

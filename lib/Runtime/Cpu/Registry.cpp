@@ -24,7 +24,7 @@ const KernelRegistry &cpuKernels() {
        registerTensorParallelKernels, registerOptimizerKernels,
        registerCollectiveKernels, registerPipelineKernels,
        registerPoolingKernels, registerTopKKernels, registerResizeKernels,
-       registerOneBitKernels});
+       registerOneBitKernels, registerFusedKernels});
   return registry;
 }
 

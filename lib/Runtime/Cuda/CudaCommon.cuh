@@ -241,6 +241,7 @@ void registerConvKernels(KernelRegistry &r);        // Conv.cu
 void registerPoolingKernels(KernelRegistry &r);     // Pooling.cu
 void registerTopKKernels(KernelRegistry &r);        // TopK.cu (misc family)
 void registerResizeKernels(KernelRegistry &r);      // Resize.cu (spatial)
+void registerFusedKernels(KernelRegistry &r);       // Fused.cu (fusion)
 
 } // namespace ds::rt::cuda
 

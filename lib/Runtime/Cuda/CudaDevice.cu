@@ -31,7 +31,7 @@ const KernelRegistry &cudaKernels() {
        registerMovementKernels, registerReduceKernels, registerLayerNormKernels,
        registerLossKernels, registerGradKernels, registerOptimizerKernels,
        registerCollectiveKernels, registerConvKernels, registerPoolingKernels,
-       registerTopKKernels, registerResizeKernels});
+       registerTopKKernels, registerResizeKernels, registerFusedKernels});
   return registry;
 }
 

@@ -1322,4 +1322,7 @@ def Ds_TiedGradSumOp : Ds_Op<"tied_grad_sum", [Ds_Collective,
   }];
 }
 
+// Fusion (issue 24): ds.fused_elementwise.
+include "ds/Dialect/Ds/IR/DsFused.td"
+
 #endif // DS_DIALECT_DS_IR_DSOPS_TD
