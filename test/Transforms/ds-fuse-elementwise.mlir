@@ -101,8 +101,8 @@ func.func @forward(%x: tensor<4xf32> {ds.input = "x"}, %h: tensor<4xf16> {ds.inp
 // The GPT example's training step (erf GELU, 4 layers): 166 kernels
 // without the pass, 138 with it, 12 of them fused (the GELUs and their
 // gradients, the attention scale and mask, the layer-norm and loss chains).
-// RUN: ds-opt %ds_src/examples/gpt/gpt.onnx --optimizer=adam --emit=dsrt -o %t.on.dsrt 2>/dev/null
-// RUN: ds-opt %ds_src/examples/gpt/gpt.onnx --optimizer=adam --fuse-elementwise=false --emit=dsrt -o %t.off.dsrt 2>/dev/null
+// RUN: ds-opt %ds_src/examples/gpt/gpt.onnx --optimizer=adam --fuse-elementwise --emit=dsrt -o %t.on.dsrt 2>/dev/null
+// RUN: ds-opt %ds_src/examples/gpt/gpt.onnx --optimizer=adam --emit=dsrt -o %t.off.dsrt 2>/dev/null
 // RUN: grep -c 'dsrt.kernel' %t.on.dsrt | FileCheck %s --check-prefix=ON
 // RUN: grep -c 'dsrt.kernel' %t.off.dsrt | FileCheck %s --check-prefix=OFF
 // RUN: grep -c 'kernel "fused_elementwise"' %t.on.dsrt | FileCheck %s --check-prefix=FUSED
