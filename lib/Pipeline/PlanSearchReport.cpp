@@ -261,8 +261,12 @@ std::string plan_search::nothingFits(const std::vector<Candidate> &all,
   std::map<std::string, bool> compiled;
   int64_t least = -1, leastBound = -1, minMicro = -1;
   bool triedOffload = false;
+  // Candidates the compile budget left out: their family is not ruled out.
+  std::map<std::string, int> leftOut;
   for (const Candidate &x : all) {
     int64_t peak = x.peak >= 0 ? x.peak : x.lowerBound;
+    if (x.state == State::NotCompiled)
+      ++leftOut[x.family()];
     if (x.state == State::Failed || x.state == State::NotCompiled ||
         x.state == State::Skipped)
       continue;
@@ -281,9 +285,20 @@ std::string plan_search::nothingFits(const std::vector<Candidate> &all,
   std::string text = "no layout fits " + source + "'s " +
                      megabytes(int64_t(c.memory)) +
                      " per device; the smallest peak per layout family:";
-  for (const auto &[family, peak] : smallest)
+  for (const auto &[family, peak] : smallest) {
     text += " " + family + " " + megabytes(peak) +
-            (compiled[family] ? "" : " (memory bound)") + ";";
+            (compiled[family] ? "" : " (memory bound)");
+    if (int n = leftOut[family])
+      text += " and " + std::to_string(n) +
+              " not compiled (raise --plan-compiles)";
+    text += ";";
+  }
+  int untouched = 0;
+  for (const auto &[family, n] : leftOut)
+    untouched += smallest.count(family) ? 0 : 1;
+  if (untouched)
+    text += " " + std::to_string(untouched) +
+            " more families not compiled (raise --plan-compiles);";
   if (smallest.empty())
     text += " none compiled;";
   text += least >= 0 ? " would fit: devices of " + megabytes(least) +
