@@ -15,6 +15,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Kernels.h"
+#include "RowWalk.h"
 #include "Vec.h"
 #include "ds/Support/FusedProgram.h"
 
@@ -111,58 +112,6 @@ DS_CLONES void evalInstruction(FusedOp op, Operand a, Operand b, Operand c,
   }
 }
 
-/// The output walked as rows of its innermost (coalesced) dimension, each
-/// input with its strides (0 where it broadcasts).
-struct FusedWalk {
-  std::vector<int64_t> shape;
-  std::vector<std::vector<int64_t>> strides; // per input
-  int64_t inner = 1, rows = 0;
-
-  FusedWalk(const std::vector<int64_t> &out, const std::vector<TensorView> &in) {
-    std::vector<std::vector<int64_t>> full;
-    for (const TensorView &t : in)
-      full.push_back(broadcastStrides(t.shape, out.size()));
-    strides.resize(in.size());
-    // Size-1 dimensions dropped; a dimension every input walks as the
-    // next outer one continues (merged).
-    for (size_t d = 0; d < out.size(); ++d) {
-      if (out[d] == 1)
-        continue;
-      bool merge = !shape.empty();
-      for (size_t k = 0; k < in.size() && merge; ++k)
-        merge = strides[k].back() == full[k][d] * out[d];
-      if (merge)
-        shape.back() *= out[d];
-      else
-        shape.push_back(out[d]);
-      for (size_t k = 0; k < in.size(); ++k)
-        if (merge)
-          strides[k].back() = full[k][d];
-        else
-          strides[k].push_back(full[k][d]);
-    }
-    if (shape.empty()) { // a single element
-      shape.push_back(1);
-      for (auto &s : strides)
-        s.push_back(0);
-    }
-    int64_t n = 1;
-    for (int64_t d : shape)
-      n *= d;
-    inner = shape.back();
-    rows = n / inner;
-  }
-  /// Offset of input k at the start of row r.
-  int64_t offset(size_t k, int64_t r) const {
-    int64_t off = 0;
-    for (int64_t d = static_cast<int64_t>(shape.size()) - 2; d >= 0; --d) {
-      off += (r % shape[d]) * strides[k][d];
-      r /= shape[d];
-    }
-    return off;
-  }
-};
-
 /// The kernel's operands checked: an f32 output, f32 or bool inputs that
 /// broadcast to it, a valid program.
 bool checkFused(KernelContext &ctx, const std::vector<int64_t> &program,
@@ -200,12 +149,15 @@ bool kFusedElementwise(KernelContext &ctx) {
   TensorView &out = ctx.out[0];
   if (out.numel() == 0)
     return true;
-  FusedWalk w(out.shape, ctx.in);
+  std::vector<const std::vector<int64_t> *> shapes;
+  for (const TensorView &t : ctx.in)
+    shapes.push_back(&t.shape);
+  RowWalk w(out.shape, shapes);
   size_t numIn = ctx.in.size(), numIns = program.size() / 4;
   int64_t blocks = (w.inner + kBlock - 1) / kBlock;
   int64_t perItem = std::min(w.inner, kBlock);
   float *O = out.as<float>();
-  parallelFor(w.rows * blocks, std::max<int64_t>(1, 32768 / perItem),
+  parallelFor(w.rows * blocks, std::max<int64_t>(1, 32768 / std::max<int64_t>(perItem, 1)),
               [&](int64_t i0, int64_t i1) {
     // Registers: the inputs' blocks (masks converted, broadcast values),
     // then the instructions' results.
@@ -216,7 +168,7 @@ bool kFusedElementwise(KernelContext &ctx) {
       int64_t n = std::min(kBlock, w.inner - j0);
       for (size_t k = 0; k < numIn; ++k) {
         const TensorView &t = ctx.in[k];
-        bool scalar = w.strides[k].back() == 0;
+        bool scalar = w.innerStride(k) == 0;
         int64_t at = w.offset(k, r) + (scalar ? 0 : j0);
         float *buf = scratch.data() + k * kBlock;
         if (t.dtype == DType::F32) {
