@@ -561,7 +561,7 @@ TEST(Cuda, EveryKernelTested) {
       "vocab_cross_entropy_grad", "tp_rows", "sp_all_gather",
       "sp_reduce_scatter",
       // 1-bit Adam (docs/compression.md) runs on the CPU backend first.
-      "onebit_adam"};
+      "onebit_adam", "onebit_adam_local", "compressed_reduce_scatter"};
   size_t twins = 0;
   for (const std::string &k : kernelNames()) {
     if (std::find(cpuOnly.begin(), cpuOnly.end(), k) != cpuOnly.end())

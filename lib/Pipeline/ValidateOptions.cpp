@@ -191,7 +191,7 @@ llvm::Error checkSteps(const TrainingOptions &o) {
   return llvm::Error::success();
 }
 
-/// 1-bit Adam (docs/compression.md): the first slice runs at ZeRO-0 on the
+/// 1-bit Adam (docs/compression.md): it runs at ZeRO 0-3 on the
 /// data-parallel ranks with f32 gradients; what it does not run yet is
 /// refused by name.
 llvm::Error checkCompression(const TrainingOptions &o) {
@@ -199,14 +199,12 @@ llvm::Error checkCompression(const TrainingOptions &o) {
     return llvm::Error::success();
   auto limit = [](const llvm::Twine &what) {
     return fail("--optimizer=onebit-adam with " + what +
-                " is not supported yet (1-bit Adam runs at ZeRO-0, f32, on "
+                " is not supported yet (1-bit Adam runs at ZeRO 0-3, f32, on "
                 "data-parallel ranks)");
   };
   if (o.freezeStep < 0)
     return fail("--freeze-step must not be negative, got " +
                 llvm::Twine(o.freezeStep));
-  if (o.zeroStage > 0)
-    return limit("--zero=" + llvm::Twine(o.zeroStage));
   if (o.pipelineParallel > 1)
     return limit("--pipeline-parallel=" + llvm::Twine(o.pipelineParallel));
   if (o.tensorParallel > 1)
@@ -220,6 +218,8 @@ llvm::Error checkCompression(const TrainingOptions &o) {
     return limit("--grad-accum=" + llvm::Twine(o.gradAccum));
   if (o.offloadOptimizer != "none")
     return limit("--offload-optimizer=" + o.offloadOptimizer);
+  if (o.offloadParam != "none")
+    return limit("--offload-param=" + o.offloadParam);
   return llvm::Error::success();
 }
 } // namespace

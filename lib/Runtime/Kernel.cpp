@@ -110,6 +110,8 @@ static const KernelSignature kSignatures[] = {
     // Optimizers (an optional accumulator)
     {"adam", 5, 6, 3, 4},
     {"onebit_adam", 7, 7, 5, 5}, // Cpu/OneBitAdam.cpp
+    {"onebit_adam_local", 5, 5, 3, 3},
+    {"compressed_reduce_scatter", 3, 3, 2, 2},
     {"sgd", 4, 5, 2, 3},
     {"onnx_update", 5, 6, 2, 3},
     // Collectives and the loss scaler's overflow check

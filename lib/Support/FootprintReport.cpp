@@ -320,10 +320,14 @@ void reportCollectives(std::string &out, const Footprint &f,
     std::snprintf(
         line, sizeof line,
         "  after the freeze (step > %lld): %d compressed all-reduce replace "
-        "%llu bytes of gradient all-reduce; %llu bytes handed per step, "
-        "ring traffic per rank %.0f bytes (%.1fx less)\n",
+        "%llu bytes of gradient all-reduce, %d compressed reduce-scatter "
+        "%llu bytes of gradient reduce-scatter; %llu bytes handed per "
+        "step, ring traffic per rank %.0f bytes (%.1fx less)\n",
         static_cast<long long>(f.freezeStep), f.compressedAllReduces,
-        static_cast<unsigned long long>(f.warmupOnlyBytes),
+        static_cast<unsigned long long>(f.warmupOnlyBytes -
+                                        f.warmupOnlyReduceScatterBytes),
+        f.compressedReduceScatters,
+        static_cast<unsigned long long>(f.warmupOnlyReduceScatterBytes),
         static_cast<unsigned long long>(f.collectiveBytesAfterFreeze()),
         f.compressedRingBytes(),
         f.compressedRingBytes() > 0 ? f.ringBytes() / f.compressedRingBytes()
@@ -473,6 +477,15 @@ std::string formatFootprintJson(const Footprint &f) {
   if (f.freezeStep >= 0) { // 1-bit Adam: the figures after the freeze
     kv("freeze_step", f.freezeStep);
     kv("compressed_all_reduce", f.compressedAllReduces);
+    kv("compressed_all_reduce_bytes", f.compressedAllReduceBytes);
+    kv("compressed_reduce_scatter", f.compressedReduceScatters);
+    kv("compressed_reduce_scatter_bytes", f.compressedReduceScatterBytes);
+    // The uncompressed kinds' bytes that still run after the freeze.
+    kv("all_reduce_bytes_after_freeze",
+       f.allReduceBytes - (f.warmupOnlyBytes - f.warmupOnlyReduceScatterBytes));
+    kv("all_gather_bytes_after_freeze", f.allGatherBytes);
+    kv("reduce_scatter_bytes_after_freeze",
+       f.reduceScatterBytes - f.warmupOnlyReduceScatterBytes);
     kv("bytes_per_step_after_freeze", f.collectiveBytesAfterFreeze());
     kv("compressed_ring_bytes_per_rank", f.compressedRingBytes());
   }

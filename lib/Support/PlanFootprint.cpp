@@ -49,7 +49,11 @@ double Footprint::compressedRingBytes() const {
   if (world <= 1)
     return 0;
   double part = static_cast<double>(world - 1) / world;
-  double warmupRing = 2.0 * part * static_cast<double>(warmupOnlyBytes);
+  // The warm-up's all-reduces ring twice, its reduce-scatters once.
+  double warmupRing =
+      part * (2.0 * static_cast<double>(warmupOnlyBytes -
+                                        warmupOnlyReduceScatterBytes) +
+              static_cast<double>(warmupOnlyReduceScatterBytes));
   return ringBytes() - warmupRing + part * static_cast<double>(compressedBytes);
 }
 
@@ -225,6 +229,12 @@ void addCollectivesAndOptimizer(const plan::Plan &p,
       case plan::COLLECTIVE_COMPRESSED_ALL_REDUCE: // after the freeze
         ++f.compressedAllReduces;
         f.compressedBytes += c.bytes();
+        f.compressedAllReduceBytes += c.bytes();
+        break;
+      case plan::COLLECTIVE_COMPRESSED_REDUCE_SCATTER: // ZeRO 1-3, after it
+        ++f.compressedReduceScatters;
+        f.compressedBytes += c.bytes();
+        f.compressedReduceScatterBytes += c.bytes();
         break;
       case plan::COLLECTIVE_ALL_GATHER:
         ++f.allGathers;
@@ -233,6 +243,10 @@ void addCollectivesAndOptimizer(const plan::Plan &p,
       case plan::COLLECTIVE_REDUCE_SCATTER:
         ++f.reduceScatters;
         f.reduceScatterBytes += c.bytes();
+        if (ins.kind() == plan::KIND_COMPRESSED_REDUCE_SCATTER) {
+          f.warmupOnlyBytes += c.bytes(); // the warm-up's gradient bucket
+          f.warmupOnlyReduceScatterBytes += c.bytes();
+        }
         break;
       default: // pipeline sends are the pipeline report's
         break;

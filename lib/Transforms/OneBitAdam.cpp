@@ -8,7 +8,11 @@
 // after the freeze. So before the updates are built, the gradients' mean
 // all-reduce that --ds-zero inserted at stage 0 is taken out again (each
 // update reads this rank's own gradient), and what the rule does not run
-// yet is refused by name.
+// yet is refused by name. Under ZeRO 1-3 the exchange stays where ZeRO put
+// it: each gradient bucket's reduce-scatter becomes a
+// `ds.compressed_reduce_scatter` (plain until the freeze, 1-bit with a
+// worker error per partition after it) and `ds.onebit_adam_local`
+// updates this rank's partition; ZeRO's parameter all-gather follows.
 //
 //===----------------------------------------------------------------------===//
 
@@ -20,8 +24,65 @@
 
 namespace mlir::ds::optimizer {
 
+namespace {
+/// The gradient bucket's reduce-scatter (or the compressed one that
+/// replaced it) a ZeRO gradient shard comes from, through the split of
+/// the bucket; null at stage 0.
+Operation *findBucketExchange(Value grad) {
+  Operation *def = grad.getDefiningOp();
+  if (isa_and_nonnull<SplitOp>(def))
+    def = def->getOperand(0).getDefiningOp();
+  if (isa_and_nonnull<ReduceScatterOp, CompressedReduceScatterOp>(def))
+    return def;
+  return nullptr;
+}
+
+/// ZeRO 1-3: the bucket's reduce-scatter becomes the compressed one (once
+/// per bucket: the first parameter updated from it keeps its worker
+/// error, `<param>.worker_error`, the bucket's length), then the update of
+/// this rank's partition.
+UpdateOutput buildOneBitAdamPartition(OpBuilder &b, const UpdateInput &in,
+                                      const Hyperparameters &hp,
+                                      AddStateFn addState,
+                                      Operation *exchange) {
+  Value m = addState("exp_avg");
+  Value v = addState("exp_avg_sq");
+  Value grad = in.grad;
+  UpdateOutput out;
+  if (auto rs = dyn_cast<ReduceScatterOp>(exchange)) {
+    Type bucket = rs.getInput().getType();
+    Value we = in.addTypedState("worker_error", bucket);
+    OpBuilder rb(rs);
+    auto crs = CompressedReduceScatterOp::create(
+        rb, rs.getLoc(), TypeRange{rs.getResult().getType(), bucket},
+        rs.getInput(), we, in.step, rb.getI64IntegerAttr(hp.freezeStep));
+    if (grad == rs.getResult())
+      grad = crs.getResult();
+    rs.getResult().replaceAllUsesWith(crs.getResult());
+    rs.erase();
+    out.newState.push_back({"worker_error", crs.getNewWorkerError()});
+  }
+  const LrSchedule &s = hp.schedule;
+  Type t = in.param.getType();
+  auto op = OneBitAdamLocalOp::create(
+      b, in.loc, TypeRange{t, t, t}, in.param, grad, m, v, in.step,
+      b.getF64FloatAttr(hp.lr), b.getF64FloatAttr(hp.beta1),
+      b.getF64FloatAttr(hp.beta2), b.getF64FloatAttr(hp.eps),
+      b.getF64FloatAttr(hp.weightDecay), b.getI64IntegerAttr(hp.freezeStep),
+      b.getStringAttr(s.kind), b.getI64IntegerAttr(s.warmupSteps),
+      b.getI64IntegerAttr(s.totalSteps), b.getF64FloatAttr(s.minLr));
+  out.newParam = op.getNewParam();
+  out.newState.insert(out.newState.begin(),
+                      {{"exp_avg", op.getNewExpAvg()},
+                       {"exp_avg_sq", op.getNewExpAvgSq()}});
+  return out;
+}
+} // namespace
+
 UpdateOutput buildOneBitAdam(OpBuilder &b, const UpdateInput &in,
                              const Hyperparameters &hp, AddStateFn addState) {
+  if (Operation *exchange = findBucketExchange(in.grad))
+    return buildOneBitAdamPartition(b, in, hp, addState, exchange);
   Value m = addState("exp_avg");
   Value v = addState("exp_avg_sq");
   auto t = cast<RankedTensorType>(in.grad.getType());
@@ -76,12 +137,10 @@ LogicalResult prepareOneBitAdam(func::FuncOp func, const Hyperparameters &hp) {
   auto refuse = [&](const Twine &what) {
     return func.emitError("onebit-adam with ")
            << what
-           << " is not supported yet (1-bit Adam runs at ZeRO-0, f32, on "
+           << " is not supported yet (1-bit Adam runs at ZeRO 0-3, f32, on "
               "data-parallel ranks)";
   };
   auto stage = func->getAttrOfType<IntegerAttr>(kZeroStageAttr);
-  if (stage && stage.getInt() > 0)
-    return refuse("ZeRO stage " + Twine(stage.getInt()));
   if (func->hasAttr("ds.pipeline"))
     return refuse("pipeline parallelism");
   if (func->hasAttr("ds.tensor_parallel"))
@@ -103,6 +162,8 @@ LogicalResult prepareOneBitAdam(func::FuncOp func, const Hyperparameters &hp) {
                     " non-f32 elements");
     findGradientReduces(ret->getOperand(i), reduces);
   }
+  if (stage && stage.getInt() > 0)
+    return success(); // ZeRO 1-3: the updates take over the reduce-scatters
   for (Operation *op : reduces) {
     op->getResult(0).replaceAllUsesWith(op->getOperand(0));
     op->erase();

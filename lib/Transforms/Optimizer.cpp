@@ -438,8 +438,15 @@ LogicalResult UpdateSection::updateParameter(unsigned result, StringAttr name) {
         t, b.getNamedAttr("ds.state", b.getStringAttr(stateName(suffix))));
   };
   auto addTypedState = [&](StringRef suffix, Type type) {
-    return addArg(
+    // A state of another type than the gradient's is not a shard of the
+    // parameter (1-bit Adam's error buffers): no whole shape.
+    DenseI64ArrayAttr whole = fullShape;
+    if (type != t)
+      fullShape = {};
+    Value v = addArg(
         type, b.getNamedAttr("ds.state", b.getStringAttr(stateName(suffix))));
+    fullShape = whole;
+    return v;
   };
   optimizer::UpdateOutput out = options.rule->build(
       b,

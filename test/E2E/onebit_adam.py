@@ -21,6 +21,15 @@ Checks and their tolerances:
 - runs saved at step freeze - 2 and at `--resume-at` (after the freeze)
   and resumed give the uninterrupted run's losses and weights bit for bit
   (the error buffers are optimizer state in the checkpoint).
+
+With --zero=1, 2 or 3 both runs use that ZeRO stage: the gradient
+buckets' reduce-scatter is the compressed one after the freeze and ZeRO's
+parameter all-gathers stay, so the 5x is checked on the gradient exchange
+(the report's reduce_scatter_bytes against compressed_reduce_scatter_bytes)
+and the whole step's bytes are checked to be the uncompressed step's with
+only that exchange replaced (both printed); ds-run's count equals the plan's
+every step either way, and its arena high-water mark equals the planned
+peak.
 """
 import argparse
 import json
@@ -41,6 +50,7 @@ def main():
     ap.add_argument("--resume-at", type=int, default=22)
     ap.add_argument("--lr", default="1e-3")
     ap.add_argument("--beta2", default="0.999")
+    ap.add_argument("--zero", type=int, default=0)
     args = ap.parse_args()
     w = lambda f: os.path.join(args.work, f)
     n = args.ranks
@@ -55,7 +65,7 @@ def main():
     np.savez(w("onebit_data.npz"), idx=seq[:, :32], targets=seq[:, 1:])
     shapes = ["--input-shape=idx:2x32", "--input-shape=targets:2x32"]
     common = [args.onnx, *shapes, f"--world-size={n}", f"--lr={args.lr}",
-              f"--beta2={args.beta2}"]
+              f"--beta2={args.beta2}", f"--zero={args.zero}"]
     plans = {
         "plain": ["--optimizer=adamw", "--bias-correction=false"],
         "onebit": ["--optimizer=onebit-adam", f"--freeze-step={args.freeze}"],
@@ -87,15 +97,35 @@ def main():
     plain_bytes = plain[-1]["collective_bytes"]
     one_bytes = max(s["collective_bytes"] for s in after)
     ratio = plain_bytes / one_bytes
+    rep, rplain = report["onebit"], report["plain"]
+    if args.zero == 0:
+        exchange = ratio
+    else:  # the gradient exchange: reduce-scatter against its compressed form
+        exchange = rplain["reduce_scatter_bytes"] / rep["compressed_reduce_scatter_bytes"]
+        print(f"gradient reduce-scatter per step: uncompressed {rplain['reduce_scatter_bytes']}, "
+              f"compressed {rep['compressed_reduce_scatter_bytes']} ({exchange:.1f}x fewer; "
+              f"at least 5x); ZeRO's parameter all-gathers unchanged: "
+              f"{rplain['all_gather_bytes']} = {rep['all_gather_bytes_after_freeze']}")
+        ok &= rplain["all_gather_bytes"] == rep["all_gather_bytes_after_freeze"]
     print(f"bytes per step: uncompressed {plain_bytes}, after the freeze {one_bytes} "
-          f"({ratio:.1f}x fewer; at least 5x); measured = planned every step: {measured_eq}")
-    ok &= ratio >= 5 and measured_eq
-    # The report's figures: the same bytes as ds-run's, 5x fewer.
-    rep = report["onebit"]
+          f"({ratio:.1f}x fewer); measured = planned every step: {measured_eq}")
+    ok &= exchange >= 5 and measured_eq
+    # The memory plan: the arena's high-water mark is the planned peak.
+    mem = [(s.get("peak_bytes"), s.get("planned_bytes")) for s in onebit]
+    mem_ok = all(a is not None and a == b for a, b in mem)
+    print(f"arena high-water = planned peak every step: {mem_ok} ({mem[-1][0]} bytes)")
+    ok &= mem_ok
+    # The report's figures: the same bytes as ds-run's, 5x fewer on the
+    # exchange it compresses.
+    rest_plain = plain_bytes - (rplain["all_reduce_bytes"] if args.zero == 0
+                                else rplain["reduce_scatter_bytes"])
     rep_ok = (rep.get("freeze_step") == f
               and rep.get("bytes_per_step_after_freeze") == one_bytes
-              and report["plain"]["all_reduce_bytes"] == plain_bytes
-              and rep["ring_bytes_per_rank"] >= 5 * rep["compressed_ring_bytes_per_rank"])
+              and rplain["bytes_per_step"] == plain_bytes
+              and (args.zero == 0 or
+                   one_bytes == rest_plain + rep["compressed_reduce_scatter_bytes"])
+              and (args.zero > 0 or
+                   rep["ring_bytes_per_rank"] >= 5 * rep["compressed_ring_bytes_per_rank"]))
     print(f"report: after the freeze {rep.get('bytes_per_step_after_freeze')} bytes per step, "
           f"ring bytes per rank {rep['ring_bytes_per_rank']} -> "
           f"{rep.get('compressed_ring_bytes_per_rank', 0):.0f}; agrees with ds-run: {rep_ok}")

@@ -32,6 +32,15 @@ inline uint64_t exchangeBytes(int64_t padded, int64_t world) {
   return static_cast<uint64_t>(padded / 8 * 2 + 2 * 4 * world);
 }
 
+/// The bytes one compressed reduce-scatter (1-bit Adam under ZeRO 1-3)
+/// hands to collectives, its all-to-alls' inputs: `world` chunks of
+/// `chunk` elements as packed signs (ceil(chunk / 8) bytes each) and one
+/// f32 scale per chunk.
+inline uint64_t reduceScatterBytes(int64_t chunk, int64_t world) {
+  return static_cast<uint64_t>(world) *
+         (static_cast<uint64_t>((chunk + 7) / 8) + 4);
+}
+
 } // namespace ds::onebit
 
 #endif // DS_SUPPORT_ONEBIT_H

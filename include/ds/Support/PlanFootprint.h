@@ -89,6 +89,12 @@ struct Footprint {
   int64_t freezeStep = -1;
   int compressedAllReduces = 0;
   uint64_t warmupOnlyBytes = 0, compressedBytes = 0;
+  /// Of those, by kind: the warm-up-only bytes that are reduce-scatters
+  /// (ZeRO 1-3's gradient buckets; the rest are ZeRO-0's all-reduces), and
+  /// the compressed reduce-scatters that replace them after the freeze.
+  uint64_t warmupOnlyReduceScatterBytes = 0;
+  int compressedReduceScatters = 0;
+  uint64_t compressedAllReduceBytes = 0, compressedReduceScatterBytes = 0;
   /// The bytes handed to collectives by a step after the freeze.
   uint64_t collectiveBytesAfterFreeze() const {
     return collectiveBytes() - warmupOnlyBytes + compressedBytes;

@@ -6,6 +6,9 @@
 // OnebitAdam (deepspeed/runtime/fp16/onebit/adam.py) with its exchange.
 // Operands: param, this rank's gradient, exp_avg, exp_avg_sq, worker error,
 // server error, step; results the first five's new values (in place).
+// Under ZeRO 1-3 the exchange is the gradient bucket's
+// `compressed_reduce_scatter` and `onebit_adam_local` updates the partition
+// it made (the same arithmetic without the exchange).
 //
 //===----------------------------------------------------------------------===//
 
@@ -44,8 +47,6 @@ bool checkOneBit(KernelContext &ctx, int world) {
                     " elements are not the padding of " + std::to_string(n) +
                     " elements for " + std::to_string(world) +
                     " ranks (the plan was compiled for another world size)");
-  if (ctx.in[6].numel() != 1)
-    return ctx.fail("optimizer step must be a scalar");
   for (int i = 0; i < 5; ++i) {
     const TensorView &in = ctx.in[i < 1 ? 0 : i + 1];
     TensorView &out = ctx.out[i];
@@ -54,29 +55,64 @@ bool checkOneBit(KernelContext &ctx, int world) {
   }
   return true;
 }
-} // namespace
 
-bool kOneBitAdam(KernelContext &ctx) {
-  Communicator *comm = ctx.comm;
-  int world = comm ? comm->size() : 1;
-  if (!checkOneBit(ctx, world))
-    return false;
-  int64_t t = loadI(ctx.in[6].data, ctx.in[6].dtype, 0);
-  if (t < 1)
-    return ctx.fail("optimizer step " + std::to_string(t) + " is not >= 1");
-  int64_t n = ctx.in[0].numel();
+/// One step's hyper-parameters, read from the kernel's attributes.
+struct OneBitStep {
+  float lr, b1, a1, b2, a2, eps, wd;
+  bool frozen;
+};
+
+/// The hyper-parameters of step `t` (the scheduled learning rate).
+OneBitStep readStep(KernelContext &ctx, int64_t t) {
   double base = std::isnan(ctx.lr) ? ctx.attrs.getFloat("lr", 1e-3) : ctx.lr;
-  float lr = static_cast<float>(ds::scheduledLr(
+  OneBitStep s;
+  s.lr = static_cast<float>(ds::scheduledLr(
       ctx.attrs.getString("schedule", "constant"), base, t,
       ctx.attrs.getInt("warmup_steps", 0), ctx.attrs.getInt("total_steps", 0),
       ctx.attrs.getFloat("min_lr", 0.0)));
   double beta1 = ctx.attrs.getFloat("beta1", 0.9);
   double beta2 = ctx.attrs.getFloat("beta2", 0.999);
-  float b1 = static_cast<float>(beta1), a1 = static_cast<float>(1.0 - beta1);
-  float b2 = static_cast<float>(beta2), a2 = static_cast<float>(1.0 - beta2);
-  float eps = static_cast<float>(ctx.attrs.getFloat("eps", 1e-8));
-  float wd = static_cast<float>(ctx.attrs.getFloat("weight_decay", 0.0));
-  bool frozen = t > ctx.attrs.getInt("freeze_step", 100000);
+  s.b1 = static_cast<float>(beta1), s.a1 = static_cast<float>(1.0 - beta1);
+  s.b2 = static_cast<float>(beta2), s.a2 = static_cast<float>(1.0 - beta2);
+  s.eps = static_cast<float>(ctx.attrs.getFloat("eps", 1e-8));
+  s.wd = static_cast<float>(ctx.attrs.getFloat("weight_decay", 0.0));
+  s.frozen = t > ctx.attrs.getInt("freeze_step", 100000);
+  return s;
+}
+
+/// update = m / (sqrt(v) + eps) + wd p; p -= lr update (no bias
+/// correction, DeepSpeed's order).
+void applyUpdate(const OneBitStep &s, float *P, const float *M,
+                 const float *V, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    float update = M[i] / (std::sqrt(V[i]) + s.eps);
+    if (s.wd > 0.0f)
+      update += s.wd * P[i];
+    P[i] = P[i] + (-s.lr) * update;
+  }
+}
+
+/// The step counter, checked.
+bool readCounter(KernelContext &ctx, const TensorView &step, int64_t &t) {
+  if (step.numel() != 1)
+    return ctx.fail("optimizer step must be a scalar");
+  t = loadI(step.data, step.dtype, 0);
+  if (t < 1)
+    return ctx.fail("optimizer step " + std::to_string(t) + " is not >= 1");
+  return true;
+}
+} // namespace
+
+bool kOneBitAdam(KernelContext &ctx) {
+  Communicator *comm = ctx.comm;
+  int world = comm ? comm->size() : 1;
+  int64_t t;
+  if (!checkOneBit(ctx, world) || !readCounter(ctx, ctx.in[6], t))
+    return false;
+  int64_t n = ctx.in[0].numel();
+  OneBitStep s = readStep(ctx, t);
+  float b1 = s.b1, a1 = s.a1, b2 = s.b2, a2 = s.a2;
+  bool frozen = s.frozen;
   const float *G = ctx.in[1].as<float>();
   float *P = ctx.out[0].as<float>(), *M = ctx.out[1].as<float>(),
         *V = ctx.out[2].as<float>();
@@ -104,19 +140,86 @@ bool kOneBitAdam(KernelContext &ctx) {
                                      ctx.out[4].as<float>(), err))
       return ctx.fail(err);
   }
-  // update = m / (sqrt(v) + eps) + wd p; p -= lr update (no bias
-  // correction, DeepSpeed's order).
-  for (int64_t i = 0; i < n; ++i) {
-    float update = M[i] / (std::sqrt(V[i]) + eps);
-    if (wd > 0.0f)
-      update += wd * P[i];
-    P[i] = P[i] + (-lr) * update;
+  applyUpdate(s, P, M, V, n);
+  return true;
+}
+
+/// ZeRO 1-3: the update of this rank's partition of the exchanged
+/// gradient (param, grad, exp_avg, exp_avg_sq, step; the first four's new
+/// values in place).
+bool kOneBitAdamLocal(KernelContext &ctx) {
+  if (ctx.in.size() != 5 || ctx.out.size() != 3)
+    return ctx.fail("onebit_adam_local expects 5 operands and 3 results");
+  int64_t n = ctx.in[0].numel(), t;
+  for (int i = 0; i < 4; ++i)
+    if (ctx.in[i].dtype != DType::F32 || ctx.in[i].numel() != n ||
+        (i < 3 && (ctx.out[i].dtype != DType::F32 || ctx.out[i].numel() != n)))
+      return ctx.fail("onebit_adam_local: parameter, gradient and moments "
+                      "must be f32 of one size");
+  if (!readCounter(ctx, ctx.in[4], t))
+    return false;
+  for (int i = 0; i < 3; ++i) {
+    const TensorView &in = ctx.in[i < 1 ? 0 : i + 1];
+    if (in.data != ctx.out[i].data)
+      std::memcpy(ctx.out[i].data, in.data, n * sizeof(float));
+  }
+  OneBitStep s = readStep(ctx, t);
+  const float *G = ctx.in[1].as<float>();
+  float *P = ctx.out[0].as<float>(), *M = ctx.out[1].as<float>(),
+        *V = ctx.out[2].as<float>();
+  for (int64_t i = 0; i < n; ++i)
+    M[i] = M[i] * s.b1 + G[i] * s.a1;
+  if (!s.frozen)
+    for (int64_t i = 0; i < n; ++i)
+      V[i] = V[i] * s.b2 + s.a2 * G[i] * G[i];
+  applyUpdate(s, P, M, V, n);
+  return true;
+}
+
+/// The gradient bucket's reduce-scatter (mean) of 1-bit Adam under ZeRO
+/// 1-3: input (N chunks), worker error (the input's length), step;
+/// results this rank's chunk and the new worker error (in place). Plain
+/// until the freeze step, compressed after it.
+bool kCompressedReduceScatter(KernelContext &ctx) {
+  if (ctx.in.size() != 3 || ctx.out.size() != 2)
+    return ctx.fail("compressed_reduce_scatter expects 3 operands and 2 "
+                    "results");
+  Communicator *comm = ctx.comm;
+  int world = comm ? comm->size() : 1;
+  const TensorView &in = ctx.in[0];
+  int64_t chunk = ctx.out[0].numel(), t;
+  if (in.dtype != DType::F32 || ctx.out[0].dtype != DType::F32 ||
+      ctx.in[1].dtype != DType::F32 || ctx.in[1].numel() != in.numel() ||
+      ctx.out[1].numel() != in.numel() || chunk * world != in.numel())
+    return ctx.fail("compressed_reduce_scatter: an f32 input of " +
+                    std::to_string(in.numel()) + " elements, its worker "
+                    "error and a result of " + std::to_string(chunk) +
+                    " are not " + std::to_string(world) + " chunks");
+  if (!readCounter(ctx, ctx.in[2], t))
+    return false;
+  float *we = ctx.out[1].as<float>();
+  if (ctx.in[1].data != ctx.out[1].data)
+    std::memcpy(we, ctx.in[1].data, in.numel() * sizeof(float));
+  float *out = ctx.out[0].as<float>();
+  std::string err;
+  if (world == 1) {
+    std::memcpy(out, in.data, chunk * sizeof(float));
+  } else if (t <= ctx.attrs.getInt("freeze_step", 100000)) {
+    // The warm-up: the plain reduce-scatter, counted as reduce_scatter's.
+    comm->collectiveBytes += in.numel() * sizeof(float);
+    if (!comm->reduceScatter(in.data, out, chunk, DType::F32, true, err))
+      return ctx.fail(err);
+  } else if (!onebit::compressedReduceScatter(*comm, in.as<float>(), chunk,
+                                              we, out, err)) {
+    return ctx.fail(err);
   }
   return true;
 }
 
 void registerOneBitKernels(KernelRegistry &r) {
   r.add("onebit_adam", kOneBitAdam);
+  r.add("onebit_adam_local", kOneBitAdamLocal);
+  r.add("compressed_reduce_scatter", kCompressedReduceScatter);
 }
 
 } // namespace ds::rt

@@ -14,6 +14,7 @@
 #include "ds/Support/OneBit.h"
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -79,6 +80,32 @@ bool compressedAllReduce(Communicator &comm, float *m, int64_t n,
   comm.collectiveBytes += ::ds::onebit::exchangeBytes(padded, world);
   for (int64_t i = 0; i < n; ++i)
     m[i] = serverScales[i / chunk] * signAt(signs.data(), i);
+  return true;
+}
+
+bool compressedReduceScatter(Communicator &comm, const float *input,
+                             int64_t chunk, float *workerError, float *out,
+                             std::string &err) {
+  int world = comm.size();
+  uint64_t chunkBytes = static_cast<uint64_t>((chunk + 7) / 8);
+  // Worker: chunk j of input + error, compressed for rank j.
+  std::vector<float> scales(world), received(world);
+  std::vector<uint8_t> signs(chunkBytes * world, 0), gotSigns(signs.size());
+  for (int j = 0; j < world; ++j)
+    scales[j] = compress(input + j * chunk, workerError + j * chunk, chunk,
+                         signs.data() + j * chunkBytes);
+  if (!comm.allToAll(signs.data(), gotSigns.data(), chunkBytes, err) ||
+      !comm.allToAll(scales.data(), received.data(), sizeof(float), err))
+    return false;
+  comm.collectiveBytes += ::ds::onebit::reduceScatterBytes(chunk, world);
+  // Owner: the mean of every rank's decompressed chunk, in rank order.
+  std::fill(out, out + chunk, 0.0f);
+  for (int r = 0; r < world; ++r) {
+    float w = received[r] * (1.0f / static_cast<float>(world));
+    const uint8_t *bits = gotSigns.data() + r * chunkBytes;
+    for (int64_t k = 0; k < chunk; ++k)
+      out[k] += signAt(bits, k) * w;
+  }
   return true;
 }
 

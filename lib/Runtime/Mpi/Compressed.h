@@ -8,6 +8,8 @@
 // ||x|| / sqrt(n); what the compression loses is kept as the error that
 // the next exchange adds back. The all-reduce compresses twice: each rank
 // (worker) its whole vector, each rank (server) its chunk of the average.
+// The reduce-scatter (ZeRO 1-3) compresses once: each rank its chunks,
+// each with its scale; the partition's owner keeps the average.
 //
 //===----------------------------------------------------------------------===//
 
@@ -45,6 +47,18 @@ inline float signAt(const uint8_t *packed, int64_t i) {
 bool compressedAllReduce(Communicator &comm, float *m, int64_t n,
                          float *workerError, int64_t padded,
                          float *serverError, std::string &err);
+
+/// The compressed reduce-scatter (mean) of `input` (world chunks of
+/// `chunk` elements, chunk j for rank j) over `comm`, the exchange of 1-bit
+/// Adam under ZeRO 1-3: each chunk of input + `workerError` (the input's
+/// length) is compressed with its own scale, the worker error keeps what
+/// the compression lost for that partition; the packed signs and scales of
+/// chunk j go to rank j (all-to-all), which writes the mean of the
+/// decompressed chunks to `out`. Adds the bytes it hands to
+/// comm.collectiveBytes.
+bool compressedReduceScatter(Communicator &comm, const float *input,
+                             int64_t chunk, float *workerError, float *out,
+                             std::string &err);
 
 } // namespace onebit
 } // namespace ds::rt

@@ -12,6 +12,7 @@
 include "ds/Dialect/Ds/IR/DsBase.td"
 include "ds/Dialect/Ds/IR/DsInterfaces.td"
 include "mlir/IR/CommonAttrConstraints.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
 
 def Ds_OneBitAdamOp : Op<Ds_Dialect, "onebit_adam",
     [Ds_OptimizerStep, DeclareOpInterfaceMethods<Ds_CostOpInterface>]> {
@@ -56,6 +57,74 @@ def Ds_OneBitAdamOp : Op<Ds_Dialect, "onebit_adam",
   let assemblyFormat = [{
     $param `,` $grad `,` $exp_avg `,` $exp_avg_sq `,` $worker_error `,`
       $server_error `,` $step attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+  let cppNamespace = "::mlir::ds";
+}
+
+def Ds_CompressedReduceScatterOp : Op<Ds_Dialect, "compressed_reduce_scatter",
+    [DeclareOpInterfaceMethods<Ds_CostOpInterface>]> {
+  let summary = "a reduce-scatter (mean) that compresses to 1 bit after a "
+                "freeze step, with error feedback per partition";
+  let description = [{
+    The data-parallel exchange of 1-bit Adam under ZeRO stages 1-3
+    (docs/compression.md): it takes the place of the `ds.reduce_scatter`
+    of a gradient bucket. `input` holds N chunks of `c` elements (chunk j
+    is rank j's partition, N ranks), `worker_error` has the input's
+    length; the result is this rank's chunk of the mean over the ranks.
+
+    - `step <= freeze_step`: a plain reduce-scatter (mean); the worker
+      error passes through.
+    - `step > freeze_step`: each rank compresses chunk j of
+      `x = input + worker_error` to its signs (0 counts as +1) and the
+      chunk's scale `||x_j|| / sqrt(c)`, keeps `x_j - scale sign(x_j)` as
+      its worker error for that partition, and sends the packed signs and
+      the scale to rank j (all-to-all); rank j's result is
+      `sum_i scale_i sign_i / N`.
+
+    No all-gather follows: each rank updates its partition and ZeRO's
+    all-gather of the parameters runs as before. The op communicates, so
+    it is not pure; 0/1 Adam and 1-bit LAMB can use it the same way.
+  }];
+  let arguments = (ins Ds_FloatTensor:$input, Ds_FloatTensor:$worker_error,
+                       StaticShapeTensorOf<[I64]>:$step,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$freeze_step);
+  let results = (outs Ds_FloatTensor:$result,
+                      Ds_FloatTensor:$new_worker_error);
+  let assemblyFormat = [{
+    $input `,` $worker_error `,` $step attr-dict `:`
+      functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+  let cppNamespace = "::mlir::ds";
+}
+
+def Ds_OneBitAdamLocalOp : Op<Ds_Dialect, "onebit_adam_local",
+    [Pure, Ds_OptimizerStep]> {
+  let summary = "1-bit Adam's update of an already exchanged gradient";
+  let description = [{
+    The update of 1-bit Adam under ZeRO stages 1-3: `grad` is this rank's
+    partition of the gradient's mean, made by `ds.compressed_reduce_scatter`
+    (uncompressed until `freeze_step`, compressed after it). With `t` =
+    `step`: `m = b1 m + (1-b1) g`; `v = b2 v + (1-b2) g^2` while
+    `t <= freeze_step`, frozen afterwards; `p -= lr (m / (sqrt(v) + eps) +
+    weight_decay p)` (no bias correction, as `ds.onebit_adam`).
+  }];
+  let arguments = (ins Ds_FloatTensor:$param, Ds_FloatTensor:$grad,
+                       Ds_FloatTensor:$exp_avg, Ds_FloatTensor:$exp_avg_sq,
+                       StaticShapeTensorOf<[I64]>:$step, F64Attr:$lr,
+                       F64Attr:$beta1, F64Attr:$beta2, F64Attr:$eps,
+                       F64Attr:$weight_decay,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$freeze_step,
+                       DefaultValuedAttr<StrAttr, "\"constant\"">:$schedule,
+                       DefaultValuedAttr<I64Attr, "0">:$warmup_steps,
+                       DefaultValuedAttr<I64Attr, "0">:$total_steps,
+                       DefaultValuedAttr<F64Attr, "0.0">:$min_lr);
+  let results = (outs Ds_FloatTensor:$new_param, Ds_FloatTensor:$new_exp_avg,
+                      Ds_FloatTensor:$new_exp_avg_sq);
+  let assemblyFormat = [{
+    $param `,` $grad `,` $exp_avg `,` $exp_avg_sq `,` $step attr-dict `:`
+      functional-type(operands, results)
   }];
   let hasVerifier = 1;
   let cppNamespace = "::mlir::ds";
