@@ -7,7 +7,8 @@
 // all-reduce on however many ranks run the binary (ctest: one; lit's
 // test/E2E/onebit-adam.test: three under mpirun) against a simulation of
 // every rank's part on each rank, over three exchanges so that the worker
-// and server errors carry over. Tolerance: exact for signs and bits; 1e-6
+// and server errors carry over; the same for the compressed reduce-scatter
+// of ZeRO 1-3 (per-chunk scales and worker errors). Tolerance: exact for signs and bits; 1e-6
 // relative for scales and values (the reference sums the norm in the same
 // double order, so they agree to the last bit in practice).
 //
@@ -19,6 +20,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -164,6 +166,52 @@ TEST(OneBitAllReduce, MatchesASimulationOfEveryRank) {
       ASSERT_NEAR(we[i], weRef[rank][i], 1e-6) << "worker error " << i;
     for (int64_t k = 0; k < chunk; ++k)
       ASSERT_NEAR(se[k], seRef[rank][k], 1e-6) << "server error " << k;
+  }
+}
+
+TEST(OneBitReduceScatter, MatchesASimulationOfEveryRank) {
+  // ZeRO 1-3's exchange: chunks of 13 elements (not whole bytes), one
+  // scale per chunk, the worker error per chunk, no server compression.
+  int world = gComm->size(), rank = gComm->rank();
+  const int64_t chunk = 13, n = chunk * world;
+  std::vector<float> we(n, 0.0f), out(chunk);
+  std::vector<std::vector<float>> weRef(world, std::vector<float>(n, 0));
+  if (world == 1) { // the kernel copies its chunk on one rank
+    SUCCEED();
+    return;
+  }
+  for (int round = 0; round < 3; ++round) {
+    std::vector<float> in = values(rank, round, n);
+    uint64_t bytes0 = gComm->collectiveBytes;
+    std::string err;
+    ASSERT_TRUE(onebit::compressedReduceScatter(*gComm, in.data(), chunk,
+                                                we.data(), out.data(), err))
+        << err;
+    EXPECT_EQ(gComm->collectiveBytes - bytes0,
+              ::ds::onebit::reduceScatterBytes(chunk, world));
+    EXPECT_EQ(::ds::onebit::reduceScatterBytes(chunk, world),
+              uint64_t(world) * (2 + 4)); // ceil(13 / 8) bytes + a scale
+    // Rank r's chunk j, compressed with rank r's error of chunk j.
+    std::vector<float> expect(chunk, 0.0f);
+    for (int r = 0; r < world; ++r) {
+      std::vector<float> v = values(r, round, n);
+      for (int j = 0; j < world; ++j) {
+        std::vector<float> part(v.begin() + j * chunk,
+                                v.begin() + (j + 1) * chunk);
+        std::vector<float> e(weRef[r].begin() + j * chunk,
+                             weRef[r].begin() + (j + 1) * chunk);
+        Reference c = compressNaive(part, e);
+        std::copy(e.begin(), e.end(), weRef[r].begin() + j * chunk);
+        if (j == rank)
+          for (int64_t k = 0; k < chunk; ++k)
+            expect[k] += c.signs[k] * (c.scale * (1.0f / float(world)));
+      }
+    }
+    for (int64_t k = 0; k < chunk; ++k)
+      ASSERT_NEAR(out[k], expect[k], 1e-6 * std::fabs(expect[k]) + 1e-7)
+          << "round " << round << ", element " << k;
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_NEAR(we[i], weRef[rank][i], 1e-6) << "worker error " << i;
   }
 }
 
