@@ -20,14 +20,35 @@ using namespace mlir::ds;
 #define GET_OP_CLASSES
 #include "ds/Dialect/Ds/IR/DsCompression.cpp.inc"
 
-LogicalResult OneBitAdamOp::verify() {
-  Type t = getParam().getType();
-  for (Value v : {getGrad(), getExpAvg(), getExpAvgSq()})
+namespace {
+/// The checks both 1-bit Adam updates share: f32 parameter, gradient and
+/// moments of one type, the first three results of that type, a scalar
+/// step, a learning rate and weight decay not negative.
+template <typename OpT> LogicalResult verifyAdamOperands(OpT op) {
+  Type t = op.getParam().getType();
+  for (Value v : {op.getGrad(), op.getExpAvg(), op.getExpAvgSq()})
     if (v.getType() != t)
-      return emitOpError("parameter, gradient and moments must have one "
-                         "type");
+      return op.emitOpError("parameter, gradient and moments must have one "
+                            "type");
   if (!cast<RankedTensorType>(t).getElementType().isF32())
-    return emitOpError("expects f32 parameters and state, got ") << t;
+    return op.emitOpError("expects f32 parameters and state, got ") << t;
+  for (unsigned i = 0; i < 3; ++i)
+    if (op->getResult(i).getType() != t)
+      return op.emitOpError("results must have the parameter's type");
+  if (cast<ShapedType>(op.getStep().getType()).getNumElements() != 1)
+    return op.emitOpError("step must be a scalar");
+  if (op.getLr().convertToDouble() < 0 ||
+      op.getWeightDecay().convertToDouble() < 0)
+    return op.emitOpError("learning rate and weight decay must not be "
+                          "negative");
+  return success();
+}
+} // namespace
+
+LogicalResult OneBitAdamOp::verify() {
+  if (failed(verifyAdamOperands(*this)))
+    return failure();
+  Type t = getParam().getType();
   auto we = cast<RankedTensorType>(getWorkerError().getType());
   auto se = cast<RankedTensorType>(getServerError().getType());
   int64_t n = detail::numElements(t);
@@ -42,16 +63,9 @@ LogicalResult OneBitAdamOp::verify() {
            << padded << " elements and server error of " << chunk
            << " are not the padding of " << n
            << " elements over any world size";
-  for (unsigned i = 0; i < 3; ++i)
-    if (getResult(i).getType() != t)
-      return emitOpError("results must have the parameter's type");
   if (getNewWorkerError().getType() != we ||
       getNewServerError().getType() != se)
     return emitOpError("new error buffers must have the errors' types");
-  if (cast<ShapedType>(getStep().getType()).getNumElements() != 1)
-    return emitOpError("step must be a scalar");
-  if (getLr().convertToDouble() < 0 || getWeightDecay().convertToDouble() < 0)
-    return emitOpError("learning rate and weight decay must not be negative");
   return success();
 }
 
@@ -89,20 +103,4 @@ int64_t CompressedReduceScatterOp::getFlops() {
   return 4 * detail::numElements(getInput().getType());
 }
 
-LogicalResult OneBitAdamLocalOp::verify() {
-  Type t = getParam().getType();
-  for (Value v : {getGrad(), getExpAvg(), getExpAvgSq()})
-    if (v.getType() != t)
-      return emitOpError("parameter, gradient and moments must have one "
-                         "type");
-  if (!cast<RankedTensorType>(t).getElementType().isF32())
-    return emitOpError("expects f32 parameters and state, got ") << t;
-  for (unsigned i = 0; i < 3; ++i)
-    if (getResult(i).getType() != t)
-      return emitOpError("results must have the parameter's type");
-  if (cast<ShapedType>(getStep().getType()).getNumElements() != 1)
-    return emitOpError("step must be a scalar");
-  if (getLr().convertToDouble() < 0 || getWeightDecay().convertToDouble() < 0)
-    return emitOpError("learning rate and weight decay must not be negative");
-  return success();
-}
+LogicalResult OneBitAdamLocalOp::verify() { return verifyAdamOperands(*this); }
