@@ -107,12 +107,12 @@ static const KernelSignature kSignatures[] = {
     {"vocab_gather_grad", 2, 2, 1, 1},
     {"vocab_cross_entropy", 2, 2, 2, 2},
     {"vocab_cross_entropy_grad", 4, 4, 1, 1},
-    // Optimizers (an optional accumulator)
-    {"adam", 5, 6, 3, 4},
+    // Optimizers (an optional accumulator, then an optional clip coefficient)
+    {"adam", 5, 7, 3, 4},
     {"onebit_adam", 7, 7, 5, 5}, // Cpu/OneBitAdam.cpp
     {"onebit_adam_local", 5, 5, 3, 3},
     {"compressed_reduce_scatter", 3, 3, 2, 2},
-    {"sgd", 4, 5, 2, 3},
+    {"sgd", 4, 6, 2, 3},
     {"onnx_update", 5, 6, 2, 3},
     // Collectives and the loss scaler's overflow check
     {"all_reduce", 1, 1, 1, 1},

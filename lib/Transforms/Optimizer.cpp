@@ -72,6 +72,7 @@ private:
 
   // Shared by every update.
   void buildOverflowCheck();
+  void createAccumulators();
   void buildClipCoefficient();
   Value readGradient(Value grad);
 
@@ -79,6 +80,7 @@ private:
   LogicalResult updateParameter(unsigned result, StringAttr name);
   FailureOr<UpdateTarget> resolveTarget(BlockArgument param, StringAttr name,
                                         Value grad);
+  void setStateAttrs(BlockArgument param);
   LogicalResult sumTiedGradients(BlockArgument param, StringAttr name,
                                  Value &grad, Value &accum);
   Value newParameter(unsigned result, const UpdateTarget &target,
@@ -120,6 +122,11 @@ private:
   Value invScale; // 1 / loss scale
   Value overflow; // the inf/NaN check of the scaled gradients
   Value clipCoef; // min(1, clip / norm)
+  /// Clipping with accumulation in the update kernels: the accumulators,
+  /// made before the norm (which is the accumulated gradient's), by
+  /// parameter name; the update kernels scale the mean by `clipCoef`.
+  llvm::StringMap<Value> accumulators;
+  bool clipInKernel = false;
   SmallVector<PendingGather> pendingGathers;
 
   // Attributes of the state arguments of the parameter being updated: its
@@ -262,7 +269,13 @@ void UpdateSection::buildClipCoefficient() {
       continue;
     BlockArgument param = params.lookup(name.getValue());
     bool split = param && func.getArgAttr(param.getArgNumber(), "ds.tp_split");
-    Value sum = sumOfSquares(b, readGradient(results[i]));
+    Value g = readGradient(results[i]);
+    // With accumulation in the kernels: the sum the update reads, this
+    // micro-batch's gradient added to the accumulator (as the kernel adds
+    // it); its norm is used on a step's last micro-batch.
+    if (Value acc = accumulators.lookup(name.getValue()))
+      g = AddOp::create(b, g.getLoc(), g.getType(), acc, g);
+    Value sum = sumOfSquares(b, g);
     Value &acc = split ? totalSplit : total;
     acc = acc ? Value(AddOp::create(b, sum.getLoc(), sum.getType(), acc, sum))
               : sum;
@@ -291,6 +304,11 @@ void UpdateSection::buildClipCoefficient() {
             st, ArrayRef<Attribute>(FloatAttr::get(st.getElementType(), v))));
   };
   Value norm = SqrtOp::create(b, loc, total);
+  // The norm of the mean over the micro-batches: the sum's, divided by K.
+  if (clipInKernel)
+    norm = MulOp::create(
+        b, loc, st, norm,
+        cst(1.0 / static_cast<double>(options.hyper.gradAccum)));
   Value coef = DivOp::create(b, loc, st, cst(options.gradClip),
                              AddOp::create(b, loc, st, norm, cst(1e-6)));
   clipCoef = MinOp::create(b, loc, st, coef, cst(1.0));
@@ -311,18 +329,10 @@ UpdateSection::resolveTarget(BlockArgument param, StringAttr name, Value grad) {
   target.paramType = cast<RankedTensorType>(param.getType());
   RankedTensorType paramType = target.paramType;
   auto shape = cast<RankedTensorType>(gradType);
-  fullShape = {};
-  tpSplit = func.getArgAttrOfType<DenseI64ArrayAttr>(param.getArgNumber(),
-                                                     "ds.tp_split");
+  setStateAttrs(param);
   target.master =
       isa<FloatType>(paramType.getElementType()) &&
       (!paramType.getElementType().isF32() || options.masterWeights);
-  if (sharded) {
-    fullShape = func.getArgAttrOfType<DenseI64ArrayAttr>(param.getArgNumber(),
-                                                         kFullShapeAttr);
-    if (!fullShape)
-      fullShape = b.getDenseI64ArrayAttr(paramType.getShape());
-  }
   target.masterName = name.str() + ".master";
   if (target.master) {
     if (shape.getShape() != paramType.getShape() &&
@@ -352,6 +362,44 @@ UpdateSection::resolveTarget(BlockArgument param, StringAttr name, Value grad) {
                         b.getI64IntegerAttr(0));
   }
   return target;
+}
+
+/// The attributes of `param`'s state arguments: its whole shape when the
+/// state holds a shard (ZeRO 1-3), its tensor-parallel split.
+void UpdateSection::setStateAttrs(BlockArgument param) {
+  unsigned n = param.getArgNumber();
+  tpSplit = func.getArgAttrOfType<DenseI64ArrayAttr>(n, "ds.tp_split");
+  fullShape = {};
+  if (!sharded)
+    return;
+  fullShape = func.getArgAttrOfType<DenseI64ArrayAttr>(n, kFullShapeAttr);
+  if (!fullShape)
+    fullShape = b.getDenseI64ArrayAttr(
+        cast<RankedTensorType>(param.getType()).getShape());
+}
+
+/// Clipping with accumulation in the update kernels: each parameter's
+/// accumulator argument (f32, of its gradient's shape: this rank's shard
+/// under ZeRO 1-3) made before the norm, which reads it.
+void UpdateSection::createAccumulators() {
+  clipInKernel =
+      options.gradClip > 0 && options.hyper.gradAccum > 1 && !summedOver;
+  if (!clipInKernel)
+    return;
+  for (unsigned i = 0, e = results.size(); i < e; ++i) {
+    auto name = func.getResultAttrOfType<StringAttr>(i, "ds.grad");
+    BlockArgument param = name ? params.lookup(name.getValue()) : nullptr;
+    if (!param)
+      continue; // updateParameter names the problem
+    auto t = cast<RankedTensorType>(results[i].getType());
+    setStateAttrs(param);
+    accumulators[name.getValue()] = addArg(
+        t.clone(b.getF32Type()),
+        b.getNamedAttr("ds.state",
+                       b.getStringAttr(name.str() + ".grad_accum")));
+  }
+  fullShape = {};
+  tpSplit = {};
 }
 
 /// Pipeline parallelism: a parameter several stages hold (tied weights) is
@@ -417,7 +465,7 @@ LogicalResult UpdateSection::updateParameter(unsigned result, StringAttr name) {
   if (!param)
     return func.emitError("gradient of '") << name << "' has no parameter";
   Value grad = readGradient(results[result]);
-  if (clipCoef)
+  if (clipCoef && !clipInKernel)
     grad = MulOp::create(b, grad.getLoc(), grad.getType(), grad, clipCoef);
   Location loc = grad.getLoc();
   Type t = grad.getType();
@@ -425,8 +473,8 @@ LogicalResult UpdateSection::updateParameter(unsigned result, StringAttr name) {
   if (failed(target))
     return failure();
   std::string accName = name.str() + ".grad_accum";
-  Value accum;
-  if (options.hyper.gradAccum > 1 && !summedOver)
+  Value accum = accumulators.lookup(name.getValue());
+  if (options.hyper.gradAccum > 1 && !summedOver && !accum)
     accum = addArg(t, b.getNamedAttr("ds.state", b.getStringAttr(accName)));
   if (failed(sumTiedGradients(param, name, grad, accum)))
     return failure();
@@ -451,7 +499,8 @@ LogicalResult UpdateSection::updateParameter(unsigned result, StringAttr name) {
   optimizer::UpdateOutput out = options.rule->build(
       b,
       {name.getValue(), loc, target->value, grad,
-       summedOver ? counter.updates : step, accum, world, addTypedState},
+       summedOver ? counter.updates : step, accum, world, addTypedState,
+       clipInKernel ? clipCoef : Value()},
       hyperparametersOf(name), addState);
   results[result] = newParameter(result, *target, out.newParam);
   resultAttrs[result] = updateAttr(name);
@@ -521,6 +570,7 @@ LogicalResult UpdateSection::build() {
   if (summedOver)
     counter = accumulate::countSteps(b, func.getLoc(), step, summedOver);
   buildOverflowCheck();
+  createAccumulators();
   buildClipCoefficient();
   int updated = 0;
   for (unsigned i = 0, e = results.size(); i < e; ++i) {
@@ -577,9 +627,6 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
     if (gradAccum < 1)
       return func.emitError("--grad-accum must be at least 1, got ")
              << static_cast<int64_t>(gradAccum);
-    if (gradAccum > 1 && gradClip > 0)
-      return func.emitError("--grad-clip with --grad-accum is not supported "
-                            "yet (the clip would apply to each micro-batch)");
     if (lr < 0 || weightDecay < 0 || momentum < 0 || gradClip < 0)
       return func.emitError("learning rate, weight decay and momentum must "
                             "not be negative (lr ")

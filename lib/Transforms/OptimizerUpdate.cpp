@@ -28,7 +28,7 @@ UpdateOutput buildAdamFamily(OpBuilder &b, const UpdateInput &in,
   const LrSchedule &s = hp.schedule;
   auto op = AdamOp::create(
       b, in.loc, updateTypes(in, 2), in.param, in.grad, m, v, in.step,
-      in.gradAccum, b.getF64FloatAttr(hp.lr), b.getF64FloatAttr(hp.beta1),
+      in.gradAccum, in.clipCoef, b.getF64FloatAttr(hp.lr), b.getF64FloatAttr(hp.beta1),
       b.getF64FloatAttr(hp.beta2), b.getF64FloatAttr(hp.eps),
       b.getF64FloatAttr(hp.weightDecay), b.getBoolAttr(decoupled),
       b.getBoolAttr(lamb), b.getStringAttr(s.kind),
@@ -68,7 +68,7 @@ UpdateOutput buildSgd(OpBuilder &b, const UpdateInput &in,
   const LrSchedule &s = hp.schedule;
   auto op = SgdOp::create(
       b, in.loc, updateTypes(in, 1), in.param, in.grad, buf, in.step,
-      in.gradAccum, b.getF64FloatAttr(hp.lr), b.getF64FloatAttr(hp.momentum),
+      in.gradAccum, in.clipCoef, b.getF64FloatAttr(hp.lr), b.getF64FloatAttr(hp.momentum),
       b.getF64FloatAttr(hp.dampening), b.getF64FloatAttr(hp.weightDecay),
       b.getBoolAttr(hp.nesterov), b.getStringAttr(s.kind),
       b.getI64IntegerAttr(s.warmupSteps), b.getI64IntegerAttr(s.totalSteps),

@@ -56,6 +56,9 @@ struct UpdateInput {
   /// Declares a state tensor `<name>.<suffix>` of type `type` (not the
   /// gradient's: 1-bit Adam's padded error buffers).
   llvm::function_ref<Value(StringRef suffix, Type type)> addTypedState = {};
+  /// Gradient clipping over the accumulated gradient: the coefficient (an
+  /// f32 scalar) the update scales the mean gradient by; null: none.
+  Value clipCoef = {};
 };
 
 /// What a rule made: the new parameter, the new value of each state it

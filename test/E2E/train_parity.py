@@ -145,6 +145,7 @@ def main():
         return 1.0 - p
     sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
     torch_losses = []
+    norms = []  # torch's global gradient norms, before clipping
     masks = {}
     for step in range(args.steps):
         opt.zero_grad()
@@ -159,7 +160,7 @@ def main():
                 g = np.abs(p.grad.numpy())
                 masks[name] = g > 1e-6 * g.max() if g.max() > 0 else np.ones_like(g, bool)
         if args.clip:
-            torch.nn.utils.clip_grad_norm_(params, args.clip)
+            norms.append(float(torch.nn.utils.clip_grad_norm_(params, args.clip)))
         opt.step()
         sched.step()
         torch_losses.append(float(loss))
@@ -202,6 +203,10 @@ def main():
           + (f", accum {args.accum}" if args.accum > 1 else "") + f"): {args.steps} steps, worst loss rel error "
           f"{worst_loss:.1e} (tol {LOSS_TOL:g}), worst final weight abs error "
           f"{worst_w:.1e} (tol {WEIGHT_TOL:g}; {skipped} zero-gradient elements skipped)")
+    if args.clip:
+        # Whether clipping was active: the steps whose norm exceeded it.
+        print(f"clipped {sum(n > args.clip for n in norms)} of {len(norms)} steps "
+              f"(torch's norms {' '.join(f'{n:.3g}' for n in norms)})")
     print("PASS" if ok else "FAIL")
     sys.exit(0 if ok else 1)
 

@@ -210,7 +210,10 @@ def OptimizerPass : Pass<"ds-optimizer", "func::FuncOp"> {
     runtime writes every `ds.update` result into the storage of the argument
     it names, so parameters and state are updated in place. With
     `grad-clip`, gradients are first scaled by `min(1, c / (norm + 1e-6))`
-    of their global L2 norm (as torch's clip_grad_norm_). The learning-rate
+    of their global L2 norm (as torch's clip_grad_norm_); with `grad-accum`
+    the norm is the accumulated mean gradient's (the accumulator plus this
+    micro-batch's gradient, over K) and the coefficient is the update op's
+    `clip` operand, applied on a step's last micro-batch. The learning-rate
     schedule is evaluated by the runtime from the step counter.
 
     Under ZeRO stages 1-3 (`ds.zero_stage`) a gradient is this rank's shard

@@ -60,6 +60,9 @@ FailureOr<KernelCall> prepareKernelCall(Operation *op, LoweringState &state,
   call.params = NamedAttrList(op->getAttrDictionary());
   call.params.erase("ds.recompute"); // a compiler mark, not a kernel parameter
   call.params.erase("ds.needs_grad");
+  // ODS's operand segments (ds.adam's optional operands): the kernel
+  // counts its inputs.
+  call.params.erase("operandSegmentSizes");
   // BatchNormalization's marks (lib/Import/BatchNormHandlers.cpp).
   for (StringRef mark : {"ds.f32_island", "ds.batch_stat", "ds.batch_count"})
     call.params.erase(mark);

@@ -67,12 +67,16 @@ inline bool checkShards(KernelContext &ctx, const TensorView &whole,
 }
 
 /// An optimizer's operands: f32 of the parameter's size, a scalar step
-/// after the parameter, gradient and `states` state tensors.
+/// after the parameter, gradient and `states` state tensors; after the
+/// accumulator, the clip coefficient: an f32 scalar.
 inline bool checkOptimizerOperands(KernelContext &ctx, size_t states) {
   const TensorView &p = ctx.in[0];
-  size_t stepIndex = 2 + states;
+  size_t stepIndex = 2 + states, clipIndex = 4 + states;
+  if (ctx.in.size() > clipIndex &&
+      (ctx.in[clipIndex].dtype != DType::F32 || ctx.in[clipIndex].numel() != 1))
+    return ctx.fail("the optimizer's clip coefficient must be an f32 scalar");
   for (size_t i = 0; i < ctx.in.size(); ++i) {
-    if (i == stepIndex)
+    if (i == stepIndex || i == clipIndex)
       continue;
     if (ctx.in[i].dtype != DType::F32 || ctx.in[i].numel() != p.numel())
       return ctx.fail("optimizer operands must be f32 of the parameter's size");

@@ -25,7 +25,8 @@ static bool checkOptimizer(KernelContext &ctx, size_t states) {
 
 /// Gradient accumulation over `accum_steps` micro-steps. Returns true when
 /// this run only accumulated (no update); otherwise fills `grad` with the
-/// mean gradient, resets the accumulator and sets `t` to the update count.
+/// mean gradient (times the clip coefficient when the plan gives one),
+/// resets the accumulator and sets `t` to the update count.
 static bool accumulateOnly(KernelContext &ctx, size_t states, int64_t &t,
                            std::vector<float> &mean, const float *&grad) {
   int64_t k = ctx.attrs.getInt("accum_steps", 1);
@@ -54,6 +55,10 @@ static bool accumulateOnly(KernelContext &ctx, size_t states, int64_t &t,
   }
   const float *acc = ctx.in[accIn].as<float>();
   float *accOut = ctx.out.back().as<float>();
+  // Clipping over the accumulated gradient: DeepSpeed scales the mean
+  // gradient (the norm is the mean's, computed by the plan).
+  float clip = ctx.in.size() > accIn + 1 ? ctx.in[accIn + 1].as<float>()[0]
+                                         : 1.0f;
   const float *g = ctx.in[1].as<float>();
   int64_t micro = (t - 1) % k;
   t = (t - 1) / k + 1;
@@ -67,7 +72,7 @@ static bool accumulateOnly(KernelContext &ctx, size_t states, int64_t &t,
   mean.resize(n);
   float inv = 1.0f / static_cast<float>(k);
   for (int64_t i = 0; i < n; ++i) {
-    mean[i] = (acc[i] + g[i]) * inv;
+    mean[i] = (acc[i] + g[i]) * inv * clip;
     accOut[i] = 0.0f;
   }
   grad = mean.data();

@@ -39,11 +39,12 @@ __global__ void copyFloats(const float *src, float *dst, int64_t n) {
 /// into `mean` and acc := 0 (the last).
 __global__ void accumulateKernel(const float *acc, const float *g,
                                  float *accOut, float *mean, int64_t n,
-                                 bool last, float inv) {
+                                 bool last, float inv, const float *clip) {
   DS_GRID_LOOP(i, n) {
     float s = acc[i] + g[i];
     if (last) {
-      mean[i] = s * inv;
+      // The clip coefficient (device scalar) scales the mean gradient.
+      mean[i] = clip ? s * inv * clip[0] : s * inv;
       accOut[i] = 0.0f;
     } else {
       accOut[i] = s;
@@ -157,7 +158,8 @@ bool accumulateOnly(KernelContext &ctx, size_t states, int64_t &t,
   accumulateKernel<<<blocksFor(n), 256, 0, gStream>>>(
       ctx.in[accIn].as<float>(), ctx.in[1].as<float>(),
       ctx.out.back().as<float>(), mean.as<float>(), n, last,
-      1.0f / static_cast<float>(k));
+      1.0f / static_cast<float>(k),
+      ctx.in.size() > accIn + 1 ? ctx.in[accIn + 1].as<float>() : nullptr);
   if (!last || overflow) {
     keepAll();
     return true;

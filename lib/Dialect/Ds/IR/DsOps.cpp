@@ -542,23 +542,6 @@ LogicalResult SliceGradOp::verify() {
                              shapeOf(getGrad()), emit);
 }
 
-static LogicalResult verifyOptimizer(Operation *op, double lr) {
-  Type t = op->getOperand(0).getType();
-  Value stepOperand = isa<AdamOp>(op) ? cast<AdamOp>(op).getStep()
-                                       : cast<SgdOp>(op).getStep();
-  for (Value v : op->getOperands())
-    if (v != stepOperand && v.getType() != t)
-      return op->emitOpError("parameter, gradient and state must have one type");
-  for (Type r : op->getResultTypes())
-    if (r != t)
-      return op->emitOpError("results must have the parameter's type");
-  if (cast<ShapedType>(stepOperand.getType()).getNumElements() != 1)
-    return op->emitOpError("step must be a scalar");
-  if (lr < 0)
-    return op->emitOpError("learning rate ") << lr << " is negative";
-  return success();
-}
-
 LogicalResult OnnxUpdateOp::verify() {
   StringRef kind = getKind();
   size_t states = kind == "adam" ? 2 : 1;
@@ -637,14 +620,6 @@ LogicalResult CheckOverflowOp::verify() {
   if (getType().getRank() != 0 || !getType().getElementType().isF32())
     return emitOpError("result must be an f32 scalar, got ") << getType();
   return success();
-}
-
-LogicalResult AdamOp::verify() {
-  return verifyOptimizer(*this, getLr().convertToDouble());
-}
-
-LogicalResult SgdOp::verify() {
-  return verifyOptimizer(*this, getLr().convertToDouble());
 }
 
 //===----------------------------------------------------------------------===//

@@ -882,7 +882,8 @@ def Ds_SliceGradOp : Ds_Op<"slice_grad", [Pure]> {
 // Optimizers (built by --ds-optimizer)
 //===----------------------------------------------------------------------===//
 
-def Ds_AdamOp : Ds_Op<"adam", [Pure, Ds_OptimizerStep]> {
+def Ds_AdamOp : Ds_Op<"adam", [Pure, Ds_OptimizerStep,
+                                AttrSizedOperandSegments]> {
   let summary = "one Adam or AdamW step, PyTorch semantics";
   let description = [{
     With `t` = `step` (1 for the first step):
@@ -897,11 +898,14 @@ def Ds_AdamOp : Ds_Op<"adam", [Pure, Ds_OptimizerStep]> {
     `lr` is scaled by the `schedule` at run time (docs/training.md). With
     `accum_steps` K > 1 and a `grad_accum` buffer, micro-steps add their
     gradient to it and every K-th applies the mean of the K gradients.
+    A `clip` coefficient (an f32 scalar; only with `grad_accum`) scales
+    that mean: gradient clipping over the accumulated gradient.
   }];
   let arguments = (ins Ds_FloatTensor:$param, Ds_FloatTensor:$grad,
                        Ds_FloatTensor:$exp_avg, Ds_FloatTensor:$exp_avg_sq,
                        StaticShapeTensorOf<[I64]>:$step,
-                       Optional<Ds_FloatTensor>:$grad_accum, F64Attr:$lr,
+                       Optional<Ds_FloatTensor>:$grad_accum,
+                       Optional<F32Tensor>:$clip_coef, F64Attr:$lr,
                        F64Attr:$beta1, F64Attr:$beta2, F64Attr:$eps,
                        F64Attr:$weight_decay, BoolAttr:$decoupled,
                        DefaultValuedAttr<BoolAttr, "false">:$lamb,
@@ -918,22 +922,25 @@ def Ds_AdamOp : Ds_Op<"adam", [Pure, Ds_OptimizerStep]> {
                       Optional<Ds_FloatTensor>:$new_grad_accum);
   let assemblyFormat = [{
     $param `,` $grad `,` $exp_avg `,` $exp_avg_sq `,` $step (`,` $grad_accum^)?
-      attr-dict `:` functional-type(operands, results)
+      (`clip` $clip_coef^)? attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }
 
-def Ds_SgdOp : Ds_Op<"sgd", [Pure, Ds_OptimizerStep]> {
+def Ds_SgdOp : Ds_Op<"sgd", [Pure, Ds_OptimizerStep,
+                              AttrSizedOperandSegments]> {
   let summary = "one SGD step with momentum and Nesterov, PyTorch semantics";
   let description = [{
     `d = g + wd p`; with momentum: `buf = d` at step 1, else
     `buf = momentum buf + (1 - dampening) d`, and `d = d + momentum buf`
-    (Nesterov) or `d = buf`; `p -= lr d`.
+    (Nesterov) or `d = buf`; `p -= lr d`. Accumulation (`grad_accum`,
+    `accum_steps`) and the `clip` coefficient as for `ds.adam`.
   }];
   let arguments = (ins Ds_FloatTensor:$param, Ds_FloatTensor:$grad,
                        Ds_FloatTensor:$momentum_buffer,
                        StaticShapeTensorOf<[I64]>:$step,
-                       Optional<Ds_FloatTensor>:$grad_accum, F64Attr:$lr,
+                       Optional<Ds_FloatTensor>:$grad_accum,
+                       Optional<F32Tensor>:$clip_coef, F64Attr:$lr,
                        F64Attr:$momentum, F64Attr:$dampening,
                        F64Attr:$weight_decay, BoolAttr:$nesterov,
                        DefaultValuedAttr<StrAttr, "\"constant\"">:$schedule,
@@ -946,7 +953,7 @@ def Ds_SgdOp : Ds_Op<"sgd", [Pure, Ds_OptimizerStep]> {
                       Optional<Ds_FloatTensor>:$new_grad_accum);
   let assemblyFormat = [{
     $param `,` $grad `,` $momentum_buffer `,` $step (`,` $grad_accum^)?
-      attr-dict `:` functional-type(operands, results)
+      (`clip` $clip_coef^)? attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }
