@@ -20,7 +20,8 @@ Modes:
   sched      torch lr_schedulers passed to ds.initialize (LambdaLR, StepLR,
              CosineAnnealingLR, OneCycleLR without momentum cycling) on a
              torch Adam: each step's lr equal to a pure PyTorch loop's
-             (1e-12 relative) and each loss within 1e-5 relative.
+             (1e-12 relative) and each loss within 1e-5 relative; StepLR
+             with gradient accumulation 2 steps once per update.
   errors     what is refused, one clear error each.
 """
 import copy
@@ -184,7 +185,47 @@ def mode_sched():
         print("%s: lrs %s; lr rel %.1e, loss rel %.2e %s" % (
             name, " ".join("%.6g" % x for x in lrs), worst_lr, worst_loss,
             "ok" if good else "FAIL (tolerances 1e-12, 1e-5)"))
-    return ok
+    return accumulated() and ok
+
+
+def accumulated():
+    """StepLR(1, 0.5) with gradient accumulation 2: the scheduler steps once
+    per update (every second micro-batch), as DeepSpeed steps it; each
+    micro-batch's loss against torch accumulating loss / 2."""
+    model, (vocab, rows, seq) = ep.new_model()
+    ref = copy.deepcopy(model)
+    data = ep.batches(vocab, rows, seq, 2 * ep.STEPS)
+
+    def make(o):
+        return torch.optim.lr_scheduler.StepLR(o, 1, gamma=0.5)
+
+    opt = torch.optim.Adam(model.parameters(), lr=2e-3)
+    engine, _, _, _ = ds.initialize(
+        model=model, optimizer=opt, lr_scheduler=make(opt),
+        config={"train_micro_batch_size_per_gpu": rows,
+                "gradient_accumulation_steps": 2})
+    ref_opt = torch.optim.Adam(ref.parameters(), lr=2e-3)
+    ref_sched = make(ref_opt)
+    lrs, worst = [], 0.0
+    for i, b in enumerate(data):
+        lrs.append(engine.get_lr()[0])
+        loss = engine(**b)
+        engine.backward(loss)
+        engine.step()
+        if i % 2 == 0:
+            ref_opt.zero_grad()
+        want = ref(**b)
+        (want / 2).backward()
+        if i % 2 == 1:
+            ref_opt.step()
+            ref_sched.step()
+        worst = max(worst, ep.rel(float(loss), float(want)))
+    good = lrs == [2e-3 * 0.5 ** (i // 2) for i in range(len(data))] and \
+        worst <= 1e-5 and engine.global_steps == ep.STEPS
+    print("StepLR, accumulation 2: lrs %s; loss rel %.2e %s" % (
+        " ".join("%.6g" % x for x in lrs), worst,
+        "ok" if good else "FAIL (tolerance 1e-5)"))
+    return good
 
 
 def mode_errors():
@@ -220,12 +261,7 @@ def mode_errors():
             torch.optim.lr_scheduler.StepLR(o, 2), config=dict(
                 cfg, scheduler={"type": "WarmupLR"}))),
     ]
-    for what, call in tries:
-        try:
-            call()
-            print("%s: no error" % what)
-        except Exception as e:  # the message is what is checked
-            print("%s: %s: %s" % (what, type(e).__name__, e))
+    ep.report_errors(tries)
     return True
 
 
