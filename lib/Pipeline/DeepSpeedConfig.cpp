@@ -140,6 +140,41 @@ bool readTopKey(Reader &r, const std::string &key, const Value &v) {
   return true;
 }
 
+/// zero_optimization.stage3_max_live_parameters (DeepSpeed: the gathered
+/// parameter elements resident at once). ZeRO-3 gathers in buckets of
+/// --prefetch-bucket-size elements, the bucket in use and the next one in
+/// flight, so at most half of the limit goes to a bucket. A bucket closes
+/// at the parameter that reaches its size, and a parameter stays gathered
+/// until its last use in the pass, so one parameter larger than the half,
+/// or one used far apart, can still exceed it: the notice says so.
+void capGatherBucket(llvm::StringRef path, const DeepSpeedConfig &dsc,
+                     TrainingOptions &options) {
+  if (!dsc.maxLiveParameters)
+    return;
+  int64_t half = std::max<int64_t>(1, *dsc.maxLiveParameters / 2);
+  std::string key = "zero_optimization.stage3_max_live_parameters";
+  std::string where = path.str() + ": '" + key + "': ";
+  if (options.prefetchBucketSize <= half)
+    return;
+  if (options.origin.lookup("prefetch-bucket-size") == "command line") {
+    options.configNotices.push_back(
+        where + "not applied: --prefetch-bucket-size given on the command "
+                "line wins (it allows " +
+        std::to_string(2 * options.prefetchBucketSize) +
+        " gathered elements)");
+    return;
+  }
+  options.configNotices.push_back(
+      where + "ZeRO-3's gather bucket --prefetch-bucket-size " +
+      std::to_string(options.prefetchBucketSize) + " -> " +
+      std::to_string(half) +
+      " (the bucket in use and the one prefetched within the limit; a "
+      "parameter larger than that, or used far apart, stays gathered "
+      "whole)");
+  options.prefetchBucketSize = half;
+  options.origin["prefetch-bucket-size"] = "config: " + key;
+}
+
 llvm::Error fail(const llvm::Twine &message) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
 }
@@ -217,6 +252,7 @@ llvm::Error mlir::ds::applyDeepSpeedConfig(llvm::StringRef path,
     options.origin[set.flag] = "config: " + set.key;
   }
   options.configNotices = dsc.notices;
+  capGatherBucket(path, dsc, options);
   for (const auto &kv : dsc.autoValues)
     options.configAutoKeys.push_back(kv.first);
   if (!dsc.autoValues.empty()) {

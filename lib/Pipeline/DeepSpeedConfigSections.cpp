@@ -195,7 +195,12 @@ bool config::readPrecision(Reader &r, const std::string &key, const Value &v) {
     llvm::StringRef name = fkv.first;
     if (name == "enabled")
       continue;
-    if (name == "auto_cast" || name == "fp16_master_weights_and_grads" ||
+    if (name == "auto_cast") { // --fp16-auto-cast: inputs rounded to fp16
+      if (!r.plain(fkv.second, "fp16.auto_cast", fk))
+        return false;
+      continue;
+    }
+    if (name == "fp16_master_weights_and_grads" ||
         name == "immediate_grad_update") {
       auto b = r.boolean(fkv.second, fk);
       if (!b)
@@ -265,12 +270,11 @@ bool config::readZero(Reader &r, const std::string &key, const Value &v) {
   const Object *o = r.object(v, key);
   using K = KnownKey;
   static const std::map<std::string, KnownKey> known = {
-      {"stage3_max_live_parameters",
-       {K::NoOp, "ds plans stage-3 memory exactly: the plan's peak already "
-                 "counts every gathered parameter"}},
       {"stage3_max_reuse_distance",
-       {K::NoOp, "ds plans stage-3 memory exactly: the plan's peak already "
-                 "counts every gathered parameter"}},
+       {K::NoOp, "ds releases each gathered parameter after its last use "
+                 "in a pass and gathers it again for the backward pass; "
+                 "nothing is kept for reuse (the plan's peak counts every "
+                 "gathered parameter)"}},
       {"sub_group_size", {K::NoOp, "ds updates each tensor separately"}},
       {"round_robin_gradients",
        {K::NoOp, "it orders DeepSpeed's offload copies; ds plans its own"}},
@@ -278,10 +282,6 @@ bool config::readZero(Reader &r, const std::string &key, const Value &v) {
       {"zero_quantized_nontrainable_weights",
        {K::OffOnly, "ZeRO++ is not built yet"}},
       {"zero_quantized_gradients", {K::OffOnly, "ZeRO++ is not built yet"}},
-      {"stage3_gather_16bit_weights_on_model_save",
-       {K::NoOp, "ds-run --consolidate DIR writes the whole weights"}},
-      {"stage3_gather_fp16_weights_on_model_save",
-       {K::NoOp, "ds-run --consolidate DIR writes the whole weights"}},
       {"elastic_checkpoint", {K::NoOp, "checkpoints re-partition anyway"}},
       {"ignore_unused_parameters", {K::NoOp, "the graph has no unused ones"}},
       {"load_from_fp32_weights", {K::NoOp, "checkpoints keep the masters"}},
@@ -303,6 +303,9 @@ bool config::readZero(Reader &r, const std::string &key, const Value &v) {
                                     "overlap_comm",
                                     "stage3_prefetch_bucket_size",
                                     "stage3_param_persistence_threshold",
+                                    "stage3_max_live_parameters",
+                                    "stage3_gather_16bit_weights_on_model_save",
+                                    "stage3_gather_fp16_weights_on_model_save",
                                     "offload_optimizer",
                                     "offload_param",
                                     "cpu_offload",
@@ -356,6 +359,27 @@ bool config::readZero(Reader &r, const std::string &key, const Value &v) {
                                               ? "reduce-scatters gradients"
                                               : "all-gathers partitions") +
                               ")");
+    } else if (name.starts_with("stage3_gather_") && isAuto(zkv.second)) {
+      r.autoValue(zk, "false (accelerate's default: under ZeRO-3 "
+                      "save_16bit_model writes nothing)");
+    } else if (name.starts_with("stage3_gather_")) {
+      // Read at save time by the Python engine (save_16bit_model,
+      // save_checkpoint); the plan is the same either way.
+      auto b = r.boolean(zkv.second, zk);
+      if (!b)
+        return false;
+      if (*b)
+        r.note(zk, "honoured by ds.initialize's engine (save_16bit_model "
+                   "and save_checkpoint write the gathered 16-bit weights); "
+                   "the plan does not change, and ds-run writes whole "
+                   "weights with --consolidate DIR");
+    } else if (name == "stage3_max_live_parameters" && isAuto(zkv.second)) {
+      r.autoValue(zk, "no cap (the prefetch bucket as set)");
+    } else if (name == "stage3_max_live_parameters") {
+      auto n = r.integer(zkv.second, zk); // refuses negative numbers
+      if (!n)
+        return false;
+      r.config.maxLiveParameters = *n;
     } else if (name == "stage" && isAuto(zkv.second)) {
       r.autoValue(zk, "--zero (command line, else --plan=auto's choice, "
                       "else its default 0)");
@@ -380,25 +404,72 @@ bool config::readZero(Reader &r, const std::string &key, const Value &v) {
   return true;
 }
 
-/// activation_checkpointing: only its off values (ds chooses what to
-/// recompute itself).
+/// activation_checkpointing. DeepSpeed's checkpointing acts only where the
+/// model calls deepspeed.checkpointing.checkpoint (around each layer, as
+/// HF's gradient_checkpointing_enable() does); an export has no such
+/// calls, so the section means what those calls would do: keep each
+/// layer's input and recompute its forward in the backward pass
+/// (--recompute=every-layer). ds.recompute or --recompute, when given, wins
+/// (ds.recompute is read after this section). The keys that shape
+/// DeepSpeed's own buffers have no counterpart: each that is not at its
+/// harmless value gets a notice saying so.
 bool config::readCheckpointing(Reader &r, const std::string &key, const Value &v) {
   const Object *o = r.object(v, key);
-  std::vector<std::string> valid = {
-      "partition_activations",           "cpu_checkpointing",
-      "contiguous_memory_optimization",  "number_checkpoints",
-      "synchronize_checkpoint_boundary", "profile"};
+  static const std::map<std::string, std::string> without = {
+      {"partition_activations",
+       "ds keeps each saved layer input whole on every tensor-parallel rank "
+       "(ds.sequence_parallel / --sequence-parallel splits activations over "
+       "the group)"},
+      {"cpu_checkpointing",
+       "ds does not offload saved activations: they stay in device memory "
+       "(only the optimizer state and parameters offload)"},
+      {"contiguous_memory_optimization",
+       "ds's arena already gives every saved activation a planned offset"},
+      {"number_checkpoints",
+       "ds keeps the input of every layer it finds (--report lists them)"},
+      {"synchronize_checkpoint_boundary",
+       "ds's step runs in its planned order; there is no device "
+       "synchronization to add"},
+      {"profile", "DeepSpeed's checkpoint timers have no counterpart "
+                  "(wall_clock_breakdown times forward and backward)"}};
+  std::vector<std::string> valid;
+  for (const auto &kv : without)
+    valid.push_back(kv.first);
   if (!o || !r.checkKeys(*o, key, valid))
     return false;
+  bool ok = true;
   for (const auto &akv : *o) {
-    bool off = akv.second.getAsNull().has_value() ||
-               (akv.second.getAsBoolean() && !*akv.second.getAsBoolean());
-    if (!off)
-      return r.fail(key + "." + akv.first.str(),
-                    "is not supported (ds chooses what to recompute itself: "
-                    "give \"ds\": {\"recompute\": \"auto\", "
-                    "\"device_memory\": \"80GiB\"} or --recompute)");
+    std::string ak = key + "." + akv.first.str();
+    if (akv.second.getAsNull())
+      continue;
+    bool on = false;
+    if (akv.first == "number_checkpoints") {
+      auto n = r.integer(akv.second, ak); // refuses negative numbers
+      if (!n) {
+        ok = false;
+        continue;
+      }
+      on = *n > 0;
+    } else {
+      auto b = r.boolean(akv.second, ak);
+      if (!b) {
+        ok = false;
+        continue;
+      }
+      on = *b;
+    }
+    if (on)
+      r.note(ak, "accepted without effect: " +
+                     without.at(akv.first.str()));
   }
+  if (!ok)
+    return false;
+  r.set("recompute", "every-layer", key);
+  r.note(key, "the export has no deepspeed.checkpointing.checkpoint calls; "
+              "the section checkpoints every layer as those calls would: "
+              "--recompute=every-layer (layer inputs kept, each layer's "
+              "forward recomputed in the backward; ds.recompute or "
+              "--recompute given wins)");
   return true;
 }
 

@@ -107,6 +107,7 @@ void mlir::ds::addTrainingPasses(OpPassManager &pm, const TrainingOptions &o,
   if (o.precision != "fp32") {
     MixedPrecisionPassOptions mp;
     mp.precision = o.precision;
+    mp.autoCast = o.fp16AutoCast;
     pm.addNestedPass<func::FuncOp>(createMixedPrecisionPass(mp));
   }
   pm.addNestedPass<func::FuncOp>(createAutodiffPass());

@@ -153,6 +153,12 @@ llvm::Error checkPrecisionAndZero(const TrainingOptions &o) {
   if (o.precision != "fp32" && !o.training() && !o.emitGrads)
     return fail("--precision=" + o.precision +
                 " is for training (give --optimizer=...)");
+  // From a config whose fp16 is off (or "auto" and the command line chose
+  // another precision) it does nothing, as in DeepSpeed.
+  if (o.fp16AutoCast && o.precision != "fp16" &&
+      o.origin.lookup("fp16-auto-cast") == "command line")
+    return fail("--fp16-auto-cast needs --precision=fp16 (it rounds the "
+                "inputs to fp16)");
   if (!o.commDtype.empty() && !oneOf(o.commDtype, {"fp32", "bf16", "fp16"}))
     return fail("--comm-dtype='" + o.commDtype +
                 "' is not one of fp32, bf16, fp16");

@@ -158,6 +158,8 @@ std::vector<std::string> Executor::parameterNames() const {
 }
 
 uint64_t Executor::completedRuns() const { return impl->runs; }
+
+void Executor::setLr(double lr) { impl->options.lr = lr; }
 bool Executor::lastRunOverflowed() const { return impl->stepState.overflow; }
 uint64_t Executor::skippedRuns() const { return impl->skipped; }
 uint64_t Executor::skippedSteps() const {

@@ -166,6 +166,11 @@ double Session::lr() const {
                          planInfo.minLr);
 }
 
+void Session::setLr(double lr) {
+  exec->setLr(lr);
+  baseLr = lr;
+}
+
 std::vector<std::string> Session::parameterNames() const {
   return exec->parameterNames();
 }

@@ -7,7 +7,10 @@
 // every float op computes in 16 bits, except the ops marked Ds_F32Island
 // (softmax, LayerNorm, losses, reductions) or `ds.f32_island` (the parts of
 // BatchNormalization), whose 16-bit operands are cast up to f32. Other f32
-// values (inputs, buffers, constants) are cast down once. Graph results keep their types. Autodiff then differentiates
+// values (inputs, buffers, constants) are cast down once. With auto-cast
+// (DeepSpeed's fp16.auto_cast) the f32 graph inputs are rounded to fp16
+// first, so f32 islands read the rounded values too. Graph results keep
+// their types. Autodiff then differentiates
 // through the casts: gradients flow, and reach each weight, in 16 bits.
 //
 //===----------------------------------------------------------------------===//
@@ -28,6 +31,29 @@ bool isF32Tensor(Type t) {
 
 struct MixedPrecisionPass : impl::MixedPrecisionPassBase<MixedPrecisionPass> {
   using MixedPrecisionPassBase::MixedPrecisionPassBase;
+
+  /// DeepSpeed's fp16.auto_cast: every f32 graph input (not a parameter,
+  /// buffer or ds.* input) is rounded to `half` once, at the start; 16-bit
+  /// ops read the rounded value, f32 islands its cast back up.
+  void roundInputs(func::FuncOp func, Type half,
+                   llvm::DenseMap<std::pair<Value, Type>, Value> &casts) {
+    Block &body = func.getBody().front();
+    for (BlockArgument arg : body.getArguments()) {
+      unsigned i = arg.getArgNumber();
+      auto name = func.getArgAttrOfType<StringAttr>(i, attrs::kInput);
+      if (!name || name.getValue().starts_with("ds.") ||
+          func.getArgAttr(i, attrs::kParam) || !isF32Tensor(arg.getType()) ||
+          arg.use_empty())
+        continue;
+      auto wide = cast<RankedTensorType>(arg.getType());
+      OpBuilder cb(func.getContext());
+      cb.setInsertionPointToStart(&body);
+      auto down = CastOp::create(cb, arg.getLoc(), wide.clone(half), arg);
+      auto up = CastOp::create(cb, arg.getLoc(), wide, down.getResult());
+      arg.replaceAllUsesExcept(up.getResult(), down);
+      casts[{up.getResult(), half}] = down.getResult();
+    }
+  }
 
   void runOnOperation() override {
     func::FuncOp func = getOperation();
@@ -106,6 +132,8 @@ struct MixedPrecisionPass : impl::MixedPrecisionPassBase<MixedPrecisionPass> {
     if (retyped)
       func.setType(FunctionType::get(func.getContext(), argTypes,
                                      func.getResultTypes()));
+    if (autoCast && precision == "fp16")
+      roundInputs(func, half, casts);
     SmallVector<Operation *> ops;
     for (Operation &op : body.without_terminator())
       ops.push_back(&op);

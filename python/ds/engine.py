@@ -182,10 +182,11 @@ class _PlanScheduler:
 # What the engine compiles with: ds-opt flags, the config (its path for the
 # C++ reader, its dict, what the caller gave), the trained parameters' ids
 # (None: requires_grad decides), the groups' own settings, the plan file to
-# write (or None) and the kernel threads (None: by the cores).
+# write (or None), the kernel threads (None: by the cores) and the torch
+# lr_scheduler passed in (None: the config's schedule, compiled).
 _Setup = collections.namedtuple(
     "_Setup", "flags config_path config config_origin trainable groups "
-    "plan_path threads")
+    "plan_path threads scheduler")
 
 
 class DeepSpeedEngine:
@@ -343,6 +344,8 @@ class DeepSpeedEngine:
                 "engine: the previous micro-batch's loss got no "
                 "engine.backward(loss) and engine.step(); ds runs the whole "
                 "step at the call, so the loop must call both")
+        if self._setup.scheduler is not None:
+            self._session.set_lr(_scheduler_lr(self._setup.scheduler))
         value = self._session.run(arrays)
         loss = torch.tensor(value, dtype=torch.float32)
         self._last_loss = loss
@@ -380,6 +383,11 @@ class DeepSpeedEngine:
             self.world_size
         if boundary:
             self.global_steps += 1
+            # DeepSpeed steps the scheduler after each update it applied
+            # (not after an fp16 overflow's skipped one).
+            if self._setup.scheduler is not None and \
+                    not self._session.last_step_skipped:
+                self._setup.scheduler.step(**(lr_kwargs or {}))
         self._backward_done = True
         if self._session.global_steps != self.global_steps:
             raise RuntimeError("engine: internal step count mismatch (%d, "
@@ -480,6 +488,8 @@ class DeepSpeedEngine:
         return self._session.info
 
     def get_lr(self):
+        if self._setup.scheduler is not None:
+            return list(self._setup.scheduler.get_last_lr())
         return [self._session.lr()] if self._session else \
             [float(dict(self._setup.flags).get("lr", "nan"))]
 
@@ -511,6 +521,63 @@ class DeepSpeedEngine:
         return self.train_micro_batch_size_per_gpu() * \
             self.gradient_accumulation_steps() * self.world_size
 
+    # -- 16-bit weights ----------------------------------------------------
+    def zero_gather_16bit_weights_on_model_save(self):
+        """The config's stage3_gather_16bit_weights_on_model_save (or its
+        old fp16 spelling) is true ("auto" is false, accelerate's
+        default)."""
+        zero = self._setup.config.get("zero_optimization", {})
+        return zero.get("stage3_gather_16bit_weights_on_model_save",
+                        zero.get("stage3_gather_fp16_weights_on_model_save",
+                                 False)) is True
+
+    def _16bit_state_dict(self):
+        """The module's state_dict (names of the user's module, whole
+        tensors: ZeRO-3 shards gathered) with its float tensors in the
+        training's 16-bit type, rounded to nearest from the f32 masters:
+        fp16 or bf16; an fp32 run keeps f32, as DeepSpeed's module is then
+        f32. Collective on several ranks."""
+        import torch
+        precision = self._info()["options"].get("precision", "fp32")
+        dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
+        self._sync_module()
+        out = collections.OrderedDict()
+        for name, t in self._model.state_dict().items():
+            t = t.detach().clone()
+            if dtype is not None and t.is_floating_point():
+                t = t.to(dtype)
+            out[name] = t
+        return out
+
+    def save_16bit_model(self, save_dir, save_filename="pytorch_model.bin",
+                         exclude_frozen_parameters=False):
+        """DeepSpeed's save_16bit_model: torch.save of the consolidated
+        16-bit state_dict to save_dir/save_filename by rank 0 (every rank
+        calls it). Under ZeRO-3 only with the config's
+        stage3_gather_16bit_weights_on_model_save true; otherwise nothing
+        is written and it returns False (as DeepSpeed)."""
+        import torch
+        self._info()
+        if self.zero_optimization_stage() == 3 and \
+                not self.zero_gather_16bit_weights_on_model_save():
+            print("ds: save_16bit_model wrote nothing: ZeRO-3 partitions the "
+                  "weights and the config's zero_optimization."
+                  "stage3_gather_16bit_weights_on_model_save is not true "
+                  "(save_checkpoint keeps them)")
+            return False
+        state = self._16bit_state_dict()
+        if exclude_frozen_parameters:
+            frozen = {n for n, p in self._model.named_parameters()
+                      if not p.requires_grad}
+            state = collections.OrderedDict(
+                (k, v) for k, v in state.items() if k not in frozen)
+        if self.global_rank == 0:
+            os.makedirs(save_dir, exist_ok=True)
+            torch.save(state, os.path.join(save_dir, save_filename))
+        if self.world_size > 1:
+            self._ds.barrier()
+        return True
+
     # -- checkpoints -----------------------------------------------------
     def save_checkpoint(self, save_dir, tag=None, client_state=None,
                         save_latest=True):
@@ -522,6 +589,9 @@ class DeepSpeedEngine:
             "global_step%d" % self.global_steps
         folder = os.path.join(save_dir, tag)
         self._session.save(folder)
+        if self.zero_gather_16bit_weights_on_model_save():
+            # The consolidated 16-bit weights beside the sharded state.
+            self.save_16bit_model(folder)
         if self.global_rank == 0:
             with open(os.path.join(folder, "engine.json"), "w") as f:
                 json.dump({"micro_steps": self.micro_steps,
@@ -530,6 +600,9 @@ class DeepSpeedEngine:
             if client_state:
                 torch.save(client_state, os.path.join(folder,
                                                        "client_state.pt"))
+            if self._setup.scheduler is not None:
+                torch.save(self._setup.scheduler.state_dict(),
+                           os.path.join(folder, "lr_scheduler.pt"))
             if save_latest:
                 with open(os.path.join(save_dir, "latest"), "w") as f:
                     f.write(tag)
@@ -572,9 +645,53 @@ class DeepSpeedEngine:
         self._dirty = True
         if self.world_size > 1:
             self._sync_module()
+        sched = os.path.join(folder, "lr_scheduler.pt")
+        if self._setup.scheduler is not None and os.path.exists(sched):
+            self._setup.scheduler.load_state_dict(torch.load(sched))
+            for g, lr in zip(self._setup.scheduler.optimizer.param_groups,
+                             self._setup.scheduler.get_last_lr()):
+                g["lr"] = lr
         client = os.path.join(folder, "client_state.pt")
         state = torch.load(client) if os.path.exists(client) else {}
         return folder, state
+
+
+def _scheduler_lr(scheduler):
+    """The learning rate a torch lr_scheduler gives the next update: one
+    value for every parameter group (ds feeds one base rate)."""
+    lrs = set(float(x) for x in scheduler.get_last_lr())
+    if len(lrs) != 1:
+        raise RuntimeError(
+            "engine: the lr_scheduler gives the parameter groups different "
+            "learning rates (%s); ds feeds one rate to every group" %
+            ", ".join("%g" % x for x in sorted(lrs)))
+    return lrs.pop()
+
+
+def _client_scheduler(lr_scheduler, optimizer, config):
+    """A torch lr_scheduler passed to initialize (or DeepSpeed's callable
+    that builds one from the optimizer), checked: built on the torch
+    optimizer passed in, one learning rate for all its groups, and no
+    other hyper-parameter cycled."""
+    if "scheduler" in config:
+        raise ValueError("ds.initialize: the config has a scheduler section "
+                         "and an lr_scheduler was passed too; give one")
+    if optimizer is None:
+        raise ValueError("ds.initialize: a torch lr_scheduler needs the "
+                         "torch optimizer it steps passed as optimizer= "
+                         "(or give the config's scheduler section)")
+    if not hasattr(lr_scheduler, "get_last_lr") and callable(lr_scheduler):
+        lr_scheduler = lr_scheduler(optimizer)
+    if not hasattr(lr_scheduler, "get_last_lr") or \
+            getattr(lr_scheduler, "optimizer", None) is not optimizer:
+        raise ValueError("ds.initialize: lr_scheduler must be a torch "
+                         "lr_scheduler built on the optimizer passed in")
+    if getattr(lr_scheduler, "cycle_momentum", False):
+        raise ValueError("ds.initialize: the lr_scheduler cycles momentum "
+                         "(OneCycleLR/CyclicLR: give cycle_momentum=False); "
+                         "ds follows the learning rate only")
+    _scheduler_lr(lr_scheduler)
+    return lr_scheduler
 
 
 def add_config_arguments(parser):
@@ -605,10 +722,6 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None,
     threads (default: the cores over the local ranks)."""
     if model is None:
         raise ValueError("ds.initialize: give model")
-    if lr_scheduler is not None:
-        raise ValueError(
-            "ds.initialize: a torch lr_scheduler object cannot be compiled; "
-            "give the schedule in the config's scheduler section")
     if mpu is not None or mesh_param is not None:
         raise ValueError("ds.initialize: mpu and mesh_param are not "
                          "supported (ds plans the parallel layout)")
@@ -628,9 +741,12 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None,
         flags += opt_flags
     elif model_parameters is not None:
         trainable, groups = _parameter_ids(model_parameters)
+    scheduler = None
+    if lr_scheduler is not None:
+        scheduler = _client_scheduler(lr_scheduler, optimizer, config_dict)
     setup = _Setup(flags=flags, config_path=config_path, config=config_dict,
                    config_origin=chosen, trainable=trainable, groups=groups,
-                   plan_path=plan_path, threads=threads)
+                   plan_path=plan_path, threads=threads, scheduler=scheduler)
     engine = DeepSpeedEngine(model, setup, example_inputs)
     loader = None
     if training_data is not None:
@@ -644,4 +760,5 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None,
         loader = tud.DataLoader(
             training_data, batch_size=engine.train_micro_batch_size_per_gpu(),
             sampler=sampler, collate_fn=collate_fn, drop_last=True)
-    return engine, _PlanOptimizer(engine), loader, _PlanScheduler(engine)
+    return engine, _PlanOptimizer(engine), loader, \
+        scheduler if scheduler is not None else _PlanScheduler(engine)

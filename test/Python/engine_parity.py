@@ -225,6 +225,16 @@ def mode_zero3():
     return ok
 
 
+def report_errors(tries):
+    """Runs each (name, call) and prints its error (for FileCheck)."""
+    for what, call in tries:
+        try:
+            call()
+            print("%s: no error" % what)
+        except Exception as e:  # the message is what is checked
+            print("%s: %s: %s" % (what, type(e).__name__, e))
+
+
 def mode_errors():
     """Bad input: one clear error each (printed for FileCheck)."""
     model, (vocab, rows, seq) = new_model()
@@ -246,12 +256,7 @@ def mode_errors():
             model=model, config=dict(cfg, train_batch_sise=4),
             example_inputs=b)),
     ]
-    for what, call in tries:
-        try:
-            call()
-            print("%s: no error" % what)
-        except Exception as e:  # the message is what is checked
-            print("%s: %s: %s" % (what, type(e).__name__, e))
+    report_errors(tries)
     engine, _, _, _ = ds.initialize(model=model, config=cfg)
     loss = engine(**b)
     for what, call in [("backward", lambda: engine.backward(loss * 2)),

@@ -41,6 +41,9 @@ struct DeepSpeedConfig {
   std::vector<std::string> notices;
   /// The keys given as "auto" and what each became.
   std::vector<std::pair<std::string, std::string>> autoValues;
+  /// zero_optimization.stage3_max_live_parameters: caps the ZeRO-3 gather
+  /// bucket (applyDeepSpeedConfig).
+  std::optional<int64_t> maxLiveParameters;
 };
 
 /// Parses `path`; the error is one line naming the file and the key.

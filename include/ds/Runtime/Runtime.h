@@ -285,6 +285,10 @@ public:
   /// from it); a resumed run sets it to the checkpoint's.
   uint64_t completedRuns() const;
   void setCompletedRuns(uint64_t runs);
+  /// Replaces the learning-rate override (ExecutorOptions::lr; NaN: the
+  /// plan's) for the runs that follow: the Python engine feeds a torch
+  /// lr_scheduler's value before each update.
+  void setLr(double lr);
   /// Loss scaling: whether the last run's gradients overflowed (its update
   /// was skipped), and how many runs were skipped so far. The optimizer's
   /// step counter counts the runs that updated.

@@ -72,6 +72,10 @@ public:
   bool atBoundary() const;
   /// The learning rate of the next optimizer step (the plan's schedule).
   double lr() const;
+  /// Sets the base learning rate of the optimizer steps that follow (every
+  /// parameter's, through the plan's schedule: a constant one gives it
+  /// as is). The Python engine feeds a torch lr_scheduler's value.
+  void setLr(double lr);
   /// Whether the last boundary's update was skipped (fp16 overflow), and
   /// the loss scale in use.
   bool lastStepSkipped() const { return skippedLast; }

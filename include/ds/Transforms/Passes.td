@@ -86,6 +86,10 @@ def MixedPrecisionPass : Pass<"ds-mixed-precision", "func::FuncOp"> {
   let options = [
     Option<"precision", "precision", "std::string", "\"bf16\"",
            "fp32, fp16 or bf16">,
+    Option<"autoCast", "auto-cast", "bool", "false",
+           "fp16: round the f32 graph inputs (not parameters, buffers or "
+           "integer inputs) to fp16 first, f32 islands included "
+           "(DeepSpeed's fp16.auto_cast)">,
   ];
 }
 

@@ -233,6 +233,8 @@ PYBIND11_MODULE(_ds, m) {
       .def_property_readonly("last_step_skipped", &Session::lastStepSkipped)
       .def_property_readonly("loss_scale", &Session::lossScale)
       .def("lr", &Session::lr)
+      .def("set_lr", &Session::setLr, py::arg("lr"),
+           "The base learning rate of the optimizer steps that follow.")
       .def("parameter_names", &Session::parameterNames)
       .def("parameter",
            [](const Session &s, const std::string &name) {
