@@ -135,6 +135,36 @@ inline bool checkAttentionResult(KernelContext &ctx, const char *what,
   return true;
 }
 
+/// The forward's operands (q, k, v[, mask]; out, lse): `g` and the mask
+/// (null when none).
+inline bool attentionForwardOperands(KernelContext &ctx, AttentionGeometry &g,
+                                     const TensorView *&mask) {
+  mask = ctx.in.size() > 3 ? &ctx.in[3] : nullptr;
+  return attentionGeometryOf(ctx, "fused_attention", ctx.in[0], ctx.in[1],
+                             ctx.in[2], mask, g) &&
+         checkAttentionResult(ctx, "fused_attention", g, ctx.out[0],
+                              ctx.out[1]);
+}
+
+/// The gradient's operands (q, k, v, out, lse, dout[, mask]; dq, dk, dv).
+inline bool attentionGradOperands(KernelContext &ctx, AttentionGeometry &g,
+                                  const TensorView *&mask) {
+  mask = ctx.in.size() > 6 ? &ctx.in[6] : nullptr;
+  if (!attentionGeometryOf(ctx, "fused_attention_grad", ctx.in[0], ctx.in[1],
+                           ctx.in[2], mask, g) ||
+      !checkAttentionResult(ctx, "fused_attention_grad", g, ctx.in[3],
+                            ctx.in[4]))
+    return false;
+  if (ctx.in[5].shape != ctx.in[3].shape || ctx.in[5].dtype != DType::F32)
+    return ctx.fail("fused_attention_grad: the gradient does not have the "
+                    "result's shape");
+  for (int i = 0; i < 3; ++i)
+    if (ctx.out[i].shape != ctx.in[i].shape || ctx.out[i].dtype != DType::F32)
+      return ctx.fail("fused_attention_grad: gradient " + std::to_string(i) +
+                      " does not have its operand's shape");
+  return true;
+}
+
 } // namespace ds::rt
 
 #endif // DS_RUNTIME_ATTENTIONGEOMETRY_H

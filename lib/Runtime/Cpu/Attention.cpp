@@ -153,10 +153,8 @@ void forwardBlock(const AttentionGeometry &g, const Operands &in, int64_t n,
 
 bool kFusedAttention(KernelContext &ctx) {
   AttentionGeometry g;
-  const TensorView *mask = ctx.in.size() > 3 ? &ctx.in[3] : nullptr;
-  if (!attentionGeometryOf(ctx, "fused_attention", ctx.in[0], ctx.in[1],
-                           ctx.in[2], mask, g) ||
-      !checkAttentionResult(ctx, "fused_attention", g, ctx.out[0], ctx.out[1]))
+  const TensorView *mask;
+  if (!attentionForwardOperands(ctx, g, mask))
     return false;
   Operands in{ctx.in[0].as<float>(), ctx.in[1].as<float>(),
               ctx.in[2].as<float>(), mask ? mask->data : nullptr};
@@ -243,20 +241,9 @@ void gradHead(const AttentionGeometry &g, const Operands &in, int64_t n,
 
 bool kFusedAttentionGrad(KernelContext &ctx) {
   AttentionGeometry g;
-  const TensorView *mask = ctx.in.size() > 6 ? &ctx.in[6] : nullptr;
-  if (!attentionGeometryOf(ctx, "fused_attention_grad", ctx.in[0], ctx.in[1],
-                           ctx.in[2], mask, g) ||
-      !checkAttentionResult(ctx, "fused_attention_grad", g, ctx.in[3],
-                            ctx.in[4]))
+  const TensorView *mask;
+  if (!attentionGradOperands(ctx, g, mask))
     return false;
-  if (ctx.in[5].shape != ctx.in[3].shape || ctx.in[5].dtype != DType::F32)
-    return ctx.fail("fused_attention_grad: the gradient does not have the "
-                    "result's shape");
-  for (int i = 0; i < 3; ++i)
-    if (ctx.out[i].shape != ctx.in[i].shape ||
-        ctx.out[i].dtype != DType::F32)
-      return ctx.fail("fused_attention_grad: gradient " + std::to_string(i) +
-                      " does not have its operand's shape");
   Operands in{ctx.in[0].as<float>(), ctx.in[1].as<float>(),
               ctx.in[2].as<float>(), mask ? mask->data : nullptr};
   parallelFor(g.batch, 1, [&](int64_t b, int64_t e) {

@@ -174,10 +174,8 @@ bool uploadBase(KernelContext &ctx, const AttentionGeometry &g,
 
 bool kFusedAttention(KernelContext &ctx) {
   AttentionGeometry g;
-  const TensorView *mask = ctx.in.size() > 3 ? &ctx.in[3] : nullptr;
-  if (!attentionGeometryOf(ctx, "fused_attention", ctx.in[0], ctx.in[1],
-                           ctx.in[2], mask, g) ||
-      !checkAttentionResult(ctx, "fused_attention", g, ctx.out[0], ctx.out[1]))
+  const TensorView *mask;
+  if (!attentionForwardOperands(ctx, g, mask))
     return false;
   int64_t rows = g.batch * g.tq;
   if (rows == 0)
@@ -194,19 +192,9 @@ bool kFusedAttention(KernelContext &ctx) {
 
 bool kFusedAttentionGrad(KernelContext &ctx) {
   AttentionGeometry g;
-  const TensorView *mask = ctx.in.size() > 6 ? &ctx.in[6] : nullptr;
-  if (!attentionGeometryOf(ctx, "fused_attention_grad", ctx.in[0], ctx.in[1],
-                           ctx.in[2], mask, g) ||
-      !checkAttentionResult(ctx, "fused_attention_grad", g, ctx.in[3],
-                            ctx.in[4]))
+  const TensorView *mask;
+  if (!attentionGradOperands(ctx, g, mask))
     return false;
-  if (ctx.in[5].shape != ctx.in[3].shape || ctx.in[5].dtype != DType::F32)
-    return ctx.fail("fused_attention_grad: the gradient does not have the "
-                    "result's shape");
-  for (int i = 0; i < 3; ++i)
-    if (ctx.out[i].shape != ctx.in[i].shape || ctx.out[i].dtype != DType::F32)
-      return ctx.fail("fused_attention_grad: gradient " + std::to_string(i) +
-                      " does not have its operand's shape");
   int64_t rows = g.batch * g.tq, cols = g.batch * g.tk;
   if (rows == 0 || cols == 0)
     return true;
