@@ -26,6 +26,8 @@ import sys
 
 import numpy as np
 
+from recompute_check import measured_and_planned
+
 
 def run(cmd):
     return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -48,11 +50,7 @@ def train(args, plan, tag):
     weights = os.path.join(args.work, tag + ".npz")
     out = run([args.ds_run, plan, "--steps", str(args.steps), "--data",
                args.data, "--log-json", log, "--save-weights", weights])
-    m = re.search(r"arena high-water (\d+) \((\d+)\)", out)
-    stored = re.search(r"parameters (\d+) \((\d+)\), buffers (\d+) \((\d+)\), "
-                       r"optimizer state (\d+) \((\d+)\)", out)
-    measured = int(m.group(1)) + sum(int(stored.group(i)) for i in (1, 3, 5))
-    planned = int(m.group(2)) + sum(int(stored.group(i)) for i in (2, 4, 6))
+    measured, planned = measured_and_planned(out)
     losses = [json.loads(l)["loss"] for l in open(log)]
     return losses, measured, planned, dict(np.load(weights))
 
