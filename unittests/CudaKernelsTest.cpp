@@ -232,6 +232,38 @@ TEST(Cuda, FusedElementwise) {
             0);
 }
 
+// Fused attention (Cpu/Attention.cpp tiles and an online softmax, the
+// CUDA twin one thread per row): another summation order, 1e-4 relative.
+// T = 70 crosses the CPU's 64-row tiles; a causal i1 mask and an additive
+// one; the gradient on random result, lse and incoming gradient (both
+// backends compute the same expression from them).
+TEST(Cuda, FusedAttention) {
+  std::vector<int64_t> s = {2, 3, 70, 16}, l = {2, 3, 70};
+  for (const char *kind : {"fill_true", "add"}) {
+    bool add = std::string(kind) == "add";
+    Tensor mask = add ? random(DType::F32, {2, 1, 1, 70}, 61)
+                      : random(DType::Bool, {1, 1, 70, 70}, 62);
+    std::vector<Attr> attrs = {F("scale", 0.25), S("mask_kind", kind),
+                               F("fill", -INFINITY)};
+    EXPECT_LE(compare("fused_attention",
+                      {random(DType::F32, s, 63), random(DType::F32, s, 64),
+                       random(DType::F32, s, 65), mask},
+                      {empty(DType::F32, s), empty(DType::F32, l)}, attrs),
+              1e-4)
+        << kind;
+    EXPECT_LE(compare("fused_attention_grad",
+                      {random(DType::F32, s, 63), random(DType::F32, s, 64),
+                       random(DType::F32, s, 65), random(DType::F32, s, 66),
+                       random(DType::F32, l, 67), random(DType::F32, s, 68),
+                       mask},
+                      {empty(DType::F32, s), empty(DType::F32, s),
+                       empty(DType::F32, s)},
+                      attrs),
+              1e-4)
+        << kind;
+  }
+}
+
 TEST(Cuda, Unary) {
   for (const char *op : {"neg", "abs", "exp", "log", "sqrt", "reciprocal",
                          "erf", "tanh", "relu", "sigmoid"})
@@ -551,7 +583,8 @@ TEST(Cuda, EveryKernelTested) {
       "reduce_scatter", "check_overflow", "wait", "activation",
       "activation_grad", "conv", "conv_grad_input", "conv_grad_weight",
       "max_pool", "max_pool_grad", "avg_pool", "avg_pool_grad", "topk",
-      "topk_grad", "resize", "resize_grad", "fused_elementwise"};
+      "topk_grad", "resize", "resize_grad", "fused_elementwise",
+      "fused_attention", "fused_attention_grad"};
   // Pipeline and tensor parallelism run on the CPU backend only so far
   // (the CUDA backend refuses stage and tensor-parallel plans): their
   // kernels have no CUDA twin yet.

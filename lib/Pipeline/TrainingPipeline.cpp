@@ -110,6 +110,8 @@ void mlir::ds::addTrainingPasses(OpPassManager &pm, const TrainingOptions &o,
     mp.autoCast = o.fp16AutoCast;
     pm.addNestedPass<func::FuncOp>(createMixedPrecisionPass(mp));
   }
+  if (o.fuseAttention) // before autodiff: its VJP is the fused gradient
+    pm.addNestedPass<func::FuncOp>(createFuseAttentionPass());
   pm.addNestedPass<func::FuncOp>(createAutodiffPass());
   if (training) { // mode none too: the report compares the plans
     RecomputePassOptions rc;

@@ -99,6 +99,9 @@ static const KernelSignature kSignatures[] = {
     {"resize_grad", 1, 1, 1, 1},
     // Fusion: a program over any number of inputs (FusedProgram.h)
     {"fused_elementwise", 1, 1 << 20, 1, 1},
+    // Speed: fused attention (q, k, v[, mask]) and its gradient
+    {"fused_attention", 3, 4, 2, 2},
+    {"fused_attention_grad", 6, 7, 3, 3},
     // Tensor and sequence parallelism
     {"vocab_gather", 2, 2, 1, 1},
     {"tp_rows", 1, 1, 1, 1},

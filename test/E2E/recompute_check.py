@@ -78,16 +78,23 @@ def brute_force(segs, fixed, budget):
     return best
 
 
-def train(args, plan, tag):
-    log = os.path.join(args.work, tag + ".json")
-    weights = os.path.join(args.work, tag + ".npz")
-    out = run([args.ds_run, plan, "--steps", "5", "--data", args.data,
-               "--log-json", log, "--save-weights", weights])
+def measured_and_planned(out):
+    """ds-run's measured and planned per-rank bytes (arena, parameters,
+    buffers, optimizer state) from its output."""
     m = re.search(r"arena high-water (\d+) \((\d+)\)", out)
     stored = re.search(r"parameters (\d+) \((\d+)\), buffers (\d+) \((\d+)\), "
                        r"optimizer state (\d+) \((\d+)\)", out)
     measured = int(m.group(1)) + sum(int(stored.group(i)) for i in (1, 3, 5))
     planned = int(m.group(2)) + sum(int(stored.group(i)) for i in (2, 4, 6))
+    return measured, planned
+
+
+def train(args, plan, tag):
+    log = os.path.join(args.work, tag + ".json")
+    weights = os.path.join(args.work, tag + ".npz")
+    out = run([args.ds_run, plan, "--steps", "5", "--data", args.data,
+               "--log-json", log, "--save-weights", weights])
+    measured, planned = measured_and_planned(out)
     losses = [json.loads(l)["loss"] for l in open(log)]
     return losses, np.load(weights), measured, planned
 

@@ -635,4 +635,45 @@ def SyncBatchNormPass : Pass<"ds-sync-batchnorm", "func::FuncOp"> {
   ];
 }
 
+def FuseAttentionPass : Pass<"ds-fuse-attention", "func::FuncOp"> {
+  let summary = "fuse softmax(Q K^T * scale + mask) V into ds.fused_attention";
+  let description = [{
+    Issue 24 item 2: attention runs as one tiled kernel with an online
+    softmax (FlashAttention-2 style) that saves the output and one
+    logsumexp per query row for the backward pass, O(T) per head, instead
+    of the T x T scores and probabilities; its gradient recomputes the
+    probabilities block by block.
+
+    Rooted at each f32 `ds.softmax` over the last axis whose only user is a
+    `ds.matmul` reading it as the left operand (P V), the pass walks up
+    the scores, each op used only by the next:
+    - optionally a mask: `ds.where` with an i1 condition and a splat f32
+      constant as one branch (`fill_true` / `fill_false`), or a `ds.add` of
+      an f32 tensor that broadcasts to the scores and depends on no
+      trainable parameter (`add`; the fused op gives the mask no gradient);
+    - optionally a scale: `ds.mul` or `ds.div` by a splat f32 constant;
+    - the `ds.matmul` Q K^T, whose right operand (K^T) is a transpose of
+      the last two dimensions of K (composed with the transpose that made
+      it, when there is one).
+    Query, key and value must be f32 of one rank >= 3 with equal batch
+    dimensions. Anything else is left alone: dropout on the probabilities
+    (the softmax then feeds a `ds.dropout`, not the matmul), probabilities
+    used twice (nn.MultiheadAttention's averaged weights), a scale or mask
+    that is not a splat constant. Runs before autodiff (after mixed
+    precision: 16-bit attention is not fused yet), so the VJP of the fused
+    op is `ds.fused_attention_grad`.
+
+    ```mlir
+    %s = ds.matmul %q, %kt : (...) -> tensor<2x4x32x32xf32>
+    %t = ds.mul %s, %c0_25 : ...
+    %u = ds.where %m, %cNegInf, %t : ...
+    %p = ds.softmax %u {axis = 3 : i64} : tensor<2x4x32x32xf32>
+    %o = ds.matmul %p, %v : (...) -> tensor<2x4x32x16xf32>
+    // becomes
+    %o, %lse = ds.fused_attention %q, %k, %v, %m {fill = 0xFFF0000000000000 : f64,
+        mask_kind = "fill_true", scale = 2.500000e-01 : f64} : ...
+    ```
+  }];
+}
+
 #endif // DS_TRANSFORMS_PASSES_TD

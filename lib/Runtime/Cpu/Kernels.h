@@ -43,6 +43,7 @@ void registerTopKKernels(KernelRegistry &r);        // TopK.cpp (misc family)
 void registerResizeKernels(KernelRegistry &r);      // Resize.cpp (spatial)
 void registerOneBitKernels(KernelRegistry &r);      // OneBitAdam.cpp (issue 26)
 void registerFusedKernels(KernelRegistry &r);       // Fused.cpp (fusion)
+void registerAttentionKernels(KernelRegistry &r);   // Attention.cpp (speed)
 
 /// The matmul kernel's path for operands read through a permutation
 /// (perm_a/perm_b; MatMulPermuted.cpp, issue 24).

@@ -1331,5 +1331,7 @@ def Ds_TiedGradSumOp : Ds_Op<"tied_grad_sum", [Ds_Collective,
 
 // Fusion (issue 24): ds.fused_elementwise.
 include "ds/Dialect/Ds/IR/DsFused.td"
+// Fused attention (issue 24 item 2).
+include "ds/Dialect/Ds/IR/DsAttention.td"
 
 #endif // DS_DIALECT_DS_IR_DSOPS_TD

@@ -1,0 +1,266 @@
+//===- Attention.cpp - CPU fused attention and its gradient ---------------===//
+//
+// Part of the ds project.
+//
+// FlashAttention-2 on the CPU (issue 24 item 2). The forward walks each
+// head's queries in blocks of kBlockQ rows over the run's threads; per
+// block it computes the scores against kBlockK keys at a time with one
+// sgemm, masks them, and keeps for each row the running maximum and sum of
+// the online softmax, rescaling the accumulated output when the maximum
+// grows. It writes the output and each row's logsumexp (lse), nothing of
+// size T x T. The gradient, per head over the threads (each head's dQ, dK
+// and dV are written by one thread: no atomics, a fixed summation order),
+// recomputes each tile's probabilities exp(s - lse) and accumulates
+//   dV += P^T dO,  dS = P (dO V^T - rowsum(dO O)),  dQ += scale dS K,
+//   dK += scale dS^T Q
+// with positions a fill mask sets getting no score gradient. A tile a
+// -inf fill mask covers entirely (the causal mask's upper blocks) is
+// skipped: its probabilities are exactly zero. Scratch is a few tiles per
+// thread (kBlockQ x kBlockK floats), not a plan buffer.
+//
+//===----------------------------------------------------------------------===//
+
+#include "../AttentionGeometry.h"
+#include "Kernels.h"
+#include "Vec.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <limits>
+
+namespace ds::rt {
+namespace {
+
+constexpr int64_t kBlockQ = 64, kBlockK = 64;
+
+/// The operands of one instruction, as raw pointers.
+struct Operands {
+  const float *q, *k, *v;
+  const void *mask; // null: no mask
+};
+
+/// Whether the mask sets tile [i0, i0+rows) x [j0, j0+cols) of head n
+/// entirely to -inf (it then contributes exactly nothing).
+bool tileFilled(const AttentionGeometry &g, const Operands &in, int64_t n,
+                int64_t i0, int64_t j0, int64_t rows, int64_t cols) {
+  if (!g.fillsMinusInf())
+    return false;
+  const uint8_t *m = static_cast<const uint8_t *>(in.mask);
+  bool fillWhen = g.kind == AttentionMask::FillTrue;
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t *row = m + g.maskBase[n] + (i0 + r) * g.maskRow + j0 * g.maskCol;
+    for (int64_t c = 0; c < cols; ++c)
+      if ((row[c * g.maskCol] != 0) != fillWhen)
+        return false;
+  }
+  return true;
+}
+
+/// Applies the mask to the scaled scores S (rows x cols, ld cols). With
+/// `grad`, S holds score gradients instead: filled positions become 0.
+void applyMask(const AttentionGeometry &g, const Operands &in, int64_t n,
+               int64_t i0, int64_t j0, int64_t rows, int64_t cols, float *S,
+               bool grad) {
+  if (g.kind == AttentionMask::None || (grad && g.kind == AttentionMask::Add))
+    return;
+  int64_t base = g.maskBase[n] + j0 * g.maskCol;
+  for (int64_t r = 0; r < rows; ++r) {
+    float *row = S + r * cols;
+    int64_t at = base + (i0 + r) * g.maskRow;
+    if (g.kind == AttentionMask::Add) {
+      const float *m = static_cast<const float *>(in.mask) + at;
+      for (int64_t c = 0; c < cols; ++c)
+        row[c] += m[c * g.maskCol];
+      continue;
+    }
+    const uint8_t *m = static_cast<const uint8_t *>(in.mask) + at;
+    bool fillWhen = g.kind == AttentionMask::FillTrue;
+    float value = grad ? 0.0f : g.fill;
+    for (int64_t c = 0; c < cols; ++c)
+      if ((m[c * g.maskCol] != 0) == fillWhen)
+        row[c] = value;
+  }
+}
+
+/// One row of the online softmax: folds scores `s` (overwritten by their
+/// exponentials) into the running maximum `m` and sum `l`; returns the
+/// factor the row's accumulated output must be scaled by.
+DS_CLONES float onlineRow(float *s, int64_t cols, float &m, double &l) {
+  float mx = m;
+  for (int64_t c = 0; c < cols; ++c)
+    mx = s[c] > mx ? s[c] : mx;
+  if (mx == -INFINITY) { // every score so far is -inf
+    std::fill(s, s + cols, 0.0f);
+    return 1.0f;
+  }
+  float alpha = fastExp(m - mx); // 0 when m is -inf
+  double sum = 0;
+  {
+    DS_REASSOCIATE
+    for (int64_t c = 0; c < cols; ++c) {
+      s[c] = fastExp(s[c] - mx);
+      sum += s[c];
+    }
+  }
+  l = l * alpha + sum;
+  m = mx;
+  return alpha;
+}
+
+/// The forward of rows [i0, i0 + rows) of head n.
+void forwardBlock(const AttentionGeometry &g, const Operands &in, int64_t n,
+                  int64_t i0, int64_t rows, float *out, float *lse,
+                  std::vector<float> &S, std::vector<float> &acc) {
+  const float *Q = in.q + (n * g.tq + i0) * g.d;
+  S.resize(rows * kBlockK);
+  acc.assign(rows * g.dv, 0.0f);
+  std::vector<float> m(rows, -INFINITY);
+  std::vector<double> l(rows, 0.0);
+  for (int64_t j0 = 0; j0 < g.tk; j0 += kBlockK) {
+    int64_t cols = std::min(kBlockK, g.tk - j0);
+    if (tileFilled(g, in, n, i0, j0, rows, cols))
+      continue;
+    const float *K = in.k + (n * g.tk + j0) * g.d;
+    const float *V = in.v + (n * g.tk + j0) * g.dv;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, g.d,
+                g.scale, Q, g.d, K, g.d, 0.0f, S.data(), cols);
+    applyMask(g, in, n, i0, j0, rows, cols, S.data(), false);
+    for (int64_t r = 0; r < rows; ++r) {
+      float alpha = onlineRow(S.data() + r * cols, cols, m[r], l[r]);
+      if (alpha != 1.0f)
+        for (int64_t c = 0; c < g.dv; ++c)
+          acc[r * g.dv + c] *= alpha;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, g.dv, cols,
+                1.0f, S.data(), cols, V, g.dv, 1.0f, acc.data(), g.dv);
+  }
+  float *O = out + (n * g.tq + i0) * g.dv;
+  float *L = lse + n * g.tq + i0;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (l[r] == 0.0) { // every score -inf: NaN, as the unfused softmax
+      std::fill(O + r * g.dv, O + (r + 1) * g.dv,
+                std::numeric_limits<float>::quiet_NaN());
+      L[r] = -INFINITY;
+      continue;
+    }
+    float inv = static_cast<float>(1.0 / l[r]);
+    for (int64_t c = 0; c < g.dv; ++c)
+      O[r * g.dv + c] = acc[r * g.dv + c] * inv;
+    L[r] = m[r] + static_cast<float>(std::log(l[r]));
+  }
+}
+
+bool kFusedAttention(KernelContext &ctx) {
+  AttentionGeometry g;
+  const TensorView *mask;
+  if (!attentionForwardOperands(ctx, g, mask))
+    return false;
+  Operands in{ctx.in[0].as<float>(), ctx.in[1].as<float>(),
+              ctx.in[2].as<float>(), mask ? mask->data : nullptr};
+  float *out = ctx.out[0].as<float>(), *lse = ctx.out[1].as<float>();
+  int64_t blocks = (g.tq + kBlockQ - 1) / kBlockQ;
+  parallelFor(g.batch * blocks, 1, [&](int64_t b, int64_t e) {
+    std::vector<float> S, acc;
+    for (int64_t t = b; t < e; ++t) {
+      int64_t n = t / blocks, i0 = (t % blocks) * kBlockQ;
+      forwardBlock(g, in, n, i0, std::min(kBlockQ, g.tq - i0), out, lse, S,
+                   acc);
+    }
+  });
+  return true;
+}
+
+/// Per-thread tiles of the gradient.
+struct GradScratch {
+  std::vector<float> P, dS, rowDot;
+};
+
+/// P = exp(S - lse) of a rows x cols tile whose scaled, masked scores S
+/// holds; dS = P (dP - rowDot) in place of dP.
+DS_CLONES void probsAndScoreGrads(float *S, float *dP, const float *lse,
+                                  const float *rowDot, int64_t rows,
+                                  int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float *p = S + r * cols, *ds = dP + r * cols;
+    float L = lse[r], D = rowDot[r];
+    DS_VECTORIZE for (int64_t c = 0; c < cols; ++c) {
+      p[c] = fastExp(p[c] - L);
+      ds[c] = p[c] * (ds[c] - D);
+    }
+  }
+}
+
+/// The gradient of head n: dq, dk, dv of its rows.
+void gradHead(const AttentionGeometry &g, const Operands &in, int64_t n,
+              const float *O, const float *lse, const float *dO, float *dq,
+              float *dk, float *dv, GradScratch &s) {
+  const float *On = O + n * g.tq * g.dv, *dOn = dO + n * g.tq * g.dv;
+  const float *Ln = lse + n * g.tq;
+  float *dQ = dq + n * g.tq * g.d, *dK = dk + n * g.tk * g.d,
+        *dV = dv + n * g.tk * g.dv;
+  std::fill(dQ, dQ + g.tq * g.d, 0.0f);
+  std::fill(dK, dK + g.tk * g.d, 0.0f);
+  std::fill(dV, dV + g.tk * g.dv, 0.0f);
+  s.rowDot.resize(g.tq);
+  for (int64_t i = 0; i < g.tq; ++i) {
+    double dot = 0;
+    for (int64_t c = 0; c < g.dv; ++c)
+      dot += static_cast<double>(dOn[i * g.dv + c]) * On[i * g.dv + c];
+    s.rowDot[i] = static_cast<float>(dot);
+  }
+  s.P.resize(kBlockQ * kBlockK);
+  s.dS.resize(kBlockQ * kBlockK);
+  for (int64_t j0 = 0; j0 < g.tk; j0 += kBlockK) {
+    int64_t cols = std::min(kBlockK, g.tk - j0);
+    const float *K = in.k + (n * g.tk + j0) * g.d;
+    const float *V = in.v + (n * g.tk + j0) * g.dv;
+    for (int64_t i0 = 0; i0 < g.tq; i0 += kBlockQ) {
+      int64_t rows = std::min(kBlockQ, g.tq - i0);
+      if (tileFilled(g, in, n, i0, j0, rows, cols))
+        continue;
+      const float *Q = in.q + (n * g.tq + i0) * g.d;
+      const float *dOi = dOn + i0 * g.dv;
+      float *P = s.P.data(), *dS = s.dS.data();
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, g.d,
+                  g.scale, Q, g.d, K, g.d, 0.0f, P, cols);
+      applyMask(g, in, n, i0, j0, rows, cols, P, false);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, g.dv,
+                  1.0f, dOi, g.dv, V, g.dv, 0.0f, dS, cols);
+      probsAndScoreGrads(P, dS, Ln + i0, s.rowDot.data() + i0, rows, cols);
+      applyMask(g, in, n, i0, j0, rows, cols, dS, true);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, g.dv, rows,
+                  1.0f, P, cols, dOi, g.dv, 1.0f, dV + j0 * g.dv, g.dv);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, g.d, cols,
+                  g.scale, dS, cols, K, g.d, 1.0f, dQ + i0 * g.d, g.d);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, g.d, rows,
+                  g.scale, dS, cols, Q, g.d, 1.0f, dK + j0 * g.d, g.d);
+    }
+  }
+}
+
+bool kFusedAttentionGrad(KernelContext &ctx) {
+  AttentionGeometry g;
+  const TensorView *mask;
+  if (!attentionGradOperands(ctx, g, mask))
+    return false;
+  Operands in{ctx.in[0].as<float>(), ctx.in[1].as<float>(),
+              ctx.in[2].as<float>(), mask ? mask->data : nullptr};
+  parallelFor(g.batch, 1, [&](int64_t b, int64_t e) {
+    GradScratch s;
+    for (int64_t n = b; n < e; ++n)
+      gradHead(g, in, n, ctx.in[3].as<float>(), ctx.in[4].as<float>(),
+               ctx.in[5].as<float>(), ctx.out[0].as<float>(),
+               ctx.out[1].as<float>(), ctx.out[2].as<float>(), s);
+  });
+  return true;
+}
+
+} // namespace
+
+void registerAttentionKernels(KernelRegistry &r) {
+  r.add("fused_attention", kFusedAttention);
+  r.add("fused_attention_grad", kFusedAttentionGrad);
+}
+
+} // namespace ds::rt

@@ -1,0 +1,302 @@
+//===- AttentionKernelsTest.cpp - fused attention against a reference -----===//
+//
+// Part of the ds project. The CPU kernels fused_attention and
+// fused_attention_grad (Cpu/Attention.cpp: tiles of 64 x 64, online
+// softmax, probabilities recomputed from the logsumexp) against a naive
+// double-precision reference that materializes the T x T scores: causal,
+// padding (fill where false), additive and finite-fill masks, no mask with
+// Tq != Tk, lengths not multiples of the tile, one and two threads.
+// Tolerance: |got - want| <= 1e-5 * (|want| + mean |want| of the tensor),
+// relative 1e-5 with a floor for elements near zero (the kernel sums in
+// f32 in tile order, the reference in double). A fully masked row gives
+// NaN and lse -inf, as the unfused softmax; bad operands fail naming them.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Cpu/Kernels.h"
+#include "TensorViews.h"
+#include "plan.pb.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+
+using namespace ds::rt;
+using ds::rt::test::view;
+
+namespace {
+
+struct Case {
+  int64_t batch = 2, heads = 3, tq = 70, tk = 70, d = 16, dv = 16;
+  std::string kind = "none"; // mask_kind
+  double scale = 0.25, fill = -INFINITY;
+  std::vector<int64_t> maskShape; // broadcast to [batch, heads, tq, tk]
+  std::vector<uint8_t> boolMask;
+  std::vector<float> addMask;
+};
+
+std::vector<float> random(int64_t n, unsigned seed, float lo = -1.0f,
+                          float hi = 1.0f) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (float &x : v)
+    x = u(g);
+  return v;
+}
+
+/// The mask element of (b, h, i, j) under numpy broadcasting.
+int64_t maskIndex(const Case &c, int64_t b, int64_t h, int64_t i, int64_t j) {
+  int64_t idx[4] = {b, h, i, j}, at = 0;
+  size_t r = c.maskShape.size();
+  for (size_t k = 0; k < r; ++k) {
+    int64_t dim = c.maskShape[k], coord = idx[4 - r + k];
+    at = at * dim + (dim == 1 ? 0 : coord);
+  }
+  return at;
+}
+
+ds::plan::Instruction attrs(const Case &c) {
+  ds::plan::Instruction ins;
+  auto *s = ins.add_attributes();
+  s->set_name("scale");
+  s->set_f(c.scale);
+  auto *k = ins.add_attributes();
+  k->set_name("mask_kind");
+  k->set_s(c.kind);
+  auto *f = ins.add_attributes();
+  f->set_name("fill");
+  f->set_f(c.fill);
+  return ins;
+}
+
+struct Tensors {
+  std::vector<float> q, k, v, dout;
+  // reference (double) and kernel results
+  std::vector<double> out, lse, dq, dk, dv;
+};
+
+/// Naive attention with the T x T matrices, forward and backward.
+void reference(const Case &c, Tensors &t) {
+  int64_t N = c.batch * c.heads;
+  t.out.assign(N * c.tq * c.dv, 0), t.lse.assign(N * c.tq, 0);
+  t.dq.assign(N * c.tq * c.d, 0), t.dk.assign(N * c.tk * c.d, 0);
+  t.dv.assign(N * c.tk * c.dv, 0);
+  for (int64_t n = 0; n < N; ++n) {
+    int64_t b = n / c.heads, h = n % c.heads;
+    for (int64_t i = 0; i < c.tq; ++i) {
+      std::vector<double> s(c.tk), p(c.tk);
+      std::vector<bool> filled(c.tk, false);
+      double mx = -INFINITY;
+      for (int64_t j = 0; j < c.tk; ++j) {
+        double dot = 0;
+        for (int64_t e = 0; e < c.d; ++e)
+          dot += double(t.q[(n * c.tq + i) * c.d + e]) * t.k[(n * c.tk + j) * c.d + e];
+        s[j] = c.scale * dot;
+        if (c.kind == "add") {
+          s[j] += c.addMask[maskIndex(c, b, h, i, j)];
+        } else if (c.kind != "none") {
+          bool m = c.boolMask[maskIndex(c, b, h, i, j)] != 0;
+          filled[j] = m == (c.kind == "fill_true");
+          if (filled[j])
+            s[j] = c.fill;
+        }
+        mx = std::max(mx, s[j]);
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < c.tk; ++j)
+        sum += p[j] = std::exp(s[j] - mx);
+      for (int64_t j = 0; j < c.tk; ++j)
+        p[j] /= sum;
+      t.lse[n * c.tq + i] = mx + std::log(sum);
+      const float *dO = &t.dout[(n * c.tq + i) * c.dv];
+      std::vector<double> dp(c.tk, 0);
+      double rowDot = 0;
+      for (int64_t e = 0; e < c.dv; ++e) {
+        double o = 0;
+        for (int64_t j = 0; j < c.tk; ++j)
+          o += p[j] * t.v[(n * c.tk + j) * c.dv + e];
+        t.out[(n * c.tq + i) * c.dv + e] = o;
+        rowDot += o * dO[e];
+      }
+      for (int64_t j = 0; j < c.tk; ++j) {
+        for (int64_t e = 0; e < c.dv; ++e) {
+          dp[j] += double(dO[e]) * t.v[(n * c.tk + j) * c.dv + e];
+          t.dv[(n * c.tk + j) * c.dv + e] += p[j] * dO[e];
+        }
+        double ds = filled[j] ? 0.0 : p[j] * (dp[j] - rowDot) * c.scale;
+        for (int64_t e = 0; e < c.d; ++e) {
+          t.dq[(n * c.tq + i) * c.d + e] += ds * t.k[(n * c.tk + j) * c.d + e];
+          t.dk[(n * c.tk + j) * c.d + e] += ds * t.q[(n * c.tq + i) * c.d + e];
+        }
+      }
+    }
+  }
+}
+
+void expectClose(const std::vector<float> &got, const std::vector<double> &want,
+                 const char *what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double mean = 0;
+  for (double w : want)
+    mean += std::fabs(w) / want.size();
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    double tol = 1e-5 * (std::fabs(want[i]) + mean);
+    if (!(std::fabs(got[i] - want[i]) <= tol) && ++bad <= 3)
+      ADD_FAILURE() << what << "[" << i << "]: " << got[i] << " vs " << want[i];
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+std::string runKernel(const char *name, const Case &c,
+                      std::vector<TensorView> in, std::vector<TensorView> out) {
+  ds::plan::Instruction ins = attrs(c);
+  const KernelInfo *k = findKernel(name);
+  if (!k)
+    return std::string("no kernel ") + name;
+  KernelContext ctx{std::move(in), std::move(out), Attrs(&ins), 0, {}, NAN,
+                    nullptr};
+  return k->fn(ctx) ? "" : (ctx.error.empty() ? "failed" : ctx.error);
+}
+
+/// Runs forward and gradient and compares them with the reference.
+void check(Case c, int threads) {
+  setThreadCount(threads);
+  int64_t N = c.batch * c.heads;
+  Tensors t;
+  t.q = random(N * c.tq * c.d, 1), t.k = random(N * c.tk * c.d, 2);
+  t.v = random(N * c.tk * c.dv, 3), t.dout = random(N * c.tq * c.dv, 4);
+  reference(c, t);
+  auto shape = [&](int64_t r, int64_t cols) {
+    return std::vector<int64_t>{c.batch, c.heads, r, cols};
+  };
+  std::vector<TensorView> in = {view(t.q, shape(c.tq, c.d)),
+                                view(t.k, shape(c.tk, c.d)),
+                                view(t.v, shape(c.tk, c.dv))};
+  if (c.kind == "add")
+    in.push_back(view(c.addMask, c.maskShape));
+  else if (c.kind != "none")
+    in.push_back(view(c.boolMask.data(), DType::Bool, c.maskShape));
+  std::vector<float> out(N * c.tq * c.dv), lse(N * c.tq);
+  ASSERT_EQ(runKernel("fused_attention", c, in,
+                      {view(out, shape(c.tq, c.dv)),
+                       view(lse, {c.batch, c.heads, c.tq})}),
+            "");
+  expectClose(out, t.out, "out");
+  expectClose(lse, t.lse, "lse");
+  std::vector<float> dq(t.q.size()), dk(t.k.size()), dv(t.v.size());
+  std::vector<TensorView> gin = {in[0], in[1], in[2],
+                                 view(out, shape(c.tq, c.dv)),
+                                 view(lse, {c.batch, c.heads, c.tq}),
+                                 view(t.dout, shape(c.tq, c.dv))};
+  if (in.size() > 3)
+    gin.push_back(in[3]);
+  ASSERT_EQ(runKernel("fused_attention_grad", c, gin,
+                      {view(dq, shape(c.tq, c.d)), view(dk, shape(c.tk, c.d)),
+                       view(dv, shape(c.tk, c.dv))}),
+            "");
+  expectClose(dq, t.dq, "dq");
+  expectClose(dk, t.dk, "dk");
+  expectClose(dv, t.dv, "dv");
+  setThreadCount(1);
+}
+
+Case causal(int64_t T) {
+  Case c;
+  c.tq = c.tk = T;
+  c.kind = "fill_true";
+  c.maskShape = {1, 1, T, T};
+  c.boolMask.resize(T * T);
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = 0; j < T; ++j)
+      c.boolMask[i * T + j] = j > i; // masked_fill(tril == 0, -inf)
+  return c;
+}
+
+TEST(AttentionKernels, CausalNotMultipleOfTile) { check(causal(70), 1); }
+TEST(AttentionKernels, CausalTwoThreads) { check(causal(130), 2); }
+
+TEST(AttentionKernels, PaddingKeepMask) {
+  Case c;
+  c.tq = c.tk = 90;
+  c.kind = "fill_false"; // Where(keep, s, -inf)
+  c.maskShape = {c.batch, 1, 1, c.tk};
+  c.boolMask.assign(c.batch * c.tk, 1);
+  for (int64_t j = 60; j < c.tk; ++j)
+    c.boolMask[1 * c.tk + j] = 0; // sequence 1 padded after 60 tokens
+  check(c, 2);
+}
+
+TEST(AttentionKernels, AdditivePaddingBias) {
+  Case c;
+  c.tq = c.tk = 77;
+  c.d = c.dv = 32;
+  c.kind = "add"; // BERT: (keep - 1) * 10000
+  c.maskShape = {c.batch, 1, 1, c.tk};
+  c.addMask.assign(c.batch * c.tk, 0.0f);
+  for (int64_t j = 50; j < c.tk; ++j)
+    c.addMask[c.tk + j] = -10000.0f;
+  check(c, 1);
+}
+
+TEST(AttentionKernels, NoMaskRectangular) {
+  Case c;
+  c.tq = 65, c.tk = 130, c.d = 8, c.dv = 24, c.scale = 0.35;
+  check(c, 2);
+}
+
+TEST(AttentionKernels, FiniteFill) {
+  Case c = causal(40);
+  c.fill = -3.0; // masked_fill with a finite value: still gets probability
+  check(c, 1);
+}
+
+TEST(AttentionKernels, FullyMaskedRowIsNaN) {
+  Case c = causal(8);
+  c.batch = c.heads = 1, c.d = c.dv = 4;
+  c.boolMask.assign(64, 0);
+  for (int64_t j = 0; j < 8; ++j)
+    c.boolMask[3 * 8 + j] = 1; // row 3 entirely masked
+  std::vector<float> q = random(32, 1), out(32), lse(8);
+  std::vector<int64_t> s = {1, 1, 8, 4};
+  ASSERT_EQ(runKernel("fused_attention", c,
+                      {view(q, s), view(q, s), view(q, s),
+                       view(c.boolMask.data(), DType::Bool, c.maskShape)},
+                      {view(out, s), view(lse, {1, 1, 8})}),
+            "");
+  EXPECT_TRUE(std::isnan(out[3 * 4]));
+  EXPECT_EQ(lse[3], -INFINITY);
+  EXPECT_FALSE(std::isnan(out[2 * 4]));
+}
+
+TEST(AttentionKernels, BadOperandsFail) {
+  Case c = causal(8);
+  std::vector<float> q(2 * 8 * 4), out(2 * 8 * 4), lse(2 * 8);
+  std::vector<int64_t> s = {2, 8, 4};
+  std::vector<uint8_t> m(3 * 8);
+  c.kind = "causal";
+  EXPECT_NE(runKernel("fused_attention", c,
+                      {view(q, s), view(q, s), view(q, s),
+                       view(m.data(), DType::Bool, {3, 8})},
+                      {view(out, s), view(lse, {2, 8})})
+                .find("unknown mask_kind 'causal'"),
+            std::string::npos);
+  c.kind = "fill_true";
+  EXPECT_NE(runKernel("fused_attention", c,
+                      {view(q, s), view(q, s), view(q, s),
+                       view(m.data(), DType::Bool, {3, 8})},
+                      {view(out, s), view(lse, {2, 8})})
+                .find("the mask does not broadcast"),
+            std::string::npos);
+  c.kind = "none";
+  EXPECT_NE(runKernel("fused_attention", c,
+                      {view(q, s), view(q, s), view(q, s)},
+                      {view(out, s), view(lse, {2, 4})})
+                .find("result or lse does not have the query's rows"),
+            std::string::npos);
+}
+
+} // namespace
