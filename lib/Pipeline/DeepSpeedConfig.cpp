@@ -237,13 +237,20 @@ llvm::Error mlir::ds::applyDeepSpeedConfig(llvm::StringRef path,
   DeepSpeedConfig dsc;
   if (llvm::Error e = readDeepSpeedConfig(path, dsc))
     return e;
+  std::vector<std::string> overridden;
   for (const ConfigSetting &set : dsc.settings) {
     const OptionInfo *info = findOption(set.flag);
     if (!info)
       return fail(path + ": '" + set.key + "' maps to --" + set.flag +
                   ", which this ds-opt lacks");
-    if (options.origin.lookup(set.flag) == "command line")
-      continue; // the command line wins
+    if (options.origin.lookup(set.flag) == "command line") {
+      // The command line wins, and says so: never a silent override.
+      overridden.push_back(path.str() + ": '" + set.key + "' = " +
+                           set.value + " is overridden by --" + set.flag +
+                           " given by the caller (command line or "
+                           "ds.initialize)");
+      continue;
+    }
     if (llvm::Error e = setOption(options, *info, set.value)) {
       llvm::consumeError(std::move(e));
       return fail(path + ": '" + set.key + "' = " + set.value +
@@ -252,6 +259,7 @@ llvm::Error mlir::ds::applyDeepSpeedConfig(llvm::StringRef path,
     options.origin[set.flag] = "config: " + set.key;
   }
   options.configNotices = dsc.notices;
+  llvm::append_range(options.configNotices, overridden);
   capGatherBucket(path, dsc, options);
   for (const auto &kv : dsc.autoValues)
     options.configAutoKeys.push_back(kv.first);
