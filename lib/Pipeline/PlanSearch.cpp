@@ -154,6 +154,23 @@ llvm::Error Search::loadModel() {
   facts.trainable = sum->trainableElements;
   facts.flopsPerSample = double(sum->flops) / double(facts.importBatch);
   facts.sampleTokens = sampleElements(**base);
+  ActivationFacts act = activationFacts(**base);
+  facts.keptElements = act.kept;
+  facts.savedElements = act.saved;
+  // One rank's figures per tensor-parallel degree the search may take.
+  for (int64_t tp = 1; tp <= cluster.devicesPerNode; ++tp) {
+    if (cluster.devicesPerNode % tp ||
+        (options.isGiven("tensor-parallel") && tp != options.tensorParallel))
+      continue;
+    for (bool sp : {false, true}) {
+      if (sp && tp == 1)
+        continue;
+      FailureOr<ModelFacts::Split> split =
+          partitionFacts(**base, options, tp, sp);
+      if (succeeded(split))
+        facts.splits[{tp, sp}] = *split;
+    }
+  }
   models[facts.importBatch] = std::move(*base);
   // A batch the import cannot change is the export's: the micro-batch is
   // fixed at it.
@@ -323,20 +340,37 @@ void Search::evaluate(Candidate &cand) {
                         options.offloadOptimizer != "none";
   bool givenParam =
       options.isGiven("offload-param") && options.offloadParam != "none";
+  // A mode whose memory bound on the device (the optimizer state there)
+  // is over the device memory cannot fit: not compiled.
+  Candidate onDevice = cand;
+  onDevice.offload = givenOptimizer;
+  onDevice.offloadParam = givenParam;
+  int64_t memory = int64_t(cluster.memory);
   for (const std::string &mode : modes) {
     cand.recompute = mode;
     cand.offload = givenOptimizer;
     cand.offloadParam = givenParam;
+    if (!givenParam &&
+        boundParts(onDevice, options, facts, mode == "none").total() > memory)
+      continue;
     if (!compileOne(cand) || cand.state == State::Fits)
       return;
   }
-  if (cluster.host.present && memoryLowerBound(cand, options, facts) > 0 &&
-      !options.isGiven("offload-optimizer")) {
+  if (cand.peak < 0) // no mode compiled: the optimizer state must go
+    cand.recompute = modes.back();
+  if (cluster.host.present && !options.isGiven("offload-optimizer")) {
     Candidate trial = cand;
     trial.offload = true;
     if (compileOne(trial) &&
-        (trial.state == State::Fits || trial.peak < cand.peak))
+        (trial.state == State::Fits || cand.peak < 0 ||
+         trial.peak < cand.peak))
       cand = trial;
+  }
+  if (cand.state == State::NotCompiled) { // nothing tried could fit
+    cand.state = State::Pruned;
+    cand.why = "its memory lower bound is over the device memory in every "
+               "recompute mode tried";
+    return;
   }
   // ZeRO-3: the parameters on the host as well, last.
   if (cluster.host.present && cand.zero == 3 && cand.state == State::TooBig &&
@@ -356,8 +390,14 @@ void Search::compileShortlist() {
     Candidate &c = all[i];
     if (c.lowerBound > int64_t(cluster.memory)) {
       c.state = State::Pruned;
-      c.why = "its parameters and optimizer state alone need " +
-              mib(c.lowerBound);
+      Candidate asBound = c; // as enumerate() bounded it
+      asBound.offload = cluster.host.present;
+      BoundParts b = boundParts(asBound, options, facts);
+      c.why = "its memory lower bound is " + mib(c.lowerBound) +
+              " (parameters " + mib(b.weights) + ", optimizer state " +
+              mib(b.state) + ", then the larger of gradients " +
+              mib(b.gradients) + " and kept activations " +
+              mib(b.activations) + ")";
     } else {
       order.push_back(i);
     }
@@ -400,9 +440,11 @@ void Search::compileShortlist() {
               " of its kind did not fit";
       continue;
     }
-    if (cutPoints >= 0 && c.pp > cutPoints + 1) {
+    if (cutPoints >= 0 && c.pp * c.virtualStages() > cutPoints + 1) {
       c.state = State::Skipped;
-      c.why = "more stages than the model's " + std::to_string(cutPoints) +
+      c.why = std::string(c.virtualStages() > 1 ? "more model chunks"
+                                                : "more stages") +
+              " than the model's " + std::to_string(cutPoints) +
               " pipeline cut points allow";
       continue;
     }
