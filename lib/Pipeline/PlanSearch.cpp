@@ -361,9 +361,9 @@ void Search::evaluate(Candidate &cand) {
   if (cluster.host.present && !options.isGiven("offload-optimizer")) {
     Candidate trial = cand;
     trial.offload = true;
-    if (compileOne(trial) &&
-        (trial.state == State::Fits || cand.peak < 0 ||
-         trial.peak < cand.peak))
+    bool compiled = compileOne(trial);
+    if (cand.peak < 0 ||
+        (compiled && (trial.state == State::Fits || trial.peak < cand.peak)))
       cand = trial;
   }
   if (cand.state == State::NotCompiled) { // nothing tried could fit
@@ -407,8 +407,7 @@ void Search::compileShortlist() {
   // 128x8 spent the whole budget on ZeRO-0 layouts otherwise).
   std::vector<bool> onDevice(all.size());
   for (size_t i : order)
-    onDevice[i] =
-        memoryLowerBound(all[i], options, facts) <= int64_t(cluster.memory);
+    onDevice[i] = all[i].boundDevice <= int64_t(cluster.memory);
   auto before = [&](size_t a, size_t b) {
     const Candidate &x = all[a], &y = all[b];
     if (onDevice[a] != onDevice[b])

@@ -74,8 +74,10 @@ struct Candidate {
   /// ZeRO-3 with a host: the parameters on the host too (--offload-param).
   bool offloadParam = false;
   int64_t bucket = 0; // 0: the default bucket sizes
-  // The analytic figures.
-  int64_t lowerBound = 0;
+  // The analytic figures: the memory bound that prunes (offload allowed
+  // where the cluster has a host), and with the optimizer state on the
+  // device under recompute full and none (they skip compiles).
+  int64_t lowerBound = 0, boundDevice = 0, boundNone = 0;
   double estimate = 0;
   // The outcome.
   State state = State::NotCompiled;

@@ -160,7 +160,9 @@ std::string plan_search::candidatesJson(const std::vector<Candidate> &all,
        << ", \"bucket\": " << c.bucket << ", \"state\": \""
        << stateName(c.state) << "\", \"chosen\": "
        << (order[k] == chosen ? "true" : "false")
-       << ", \"memory_bound\": " << c.lowerBound << ", \"peak\": " << c.peak
+       << ", \"memory_bound\": " << c.lowerBound
+       << ", \"memory_bound_device\": " << c.boundDevice
+       << ", \"memory_bound_none\": " << c.boundNone << ", \"peak\": " << c.peak
        << ", \"step_time_s\": " << c.step
        << ", \"tokens_per_s\": " << c.tokensPerSecond << ", \"mfu\": " << c.mfu
        << ", \"bottleneck\": \"" << c.bottleneck << "\", \"why\": \"";

@@ -167,6 +167,8 @@ std::vector<Candidate> plan_search::enumerate(const SearchSpace &space,
             cand.offload = c.host.present;
             cand.lowerBound = memoryLowerBound(cand, o, m);
             cand.offload = false;
+            cand.boundDevice = memoryLowerBound(cand, o, m);
+            cand.boundNone = boundParts(cand, o, m, true).total();
             cand.estimate = estimateStep(cand, o, c, m);
             out.push_back(std::move(cand));
           }
