@@ -116,7 +116,9 @@ private:
   bool compileOne(Candidate &cand);
   void evaluate(Candidate &cand);
   void compileShortlist();
+  void tune(int chosen, std::vector<Candidate> trials);
   void tryBuckets(int chosen);
+  void tryInFlight(int chosen);
   int rank() const;
   llvm::Expected<PlanSearchResult> finish(int chosen);
 
@@ -266,6 +268,8 @@ TrainingOptions Search::optionsFor(const Candidate &cand) const {
   if (cand.bucket > 0)
     o.reduceBucketSize = o.allgatherBucketSize = o.prefetchBucketSize =
         cand.bucket;
+  if (cand.inFlight > 0)
+    o.maxInFlight = cand.inFlight;
   // The search decides these; a config's batch keys do not hold.
   o.origin.erase("grad-accum");
   o.origin.erase("micro-batches");
@@ -481,21 +485,54 @@ int Search::rank() const {
   return best;
 }
 
-/// Other bucket sizes for the winner (its collectives' granularity).
-void Search::tryBuckets(int chosen) {
-  if (all[chosen].dp == 1)
-    return;
-  for (int64_t bucket : {int64_t(5000000), int64_t(50000000)}) {
-    if (compiles >= budget + 2)
+/// Compiles `trials` of the winner `chosen` while the tuning budget
+/// lasts; each is kept when it changes the plan.
+void Search::tune(int chosen, std::vector<Candidate> trials) {
+  for (Candidate &trial : trials) {
+    if (compiles >= budget + kTuneCompiles)
       return;
-    Candidate trial = all[chosen];
-    trial.bucket = bucket;
     compileOne(trial);
-    // Kept when the buckets change the plan.
     if (trial.state != State::Fits || trial.step != all[chosen].step ||
         trial.peak != all[chosen].peak)
       all.push_back(trial);
   }
+}
+
+/// Other bucket sizes for the winner (its collectives' granularity): 5e6
+/// and 5e7 elements, those below the rank's trainable elements (a bucket
+/// holding them all is one bucket whatever its size); for a smaller model
+/// an eighth and a half of them.
+void Search::tryBuckets(int chosen) {
+  const Candidate &c = all[chosen];
+  if (c.dp == 1 || options.isGiven("reduce-bucket-size"))
+    return;
+  int64_t rank = facts.trainable / (c.tp * c.pp);
+  std::vector<int64_t> sizes;
+  for (int64_t b : {int64_t(5000000), int64_t(50000000)})
+    if (b < rank)
+      sizes.push_back(b);
+  if (sizes.empty() && rank >= 16)
+    sizes = {rank / 8, rank / 2};
+  std::vector<Candidate> trials;
+  for (int64_t b : sizes) {
+    trials.push_back(c);
+    trials.back().bucket = b;
+  }
+  tune(chosen, std::move(trials));
+}
+
+/// With --overlap-comm, other depths of collectives in flight for the
+/// winner (how far ZeRO-3's gathers prefetch and gradient buckets queue).
+void Search::tryInFlight(int chosen) {
+  if (all[chosen].world() == 1 || !options.overlapComm ||
+      options.isGiven("max-inflight-collectives"))
+    return;
+  std::vector<Candidate> trials;
+  for (int64_t depth : {int64_t(1), int64_t(4)}) {
+    trials.push_back(all[chosen]);
+    trials.back().inFlight = depth;
+  }
+  tune(chosen, std::move(trials));
 }
 
 llvm::Expected<PlanSearchResult> Search::run() {
@@ -543,6 +580,7 @@ llvm::Expected<PlanSearchResult> Search::run() {
   if (chosen < 0)
     return fail(nothingFits(all, cluster, options.clusterSpec, facts));
   tryBuckets(chosen);
+  tryInFlight(rank());
   return finish(rank());
 }
 

@@ -74,6 +74,9 @@ struct Candidate {
   /// ZeRO-3 with a host: the parameters on the host too (--offload-param).
   bool offloadParam = false;
   int64_t bucket = 0; // 0: the default bucket sizes
+  /// With --overlap-comm: collectives in flight at once
+  /// (--max-inflight-collectives; 0: the default).
+  int64_t inFlight = 0;
   // The analytic figures: the memory bound that prunes (offload allowed
   // where the cluster has a host), and with the optimizer state on the
   // device under recompute full and none (they skip compiles).
@@ -100,6 +103,10 @@ struct Candidate {
 /// The virtual stages (model chunks per pipeline rank) the search tries
 /// for the interleaved schedule: 2 to this.
 inline constexpr int64_t kMaxVirtualStages = 4;
+
+/// Compiles past --plan-compiles for the winner's bucket sizes and
+/// collectives in flight.
+inline constexpr int kTuneCompiles = 4;
 
 /// The layouts the search may take: options the user gave explicitly
 /// (--world-size, --tensor-parallel, --pipeline-parallel, --zero,

@@ -157,7 +157,8 @@ std::string plan_search::candidatesJson(const std::vector<Candidate> &all,
        << c.schedule << "\", \"recompute\": \"" << c.recompute
        << "\", \"offload_optimizer\": " << (c.offload ? "true" : "false")
        << ", \"offload_param\": " << (c.offloadParam ? "true" : "false")
-       << ", \"bucket\": " << c.bucket << ", \"state\": \""
+       << ", \"bucket\": " << c.bucket
+       << ", \"max_inflight\": " << c.inFlight << ", \"state\": \""
        << stateName(c.state) << "\", \"chosen\": "
        << (order[k] == chosen ? "true" : "false")
        << ", \"memory_bound\": " << c.lowerBound

@@ -98,6 +98,8 @@ std::string Candidate::layout() const {
   }
   if (bucket > 0)
     s += " bucket=" + std::to_string(bucket);
+  if (inFlight > 0)
+    s += " inflight=" + std::to_string(inFlight);
   return s;
 }
 
