@@ -116,7 +116,9 @@ private:
   bool compileOne(Candidate &cand);
   void evaluate(Candidate &cand);
   void compileShortlist();
+  void tune(int chosen, std::vector<Candidate> trials);
   void tryBuckets(int chosen);
+  void tryInFlight(int chosen);
   int rank() const;
   llvm::Expected<PlanSearchResult> finish(int chosen);
 
@@ -154,6 +156,23 @@ llvm::Error Search::loadModel() {
   facts.trainable = sum->trainableElements;
   facts.flopsPerSample = double(sum->flops) / double(facts.importBatch);
   facts.sampleTokens = sampleElements(**base);
+  ActivationFacts act = activationFacts(**base);
+  facts.keptElements = act.kept;
+  facts.savedElements = act.saved;
+  // One rank's figures per tensor-parallel degree the search may take.
+  for (int64_t tp = 1; tp <= cluster.devicesPerNode; ++tp) {
+    if (cluster.devicesPerNode % tp ||
+        (options.isGiven("tensor-parallel") && tp != options.tensorParallel))
+      continue;
+    for (bool sp : {false, true}) {
+      if (sp && tp == 1)
+        continue;
+      FailureOr<ModelFacts::Split> split =
+          partitionFacts(**base, options, tp, sp);
+      if (succeeded(split))
+        facts.splits[{tp, sp}] = *split;
+    }
+  }
   models[facts.importBatch] = std::move(*base);
   // A batch the import cannot change is the export's: the micro-batch is
   // fixed at it.
@@ -249,6 +268,8 @@ TrainingOptions Search::optionsFor(const Candidate &cand) const {
   if (cand.bucket > 0)
     o.reduceBucketSize = o.allgatherBucketSize = o.prefetchBucketSize =
         cand.bucket;
+  if (cand.inFlight > 0)
+    o.maxInFlight = cand.inFlight;
   // The search decides these; a config's batch keys do not hold.
   o.origin.erase("grad-accum");
   o.origin.erase("micro-batches");
@@ -323,20 +344,37 @@ void Search::evaluate(Candidate &cand) {
                         options.offloadOptimizer != "none";
   bool givenParam =
       options.isGiven("offload-param") && options.offloadParam != "none";
+  // A mode whose memory bound on the device (the optimizer state there)
+  // is over the device memory cannot fit: not compiled.
+  Candidate onDevice = cand;
+  onDevice.offload = givenOptimizer;
+  onDevice.offloadParam = givenParam;
+  int64_t memory = int64_t(cluster.memory);
   for (const std::string &mode : modes) {
     cand.recompute = mode;
     cand.offload = givenOptimizer;
     cand.offloadParam = givenParam;
+    if (!givenParam &&
+        boundParts(onDevice, options, facts, mode == "none").total() > memory)
+      continue;
     if (!compileOne(cand) || cand.state == State::Fits)
       return;
   }
-  if (cluster.host.present && memoryLowerBound(cand, options, facts) > 0 &&
-      !options.isGiven("offload-optimizer")) {
+  if (cand.peak < 0) // no mode compiled: the optimizer state must go
+    cand.recompute = modes.back();
+  if (cluster.host.present && !options.isGiven("offload-optimizer")) {
     Candidate trial = cand;
     trial.offload = true;
-    if (compileOne(trial) &&
-        (trial.state == State::Fits || trial.peak < cand.peak))
+    bool compiled = compileOne(trial);
+    if (cand.peak < 0 ||
+        (compiled && (trial.state == State::Fits || trial.peak < cand.peak)))
       cand = trial;
+  }
+  if (cand.state == State::NotCompiled) { // nothing tried could fit
+    cand.state = State::Pruned;
+    cand.why = "its memory lower bound is over the device memory in every "
+               "recompute mode tried";
+    return;
   }
   // ZeRO-3: the parameters on the host as well, last.
   if (cluster.host.present && cand.zero == 3 && cand.state == State::TooBig &&
@@ -356,8 +394,14 @@ void Search::compileShortlist() {
     Candidate &c = all[i];
     if (c.lowerBound > int64_t(cluster.memory)) {
       c.state = State::Pruned;
-      c.why = "its parameters and optimizer state alone need " +
-              mib(c.lowerBound);
+      Candidate asBound = c; // as enumerate() bounded it
+      asBound.offload = cluster.host.present;
+      BoundParts b = boundParts(asBound, options, facts);
+      c.why = "its memory lower bound is " + mib(c.lowerBound) +
+              " (parameters " + mib(b.weights) + ", optimizer state " +
+              mib(b.state) + ", then the larger of gradients " +
+              mib(b.gradients) + " and kept activations " +
+              mib(b.activations) + ")";
     } else {
       order.push_back(i);
     }
@@ -367,8 +411,7 @@ void Search::compileShortlist() {
   // 128x8 spent the whole budget on ZeRO-0 layouts otherwise).
   std::vector<bool> onDevice(all.size());
   for (size_t i : order)
-    onDevice[i] =
-        memoryLowerBound(all[i], options, facts) <= int64_t(cluster.memory);
+    onDevice[i] = all[i].boundDevice <= int64_t(cluster.memory);
   auto before = [&](size_t a, size_t b) {
     const Candidate &x = all[a], &y = all[b];
     if (onDevice[a] != onDevice[b])
@@ -400,9 +443,11 @@ void Search::compileShortlist() {
               " of its kind did not fit";
       continue;
     }
-    if (cutPoints >= 0 && c.pp > cutPoints + 1) {
+    if (cutPoints >= 0 && c.pp * c.virtualStages() > cutPoints + 1) {
       c.state = State::Skipped;
-      c.why = "more stages than the model's " + std::to_string(cutPoints) +
+      c.why = std::string(c.virtualStages() > 1 ? "more model chunks"
+                                                : "more stages") +
+              " than the model's " + std::to_string(cutPoints) +
               " pipeline cut points allow";
       continue;
     }
@@ -440,21 +485,54 @@ int Search::rank() const {
   return best;
 }
 
-/// Other bucket sizes for the winner (its collectives' granularity).
-void Search::tryBuckets(int chosen) {
-  if (all[chosen].dp == 1)
-    return;
-  for (int64_t bucket : {int64_t(5000000), int64_t(50000000)}) {
-    if (compiles >= budget + 2)
+/// Compiles `trials` of the winner `chosen` while the tuning budget
+/// lasts; each is kept when it changes the plan.
+void Search::tune(int chosen, std::vector<Candidate> trials) {
+  for (Candidate &trial : trials) {
+    if (compiles >= budget + kTuneCompiles)
       return;
-    Candidate trial = all[chosen];
-    trial.bucket = bucket;
     compileOne(trial);
-    // Kept when the buckets change the plan.
     if (trial.state != State::Fits || trial.step != all[chosen].step ||
         trial.peak != all[chosen].peak)
       all.push_back(trial);
   }
+}
+
+/// Other bucket sizes for the winner (its collectives' granularity): 5e6
+/// and 5e7 elements, those below the rank's trainable elements (a bucket
+/// holding them all is one bucket whatever its size); for a smaller model
+/// an eighth and a half of them.
+void Search::tryBuckets(int chosen) {
+  const Candidate &c = all[chosen];
+  if (c.dp == 1 || options.isGiven("reduce-bucket-size"))
+    return;
+  int64_t rank = facts.trainable / (c.tp * c.pp);
+  std::vector<int64_t> sizes;
+  for (int64_t b : {int64_t(5000000), int64_t(50000000)})
+    if (b < rank)
+      sizes.push_back(b);
+  if (sizes.empty() && rank >= 16)
+    sizes = {rank / 8, rank / 2};
+  std::vector<Candidate> trials;
+  for (int64_t b : sizes) {
+    trials.push_back(c);
+    trials.back().bucket = b;
+  }
+  tune(chosen, std::move(trials));
+}
+
+/// With --overlap-comm, other depths of collectives in flight for the
+/// winner (how far ZeRO-3's gathers prefetch and gradient buckets queue).
+void Search::tryInFlight(int chosen) {
+  if (all[chosen].world() == 1 || !options.overlapComm ||
+      options.isGiven("max-inflight-collectives"))
+    return;
+  std::vector<Candidate> trials;
+  for (int64_t depth : {int64_t(1), int64_t(4)}) {
+    trials.push_back(all[chosen]);
+    trials.back().inFlight = depth;
+  }
+  tune(chosen, std::move(trials));
 }
 
 llvm::Expected<PlanSearchResult> Search::run() {
@@ -502,6 +580,7 @@ llvm::Expected<PlanSearchResult> Search::run() {
   if (chosen < 0)
     return fail(nothingFits(all, cluster, options.clusterSpec, facts));
   tryBuckets(chosen);
+  tryInFlight(rank());
   return finish(rank());
 }
 

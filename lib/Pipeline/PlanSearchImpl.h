@@ -16,6 +16,8 @@
 
 #include "llvm/Support/Error.h"
 
+#include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -36,6 +38,17 @@ struct ModelFacts {
   /// The batch of the import the figures come from, and the elements of
   /// one sample of the first data input (a token model's sequence).
   int64_t importBatch = 1, sampleTokens = 1;
+  /// Elements of the activations the backward pass needs kept at the
+  /// import's batch, whatever the recompute choice, and without recompute
+  /// (activationFacts).
+  int64_t keptElements = 0, savedElements = 0;
+  /// Per tensor-parallel degree and sequence parallelism: one rank's
+  /// figures after the partition passes (partitionFacts). Absent: the
+  /// whole model's divided by the degree.
+  struct Split {
+    int64_t trainable = 0, parameters = 0, kept = 0, saved = 0;
+  };
+  std::map<std::pair<int64_t, bool>, Split> splits;
 };
 
 /// Where a candidate got to.
@@ -54,15 +67,20 @@ struct Candidate {
   int64_t dp = 1, tp = 1, pp = 1;
   bool sp = false;
   int64_t zero = 0, micro = 1, accum = 1;
-  std::string schedule = "1f1b"; // pp > 1: gpipe, 1f1b or interleaved:2
+  std::string schedule = "1f1b"; // pp > 1: gpipe, 1f1b or interleaved:V
   // The memory choices the compile settled on.
   std::string recompute = "none";
   bool offload = false;
   /// ZeRO-3 with a host: the parameters on the host too (--offload-param).
   bool offloadParam = false;
   int64_t bucket = 0; // 0: the default bucket sizes
-  // The analytic figures.
-  int64_t lowerBound = 0;
+  /// With --overlap-comm: collectives in flight at once
+  /// (--max-inflight-collectives; 0: the default).
+  int64_t inFlight = 0;
+  // The analytic figures: the memory bound that prunes (offload allowed
+  // where the cluster has a host), and with the optimizer state on the
+  // device under recompute full and none (they skip compiles).
+  int64_t lowerBound = 0, boundDevice = 0, boundNone = 0;
   double estimate = 0;
   // The outcome.
   State state = State::NotCompiled;
@@ -72,6 +90,8 @@ struct Candidate {
   std::string bottleneck;
 
   int64_t world() const { return dp * tp * pp; }
+  /// The model chunks per pipeline rank: V of interleaved:V, else 1.
+  int64_t virtualStages() const;
   /// "dp2 tp1 pp1" (with " sp" for sequence parallelism): the colours of
   /// the plot and the rejected-family lines.
   std::string family() const;
@@ -79,6 +99,14 @@ struct Candidate {
   /// recompute, offload and buckets.
   std::string layout() const;
 };
+
+/// The virtual stages (model chunks per pipeline rank) the search tries
+/// for the interleaved schedule: 2 to this.
+inline constexpr int64_t kMaxVirtualStages = 4;
+
+/// Compiles past --plan-compiles for the winner's bucket sizes and
+/// collectives in flight.
+inline constexpr int kTuneCompiles = 4;
 
 /// The layouts the search may take: options the user gave explicitly
 /// (--world-size, --tensor-parallel, --pipeline-parallel, --zero,
@@ -103,11 +131,37 @@ llvm::Error checkGlobalBatch(const SearchSpace &space,
                              const ::ds::ClusterSpec &c, const ModelFacts &m,
                              int64_t global);
 
-/// The device bytes no plan of `cand` goes below: its parameters (16-bit
-/// under bf16/fp16) and optimizer state (with fp32 master weights), split
-/// as tensor and pipeline parallelism and ZeRO split them at best.
+/// The parts of the memory lower bound (PlanSearchBound.cpp): resident
+/// parameters and optimizer state (with gradient accumulators), then the
+/// larger of the gradients held at once and the kept activations.
+struct BoundParts {
+  int64_t weights = 0, state = 0, gradients = 0, activations = 0;
+  int64_t total() const {
+    return weights + state + std::max(gradients, activations);
+  }
+};
+/// With `noRecompute`, the activations are those recompute `none` keeps.
+BoundParts boundParts(const Candidate &cand, const TrainingOptions &o,
+                      const ModelFacts &m, bool noRecompute = false);
+/// The device bytes no plan of `cand` goes below: boundParts' total.
 int64_t memoryLowerBound(const Candidate &cand, const TrainingOptions &o,
                          const ModelFacts &m);
+/// Lower bounds of the activation elements `@forward` keeps for the
+/// backward pass: `kept` whatever the recompute choice (per segment
+/// between cut values, as the recompute pass cuts, the smaller of its
+/// input and its largest GEMM data operand with a trainable weight);
+/// `saved` without recompute (every GEMM activation operand whose partner
+/// needs a gradient).
+struct ActivationFacts {
+  int64_t kept = 0, saved = 0;
+};
+ActivationFacts activationFacts(ModuleOp model);
+/// One rank's parameters and activation figures under `tp`-way tensor
+/// parallelism (with `sp`, sequence parallelism): the partition passes
+/// ds-opt runs, on a copy of `model`. Fails when they refuse the degree.
+FailureOr<ModelFacts::Split> partitionFacts(ModuleOp model,
+                                            const TrainingOptions &o,
+                                            int64_t tp, bool sp);
 /// A rough step time (compute at the device's peak, the gradient
 /// collectives' ring time, the pipeline bubble) that only orders the
 /// candidates for compiling.

@@ -80,7 +80,8 @@ std::string familyReason(const std::vector<const Candidate *> &cands,
   if (notCompiled)
     return "not compiled: " + cands.front()->why;
   if (bound)
-    return "its parameters and optimizer state alone need " +
+    return "its memory lower bound (parameters, optimizer state, "
+           "gradients, kept activations) is " +
            megabytes(bound->lowerBound) + " (" + bound->layout() + ")";
   return cands.front()->why;
 }
@@ -156,10 +157,13 @@ std::string plan_search::candidatesJson(const std::vector<Candidate> &all,
        << c.schedule << "\", \"recompute\": \"" << c.recompute
        << "\", \"offload_optimizer\": " << (c.offload ? "true" : "false")
        << ", \"offload_param\": " << (c.offloadParam ? "true" : "false")
-       << ", \"bucket\": " << c.bucket << ", \"state\": \""
+       << ", \"bucket\": " << c.bucket
+       << ", \"max_inflight\": " << c.inFlight << ", \"state\": \""
        << stateName(c.state) << "\", \"chosen\": "
        << (order[k] == chosen ? "true" : "false")
-       << ", \"memory_bound\": " << c.lowerBound << ", \"peak\": " << c.peak
+       << ", \"memory_bound\": " << c.lowerBound
+       << ", \"memory_bound_device\": " << c.boundDevice
+       << ", \"memory_bound_none\": " << c.boundNone << ", \"peak\": " << c.peak
        << ", \"step_time_s\": " << c.step
        << ", \"tokens_per_s\": " << c.tokensPerSecond << ", \"mfu\": " << c.mfu
        << ", \"bottleneck\": \"" << c.bottleneck << "\", \"why\": \"";
@@ -257,37 +261,44 @@ std::string plan_search::nothingFits(const std::vector<Candidate> &all,
                                      const ::ds::ClusterSpec &c,
                                      const std::string &source,
                                      const ModelFacts &m) {
-  std::map<std::string, int64_t> smallest; // family -> peak (or bound)
-  std::map<std::string, bool> compiled;
-  int64_t least = -1, leastBound = -1, minMicro = -1;
+  // Per family: the smallest compiled peak, else the smallest memory
+  // bound of a pruned candidate.
+  std::map<std::string, int64_t> peaks, bounds;
+  int64_t least = -1, minMicro = -1;
   bool triedOffload = false;
   // Candidates the compile budget left out: their family is not ruled out.
   std::map<std::string, int> leftOut;
+  auto lower = [](std::map<std::string, int64_t> &m, const std::string &k,
+                  int64_t v) {
+    auto it = m.find(k);
+    if (it == m.end() || v < it->second)
+      m[k] = v;
+  };
   for (const Candidate &x : all) {
-    int64_t peak = x.peak >= 0 ? x.peak : x.lowerBound;
     if (x.state == State::NotCompiled)
       ++leftOut[x.family()];
-    if (x.state == State::Failed || x.state == State::NotCompiled ||
-        x.state == State::Skipped)
+    if (x.state == State::Pruned)
+      lower(bounds, x.family(), x.lowerBound);
+    if (x.peak < 0)
       continue;
-    auto it = smallest.find(x.family());
-    if (it == smallest.end() || peak < it->second ||
-        (x.peak >= 0 && !compiled[x.family()]))
-      smallest[x.family()] = peak;
-    compiled[x.family()] = compiled[x.family()] || x.peak >= 0;
-    leastBound = leastBound < 0 ? peak : std::min(leastBound, peak);
-    if (x.peak >= 0) {
-      least = least < 0 ? x.peak : std::min(least, x.peak);
-      minMicro = minMicro < 0 ? x.micro : std::min(minMicro, x.micro);
-    }
+    lower(peaks, x.family(), x.peak);
+    least = least < 0 ? x.peak : std::min(least, x.peak);
+    minMicro = minMicro < 0 ? x.micro : std::min(minMicro, x.micro);
     triedOffload |= x.offload;
   }
+  std::map<std::string, int64_t> smallest = bounds;
+  int64_t leastBound = -1; // of the families with no compiled candidate
+  for (const auto &[family, bound] : bounds)
+    if (!peaks.count(family))
+      leastBound = leastBound < 0 ? bound : std::min(leastBound, bound);
+  for (const auto &[family, peak] : peaks)
+    smallest[family] = peak;
   std::string text = "no layout fits " + source + "'s " +
                      megabytes(int64_t(c.memory)) +
                      " per device; the smallest peak per layout family:";
   for (const auto &[family, peak] : smallest) {
     text += " " + family + " " + megabytes(peak) +
-            (compiled[family] ? "" : " (memory bound)");
+            (peaks.count(family) ? "" : " (memory bound)");
     if (int n = leftOut[family])
       text += " and " + std::to_string(n) +
               " not compiled (raise --plan-compiles)";
@@ -301,10 +312,19 @@ std::string plan_search::nothingFits(const std::vector<Candidate> &all,
             " more families not compiled (raise --plan-compiles);";
   if (smallest.empty())
     text += " none compiled;";
-  text += least >= 0 ? " would fit: devices of " + megabytes(least) +
-                           " (the smallest compiled peak)"
-                     : " would fit: devices of more than " +
-                           megabytes(leastBound) + " (the memory bound)";
+  if (least >= 0)
+    text += " would fit: devices of " + megabytes(least) +
+            " (the smallest compiled peak)";
+  else if (leastBound >= 0)
+    text += " would fit: devices of more than " + megabytes(leastBound) +
+            " (the memory bound)";
+  else
+    text += " would fit: unknown (raise --plan-compiles)";
+  // A family only the bound rejected may fit a device between its bound
+  // and the smallest compiled peak.
+  if (least >= 0 && leastBound >= 0 && leastBound < least)
+    text += " or perhaps smaller, down to " + megabytes(leastBound) +
+            " (the smallest memory bound of a family not compiled)";
   text += ", or more devices (ZeRO-3 divides the parameters and optimizer "
           "state by the data-parallel ranks)";
   if (!c.host.present)

@@ -76,6 +76,14 @@ std::string Candidate::family() const {
          std::to_string(pp) + (sp ? " sp" : "");
 }
 
+int64_t Candidate::virtualStages() const {
+  llvm::StringRef s(schedule);
+  int64_t v = 1;
+  if (s.consume_front("interleaved:") && !s.getAsInteger(10, v) && v >= 1)
+    return v;
+  return 1;
+}
+
 std::string Candidate::layout() const {
   std::string s = family() + " zero" + std::to_string(zero) + " mb" +
                   std::to_string(micro) + "x" + std::to_string(accum);
@@ -90,6 +98,8 @@ std::string Candidate::layout() const {
   }
   if (bucket > 0)
     s += " bucket=" + std::to_string(bucket);
+  if (inFlight > 0)
+    s += " inflight=" + std::to_string(inFlight);
   return s;
 }
 
@@ -141,8 +151,12 @@ std::vector<Candidate> plan_search::enumerate(const SearchSpace &space,
         schedules = {o.pipeSchedule};
       else if (pp > 1) {
         schedules.push_back("gpipe");
+        // Interleaved 1F1B with V model chunks per rank (M a multiple of
+        // P); more chunks than the model's cut points allow fail to
+        // compile and are skipped once a pipeline compile has found them.
         if (accum % pp == 0)
-          schedules.push_back("interleaved:2");
+          for (int64_t v = 2; v <= kMaxVirtualStages; ++v)
+            schedules.push_back("interleaved:" + std::to_string(v));
       }
       for (const std::string &sched : schedules)
         for (bool sp : sps)
@@ -155,6 +169,8 @@ std::vector<Candidate> plan_search::enumerate(const SearchSpace &space,
             cand.offload = c.host.present;
             cand.lowerBound = memoryLowerBound(cand, o, m);
             cand.offload = false;
+            cand.boundDevice = memoryLowerBound(cand, o, m);
+            cand.boundNone = boundParts(cand, o, m, true).total();
             cand.estimate = estimateStep(cand, o, c, m);
             out.push_back(std::move(cand));
           }
@@ -191,32 +207,6 @@ llvm::Error plan_search::checkGlobalBatch(const SearchSpace &space,
               llvm::Twine(above));
 }
 
-int64_t plan_search::memoryLowerBound(const Candidate &cand,
-                                      const TrainingOptions &o,
-                                      const ModelFacts &m) {
-  int64_t wb = weightBytes(o), share = cand.tp * cand.pp;
-  int64_t trainable = m.trainable / share;
-  int64_t frozen = (m.parameters - m.trainable) / share;
-  // With a host, ZeRO-3 may keep the parameters there (the search tries
-  // --offload-param last): then none need stay on the device.
-  int64_t weights = cand.offload && cand.zero == 3
-                        ? 0
-                        : trainable * wb / (cand.zero == 3 ? cand.dp : 1) +
-                              frozen * wb;
-  int64_t perElem = 0;
-  llvm::StringRef opt = o.optimizerName;
-  if (opt == "adam" || opt == "adamw" || opt == "lamb")
-    perElem = 8;
-  else if (opt == "sgd" && o.momentum != 0)
-    perElem = 4;
-  if (wb == 2)
-    perElem += 4; // the fp32 master weights
-  int64_t state = cand.offload ? 0
-                               : trainable * perElem /
-                                     (cand.zero >= 1 ? cand.dp : 1);
-  return weights + state;
-}
-
 double plan_search::estimateStep(const Candidate &cand,
                                  const TrainingOptions &o,
                                  const ::ds::ClusterSpec &c,
@@ -228,7 +218,7 @@ double plan_search::estimateStep(const Candidate &cand,
   double compute =
       3 * m.flopsPerSample * samples / double(cand.tp * cand.pp) / peak;
   if (cand.pp > 1) {
-    double v = cand.schedule == "interleaved:2" ? 2 : 1;
+    double v = double(cand.virtualStages());
     double bubble = double(cand.pp - 1) / (v * cand.accum + cand.pp - 1);
     compute /= 1 - bubble;
   }

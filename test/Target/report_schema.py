@@ -59,8 +59,9 @@ CANDIDATE = {"layout": str, "family": str, "dp": int, "tp": int, "pp": int,
              "sequence_parallel": bool, "zero": int, "micro_batch": int,
              "grad_accum": int, "schedule": str, "recompute": str,
              "offload_optimizer": bool, "offload_param": bool,
-             "bucket": int, "state": str,
-             "chosen": bool, "memory_bound": int, "peak": int,
+             "bucket": int, "max_inflight": int, "state": str,
+             "chosen": bool, "memory_bound": int,
+             "memory_bound_device": int, "memory_bound_none": int, "peak": int,
              "step_time_s": NUM, "tokens_per_s": NUM, "mfu": NUM,
              "bottleneck": str, "why": str}
 
