@@ -570,13 +570,16 @@ bool loadCheckpoint(const std::string &dir, Executor &exec, int rank,
       return false;
     // 1-bit Adam's server errors differ per rank and its error buffers'
     // shapes depend on the world size: only its own shards resume it.
-    if (info.optimizer == "onebit_adam" && m.world != info.worldSize) {
-      err = "a 1-bit Adam checkpoint of " + std::to_string(m.world) +
+    bool perRank = info.optimizer == "onebit_adam" ||
+                   info.optimizer == "zero_one_adam"; // and 0/1 Adam's
+    if (perRank && m.world != info.worldSize) {
+      err = std::string(info.optimizer == "onebit_adam" ? "a 1-bit" : "a 0/1") +
+            " Adam checkpoint of " + std::to_string(m.world) +
             " ranks cannot resume on " + std::to_string(info.worldSize) +
             " (its error-feedback buffers are per rank)";
       return false;
     }
-    if (info.optimizer == "onebit_adam") {
+    if (perRank) {
       std::map<std::string, HostTensor> own;
       if (!readShard(stepDir, m, rank, own, err))
         return false;

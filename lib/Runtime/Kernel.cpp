@@ -110,6 +110,7 @@ static const KernelSignature kSignatures[] = {
     // Optimizers (an optional accumulator)
     {"adam", 5, 6, 3, 4},
     {"onebit_adam", 7, 7, 5, 5}, // Cpu/OneBitAdam.cpp
+    {"zero_one_adam", 9, 9, 7, 7}, // Cpu/ZeroOneAdam.cpp
     {"sgd", 4, 5, 2, 3},
     {"onnx_update", 5, 6, 2, 3},
     // Collectives and the loss scaler's overflow check

@@ -24,7 +24,8 @@ const KernelRegistry &cpuKernels() {
        registerTensorParallelKernels, registerOptimizerKernels,
        registerCollectiveKernels, registerPipelineKernels,
        registerPoolingKernels, registerTopKKernels, registerResizeKernels,
-       registerOneBitKernels, registerFusedKernels});
+       registerOneBitKernels, registerFusedKernels,
+       registerZeroOneKernels});
   return registry;
 }
 

@@ -242,6 +242,7 @@ void registerPoolingKernels(KernelRegistry &r);     // Pooling.cu
 void registerTopKKernels(KernelRegistry &r);        // TopK.cu (misc family)
 void registerResizeKernels(KernelRegistry &r);      // Resize.cu (spatial)
 void registerFusedKernels(KernelRegistry &r);       // Fused.cu (fusion)
+void registerZeroOneKernels(KernelRegistry &r);     // ZeroOneAdam.cu (issue 26)
 
 } // namespace ds::rt::cuda
 
