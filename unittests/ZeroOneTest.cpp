@@ -142,7 +142,7 @@ TEST(ZeroOne, KernelMatchesReferenceOnOneRank) {
   for (float &x : p)
     x = normal(rng);
   std::vector<int64_t> counters(5, 0);
-  Reference ref{p, m, v, u};
+  Reference ref{p, m, v, u, 0.0, {}};
   const KernelInfo *k = findKernel("zero_one_adam");
   ASSERT_NE(k, nullptr);
   for (int64_t t = 1; t <= 40; ++t) {

@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 namespace ds::zeroone {
 
@@ -118,6 +119,23 @@ inline Phase phaseAt(int64_t t, const Policy &p) {
     return (t + 1) % c.localInterval == 0 ? Phase::Sync : Phase::Local;
   return (t + 1) % c.varInterval == 0 ? Phase::Variance
                                       : Phase::CompressedGradient;
+}
+
+/// The state tensor `zero_one_counters` (5 i64): the four counters, then
+/// the bits of the double lrs (the learning rates summed since the last
+/// synchronisation). All zero, a fresh state, reads as the counters before
+/// step 1.
+inline Counters loadCounters(const int64_t *state, double &lrs) {
+  Counters c{state[0], state[1], state[2], state[3]};
+  std::memcpy(&lrs, &state[4], sizeof lrs);
+  return c == Counters{0, 0, 0, 0} ? Counters{} : c;
+}
+inline void storeCounters(const Counters &c, double lrs, int64_t *state) {
+  state[0] = c.varInterval;
+  state[1] = c.varCounter;
+  state[2] = c.localInterval;
+  state[3] = c.localCounter;
+  std::memcpy(&state[4], &lrs, sizeof lrs);
 }
 
 /// The policy's parameters are valid (each scaler and the clipper >= 1,

@@ -117,11 +117,8 @@ bool kZeroOneAdam(KernelContext &ctx) {
     return ctx.fail("zero_one_adam: var_freeze_step must not be negative "
                     "and the scalers and clipper must be at least 1");
   int64_t *C = ctx.out[6].as<int64_t>();
-  zo::Counters have{C[0], C[1], C[2], C[3]};
   double lrs = 0;
-  std::memcpy(&lrs, &C[4], sizeof lrs);
-  if (t == 1 && have == zo::Counters{0, 0, 0, 0}) // zero-initialised state
-    have = zo::Counters{};
+  zo::Counters have = zo::loadCounters(C, lrs);
   zo::Counters want = zo::countersBefore(t, policy);
   if (!(have == want))
     return ctx.fail("zero_one_adam: the state's counters (" +
@@ -210,11 +207,7 @@ bool kZeroOneAdam(KernelContext &ctx) {
     }
   }
   zo::advance(have, t, policy);
-  C[0] = have.varInterval;
-  C[1] = have.varCounter;
-  C[2] = have.localInterval;
-  C[3] = have.localCounter;
-  std::memcpy(&C[4], &lrs, sizeof lrs);
+  zo::storeCounters(have, lrs, C);
   return true;
 }
 

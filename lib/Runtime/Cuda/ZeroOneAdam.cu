@@ -159,16 +159,13 @@ bool kZeroOneAdam(KernelContext &ctx) {
   if (!zo::validPolicy(policy))
     return ctx.fail("zero_one_adam: var_freeze_step must not be negative "
                     "and the scalers and clipper must be at least 1");
-  zo::Counters have{C[0], C[1], C[2], C[3]};
-  if (t == 1 && have == zo::Counters{0, 0, 0, 0})
-    have = zo::Counters{};
+  double lrs = 0;
+  zo::Counters have = zo::loadCounters(C, lrs);
   if (!(have == zo::countersBefore(t, policy)))
     return ctx.fail("zero_one_adam: the state's counters are not those of "
                     "step " + std::to_string(t) +
                     " under this plan's policy (a checkpoint of another "
                     "0/1 Adam policy?)");
-  double lrs = 0;
-  std::memcpy(&lrs, &C[4], sizeof lrs);
   double base = std::isnan(ctx.lr) ? ctx.attrs.getFloat("lr", 1e-3) : ctx.lr;
   double lrNow = ds::scheduledLr(ctx.attrs.getString("schedule", "constant"),
                                  base, t, ctx.attrs.getInt("warmup_steps", 0),
@@ -231,11 +228,7 @@ bool kZeroOneAdam(KernelContext &ctx) {
     }
   }
   zo::advance(have, t, policy);
-  C[0] = have.varInterval;
-  C[1] = have.varCounter;
-  C[2] = have.localInterval;
-  C[3] = have.localCounter;
-  std::memcpy(&C[4], &lrs, sizeof lrs);
+  zo::storeCounters(have, lrs, C);
   return fromHost(ctx, ctx.out[6].data, C, sizeof C);
 }
 } // namespace
