@@ -44,7 +44,7 @@ Checks and their tolerances:
   momentum accumulator and lrs are not zero) and resumed give the
   uninterrupted run's losses and weights bit for bit;
 - a checkpoint resumed under another policy is refused with one error
-  naming the counters.
+  naming the counters, and on another world size with one naming both.
 """
 import argparse
 import json
@@ -202,11 +202,21 @@ def main():
         ok &= same and same_w
     # Another policy cannot continue these counters.
     r = run("zo_other", "other", args.steps, ["--resume", w("zo_ck35")], check=False)
-    lines = [l for l in r.stderr.splitlines() if "error" in l]
-    refused = r.returncode != 0 and any("the state's counters" in l for l in lines)
+    lines = [l for l in r.stderr.splitlines() if "error:" in l and "the state's counters" in l]
+    refused = r.returncode != 0 and bool(lines)
     print(f"resume under var_update_scaler {args.var_scaler * 2}: refused {refused}")
     for l in lines[:1]:
         print("  " + l[l.index("error"):])
+    ok &= refused
+    # Nor another world size (the error buffers are per rank).
+    subprocess.run([args.ds_opt, *common[:3], f"--world-size={n - 1}", *common[4:], *zo_flags,
+                    "-o", w("zo_small.plan")], check=True, capture_output=True)
+    r = subprocess.run(args.mpirun.split() + ["-np", str(n - 1), args.ds_run, w("zo_small.plan"),
+                        "--steps", str(args.steps), "--data", w("zo_data.npz"),
+                        "--resume", w("zo_ck35"), "--threads", "1"],
+                       capture_output=True, text=True, timeout=600)
+    refused = r.returncode != 0 and f"0/1 Adam checkpoint of {n} ranks cannot resume on {n - 1}" in r.stderr
+    print(f"resume on {n - 1} ranks: refused {refused}")
     ok &= refused
     print("PASS" if ok else "FAIL")
     sys.exit(0 if ok else 1)
