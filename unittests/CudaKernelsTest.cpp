@@ -13,12 +13,14 @@
 
 #include "Device.h"
 
+#include "ds/Support/ZeroOne.h"
 #include "plan.pb.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 
 using namespace ds::rt;
@@ -485,6 +487,40 @@ TEST(Cuda, Optimizers) {
             1e-5);
 }
 
+/// 0/1 Adam on one rank (its exchanges are the identity there), one case
+/// per phase: its counters are those of the step (ds::zeroone), the
+/// accumulator and lrs not zero where the local-step phase has them.
+TEST(Cuda, ZeroOneAdam) {
+  namespace zo = ds::zeroone;
+  zo::Policy pol{6, 2, 2, 4};
+  auto f = [](uint32_t seed) { return random(DType::F32, {300}, seed, true); };
+  for (int64_t t : {1, 4, 5, 7, 9, 12}) {
+    zo::Counters c = zo::countersBefore(t, pol);
+    double lrs = t >= zo::firstFrozenStep(pol) ? 3e-2 : 0.0;
+    int64_t lrsBits;
+    std::memcpy(&lrsBits, &lrs, 8);
+    Tensor v = f(100 + static_cast<uint32_t>(t)); // a positive variance
+    EXPECT_LE(compare("zero_one_adam",
+                      {f(101), f(102), f(103), v, empty(DType::F32, {304}),
+                       empty(DType::F32, {304}), f(104),
+                       ints(DType::I64, {5}, {c.varInterval, c.varCounter,
+                                              c.localInterval, c.localCounter,
+                                              lrsBits}),
+                       ints(DType::I64, {}, {t})},
+                      {empty(DType::F32, {300}), empty(DType::F32, {300}),
+                       empty(DType::F32, {300}), empty(DType::F32, {304}),
+                       empty(DType::F32, {304}), empty(DType::F32, {300}),
+                       empty(DType::I64, {5})},
+                      {F("lr", 1e-2), F("weight_decay", 0.1),
+                       I("var_freeze_step", pol.varFreezeStep),
+                       I("var_update_scaler", pol.varUpdateScaler),
+                       I("local_step_scaler", pol.localStepScaler),
+                       I("local_step_clipper", pol.localStepClipper)}),
+              1e-5)
+        << "step " << t;
+  }
+}
+
 TEST(Cuda, OneRankCollectives) {
   // Without a communicator each collective is its rank's copy.
   EXPECT_EQ(compare("all_reduce", {random(DType::F32, {9}, 95)}, {empty(DType::F32, {9})}), 0);
@@ -584,7 +620,8 @@ TEST(Cuda, EveryKernelTested) {
       "activation_grad", "conv", "conv_grad_input", "conv_grad_weight",
       "max_pool", "max_pool_grad", "avg_pool", "avg_pool_grad", "topk",
       "topk_grad", "resize", "resize_grad", "fused_elementwise",
-      "fused_attention", "fused_attention_grad"};
+      "fused_attention", "fused_attention_grad",
+      "zero_one_adam"};
   // Pipeline and tensor parallelism run on the CPU backend only so far
   // (the CUDA backend refuses stage and tensor-parallel plans): their
   // kernels have no CUDA twin yet.

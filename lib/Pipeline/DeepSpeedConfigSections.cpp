@@ -80,6 +80,22 @@ static bool readOptimizerParams(Reader &r, const std::string &key, const Value &
     known["max_grad_norm"] = {KnownKey::NoOp,
                               "DeepSpeed's OnebitAdam does not read it"};
     known["amsgrad"] = {KnownKey::OffOnly, "1-bit Adam has no AMSGrad"};
+  } else if (t == "zerooneadam") { // DeepSpeed's ZeroOneAdam arguments
+    valid.insert(valid.end(), {"betas", "eps", "var_freeze_step",
+                               "var_update_scaler", "local_step_scaler",
+                               "local_step_clipper"});
+    known["cuda_aware"] = {KnownKey::NoOp, "ds exchanges through its own "
+                                           "communicator"};
+    known["comm_backend_name"] = {KnownKey::NoOp,
+                                  "ds runs the exchange with MPI (CPU)"};
+    known["bias_correction"] = {KnownKey::NoOp,
+                                "0/1 Adam never corrects bias"};
+    known["max_grad_norm"] = {KnownKey::NoOp,
+                              "DeepSpeed's ZeroOneAdam does not read it"};
+    known["eps_inside_sqrt"] = {KnownKey::NoOp,
+                                "DeepSpeed's ZeroOneAdam never reads it (eps "
+                                "is added outside the square root)"};
+    known["amsgrad"] = {KnownKey::OffOnly, "0/1 Adam has no AMSGrad"};
   } else
     valid.insert(valid.end(), {"betas", "eps", "bias_correction"});
   if (t == "adam" || t == "adamw") // AdamW is always in W mode
@@ -134,14 +150,15 @@ bool config::readOptimizer(Reader &r, const std::string &key, const Value &v) {
   if (t == "fusedadam" || t == "cpuadam" || t == "deepspeedcpuadam")
     t = "adam"; // DeepSpeed's implementations of Adam, as "Adam" picks
   if (t != "adam" && t != "adamw" && t != "sgd" && t != "lamb" &&
-      t != "onebitadam")
+      t != "onebitadam" && t != "zerooneadam")
     return r.fail(key + ".type",
                   "'" + *type + "' is not supported yet (ds has Adam, AdamW, "
-                  "SGD, Lamb and OneBitAdam" +
+                  "SGD, Lamb, OneBitAdam and ZeroOneAdam" +
                   (llvm::StringRef(t).contains("onebit") ||
                            llvm::StringRef(t).contains("zeroone")
                        ? std::string("; of the compressed-communication "
-                                     "optimizers only OneBitAdam is built")
+                                     "optimizers OneBitAdam and ZeroOneAdam "
+                                     "are built")
                        : std::string()) +
                   ")");
   double decay = 0;
@@ -152,8 +169,9 @@ bool config::readOptimizer(Reader &r, const std::string &key, const Value &v) {
   // DeepSpeed's "Adam" is AdamW unless adam_w_mode is false (decay added to
   // the gradient, as torch.optim.Adam); without decay the two are the same
   // update.
-  if (t == "onebitadam") { // its weight decay is AdamW's (decoupled)
-    r.set("optimizer", "onebit-adam", key + ".type");
+  if (t == "onebitadam" || t == "zerooneadam") { // AdamW's weight decay
+    r.set("optimizer", t == "onebitadam" ? "onebit-adam" : "zero-one-adam",
+          key + ".type");
     return true;
   }
   r.set("optimizer", t == "adam" && wMode && decay != 0 ? "adamw" : t,

@@ -153,6 +153,10 @@ void mlir::ds::addTrainingPasses(OpPassManager &pm, const TrainingOptions &o,
     opt.gradAccum = o.gradAccum;
     opt.allgatherBucketSize = o.allgatherBucketSize;
     opt.freezeStep = o.freezeStep;
+    opt.varFreezeStep = o.varFreezeStep;
+    opt.varUpdateScaler = o.varUpdateScaler;
+    opt.localStepScaler = o.localStepScaler;
+    opt.localStepClipper = o.localStepClipper;
     opt.masterWeights = c.offloadOptimizer != "none";
     pm.addNestedPass<func::FuncOp>(createOptimizerPass(opt));
   }

@@ -31,9 +31,11 @@ llvm::Error checkOptimizer(const TrainingOptions &o) {
     return fail("--emit='" + o.emitKind +
                 "' is not one of plan, mlir, mlir-import, dsrt, summary");
   if (!oneOf(o.optimizerName,
-             {"none", "adam", "adamw", "sgd", "lamb", "onebit-adam"}))
+             {"none", "adam", "adamw", "sgd", "lamb", "onebit-adam",
+              "zero-one-adam"}))
     return fail("--optimizer='" + o.optimizerName +
-                "' is not one of none, adam, adamw, sgd, lamb, onebit-adam");
+                "' is not one of none, adam, adamw, sgd, lamb, onebit-adam, "
+                "zero-one-adam");
   if (o.learningRate < 0 || o.weightDecay < 0 || o.momentum < 0) {
     std::string lr;
     llvm::raw_string_ostream(lr) << o.learningRate;
@@ -228,6 +230,43 @@ llvm::Error checkCompression(const TrainingOptions &o) {
     return limit("--offload-param=" + o.offloadParam);
   return llvm::Error::success();
 }
+
+/// 0/1 Adam (docs/compression.md): its policy's values, and the same
+/// first slice as 1-bit Adam (ZeRO-0, f32, data-parallel ranks).
+llvm::Error checkZeroOneAdam(const TrainingOptions &o) {
+  if (o.optimizerName != "zero-one-adam")
+    return llvm::Error::success();
+  if (o.varFreezeStep < 0)
+    return fail("--var-freeze-step must not be negative, got " +
+                llvm::Twine(o.varFreezeStep));
+  for (auto [flag, value] :
+       {std::pair<const char *, int64_t>{"var-update-scaler",
+                                         o.varUpdateScaler},
+        {"local-step-scaler", o.localStepScaler},
+        {"local-step-clipper", o.localStepClipper}})
+    if (value < 1)
+      return fail("--" + llvm::Twine(flag) + " must be at least 1, got " +
+                  llvm::Twine(value));
+  std::string what =
+      o.zeroStage > 0 ? "--zero=" + std::to_string(o.zeroStage)
+      : o.pipelineParallel > 1
+          ? "--pipeline-parallel=" + std::to_string(o.pipelineParallel)
+      : o.tensorParallel > 1
+          ? "--tensor-parallel=" + std::to_string(o.tensorParallel)
+      : o.precision != "fp32" || o.effectiveCommDtype() != "fp32"
+          ? "--precision=" + o.precision +
+                " --comm-dtype=" + o.effectiveCommDtype()
+      : o.gradClip > 0  ? std::string("--grad-clip")
+      : o.gradAccum > 1 ? "--grad-accum=" + std::to_string(o.gradAccum)
+      : o.offloadOptimizer != "none"
+          ? "--offload-optimizer=" + o.offloadOptimizer
+          : std::string();
+  if (!what.empty())
+    return fail("--optimizer=zero-one-adam with " + what +
+                " is not supported yet (0/1 Adam runs at ZeRO-0, f32, on "
+                "data-parallel ranks)");
+  return llvm::Error::success();
+}
 } // namespace
 
 llvm::Error mlir::ds::validateTrainingOptions(TrainingOptions &options) {
@@ -240,6 +279,8 @@ llvm::Error mlir::ds::validateTrainingOptions(TrainingOptions &options) {
   if (llvm::Error e = checkPrecisionAndZero(options))
     return e;
   if (llvm::Error e = checkCompression(options))
+    return e;
+  if (llvm::Error e = checkZeroOneAdam(options))
     return e;
   return checkSteps(options);
 }

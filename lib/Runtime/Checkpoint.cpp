@@ -571,16 +571,18 @@ bool loadCheckpoint(const std::string &dir, Executor &exec, int rank,
     // 1-bit Adam's server errors differ per rank and its error buffers'
     // shapes depend on the world size: only its own shards resume it.
     // (ZeRO 1-3: onebit_adam_local, whose buckets' worker errors are
-    // per rank too.)
-    bool oneBit = info.optimizer == "onebit_adam" ||
-                  info.optimizer == "onebit_adam_local";
-    if (oneBit && m.world != info.worldSize) {
-      err = "a 1-bit Adam checkpoint of " + std::to_string(m.world) +
+    // per rank too; 0/1 Adam's likewise.)
+    bool perRank = info.optimizer == "onebit_adam" ||
+                   info.optimizer == "onebit_adam_local" ||
+                   info.optimizer == "zero_one_adam";
+    if (perRank && m.world != info.worldSize) {
+      err = std::string(info.optimizer == "zero_one_adam" ? "a 0/1" : "a 1-bit") +
+            " Adam checkpoint of " + std::to_string(m.world) +
             " ranks cannot resume on " + std::to_string(info.worldSize) +
             " (its error-feedback buffers are per rank)";
       return false;
     }
-    if (oneBit) {
+    if (perRank) {
       std::map<std::string, HostTensor> own;
       if (!readShard(stepDir, m, rank, own, err))
         return false;

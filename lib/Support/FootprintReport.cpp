@@ -334,6 +334,23 @@ void reportCollectives(std::string &out, const Footprint &f,
                                     : 0.0);
     out += line;
   }
+  if (f.zeroOne) { // 0/1 Adam (docs/compression.md)
+    using zeroone::Phase;
+    std::snprintf(
+        line, sizeof line,
+        "  0/1 Adam (variance frozen after step %lld): bytes handed per "
+        "step: %llu at variance steps, %llu at compressed steps and "
+        "synchronisations (ring traffic per rank %.0f bytes, %.1fx less), "
+        "%llu at local steps\n",
+        static_cast<long long>(f.zeroOne->varFreezeStep),
+        static_cast<unsigned long long>(f.collectiveBytesIn(Phase::Variance)),
+        static_cast<unsigned long long>(f.collectiveBytesIn(Phase::Sync)),
+        f.compressedRingBytes(),
+        f.compressedRingBytes() > 0 ? f.ringBytes() / f.compressedRingBytes()
+                                    : 0.0,
+        static_cast<unsigned long long>(f.collectiveBytesIn(Phase::Local)));
+    out += line;
+  }
 }
 
 /// Why the plan's figures differ from the formulas'.
@@ -487,6 +504,15 @@ std::string formatFootprintJson(const Footprint &f) {
     kv("reduce_scatter_bytes_after_freeze",
        f.reduceScatterBytes - f.warmupOnlyReduceScatterBytes);
     kv("bytes_per_step_after_freeze", f.collectiveBytesAfterFreeze());
+    kv("compressed_ring_bytes_per_rank", f.compressedRingBytes());
+  }
+  if (f.zeroOne) { // 0/1 Adam: the bytes of a step of each phase
+    kv("var_freeze_step", f.zeroOne->varFreezeStep);
+    kv("compressed_all_reduce", f.compressedAllReduces);
+    kv("bytes_per_variance_step",
+       f.collectiveBytesIn(zeroone::Phase::Variance));
+    kv("bytes_per_compressed_step", f.collectiveBytesIn(zeroone::Phase::Sync));
+    kv("bytes_per_local_step", f.collectiveBytesIn(zeroone::Phase::Local));
     kv("compressed_ring_bytes_per_rank", f.compressedRingBytes());
   }
     kv("ring_bytes_per_rank", f.ringBytes());

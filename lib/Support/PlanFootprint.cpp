@@ -223,7 +223,8 @@ void addCollectivesAndOptimizer(const plan::Plan &p,
       case plan::COLLECTIVE_ALL_REDUCE:
         ++f.allReduces;
         f.allReduceBytes += c.bytes();
-        if (ins.kind() == plan::KIND_ONEBIT_ADAM) // the warm-up's gradient
+        if (ins.kind() == plan::KIND_ONEBIT_ADAM || // the warm-up's gradient
+            ins.kind() == plan::KIND_ZERO_ONE_ADAM) // 0/1: variance steps
           f.warmupOnlyBytes += c.bytes();
         break;
       case plan::COLLECTIVE_COMPRESSED_ALL_REDUCE: // after the freeze
@@ -259,6 +260,12 @@ void addCollectivesAndOptimizer(const plan::Plan &p,
                                                   : kernelName(ins.kind());
       if (ins.optimizer().has_freeze_step())
         f.freezeStep = ins.optimizer().freeze_step();
+      if (ins.optimizer().has_var_freeze_step()) // 0/1 Adam
+        f.zeroOne = ::ds::zeroone::Policy{
+            ins.optimizer().var_freeze_step(),
+            ins.optimizer().var_update_scaler(),
+            ins.optimizer().local_step_scaler(),
+            ins.optimizer().local_step_clipper()};
       if (ins.optimizer().accum_steps() > 1)
         f.accumSteps = ins.optimizer().accum_steps();
       f.grads += keptGradient(p, ins.inputs(1), writer);

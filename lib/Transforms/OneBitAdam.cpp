@@ -171,4 +171,16 @@ LogicalResult prepareOneBitAdam(func::FuncOp func, const Hyperparameters &hp) {
   return success();
 }
 
+void takeOutGradientReduces(func::FuncOp func) {
+  Operation *ret = func.getBody().front().getTerminator();
+  llvm::SetVector<Operation *> found;
+  for (unsigned i = 0; i < ret->getNumOperands(); ++i)
+    if (func.getResultAttr(i, "ds.grad"))
+      findGradientReduces(ret->getOperand(i), found);
+  for (Operation *op : found) {
+    op->getResult(0).replaceAllUsesWith(op->getOperand(0));
+    op->erase();
+  }
+}
+
 } // namespace mlir::ds::optimizer

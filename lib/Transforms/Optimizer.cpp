@@ -647,6 +647,8 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
     hyper.schedule = {schedule, warmupSteps, totalSteps, minLr};
     hyper.gradAccum = gradAccum;
     hyper.freezeStep = freezeStep;
+    hyper.zeroOne = {varFreezeStep, varUpdateScaler, localStepScaler,
+                     localStepClipper};
     if (freezeStep < 0)
       return func.emitError("freeze-step must not be negative, got ")
              << static_cast<int64_t>(freezeStep);

@@ -86,6 +86,8 @@ const UpdateRule kRules[] = {
     {"lamb", buildLamb, /*needsWholeTensors=*/true},
     {"onebit-adam", buildOneBitAdam, /*needsWholeTensors=*/false,
      prepareOneBitAdam},
+    {"zero-one-adam", buildZeroOneAdam, /*needsWholeTensors=*/false,
+     prepareZeroOneAdam},
 };
 
 } // namespace

@@ -14,6 +14,7 @@
 #define DS_TRANSFORMS_OPTIMIZERUPDATE_H
 
 #include "ds/Dialect/Ds/IR/DsOps.h"
+#include "ds/Support/ZeroOne.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/StringMap.h"
@@ -42,6 +43,7 @@ struct Hyperparameters {
   LrSchedule schedule;
   int64_t gradAccum = 1; // micro-batches per update
   int64_t freezeStep = 100000; // 1-bit Adam: the last warm-up step
+  ::ds::zeroone::Policy zeroOne; // 0/1 Adam's variance and local steps
 };
 
 /// What a rule updates, for one parameter.
@@ -99,6 +101,18 @@ UpdateOutput buildOneBitAdam(OpBuilder &b, const UpdateInput &in,
 /// Refuses what 1-bit Adam does not run yet and returns the gradients of
 /// ZeRO-0's all-reduce to this rank's own (the update exchanges them).
 LogicalResult prepareOneBitAdam(func::FuncOp func, const Hyperparameters &hp);
+
+/// DeepSpeed's ZeroOneAdam (ZeroOneAdam.cpp): `ds.zero_one_adam` with the
+/// error-feedback buffers, the momentum accumulator and the counters as
+/// state.
+UpdateOutput buildZeroOneAdam(OpBuilder &b, const UpdateInput &in,
+                              const Hyperparameters &hp, AddStateFn addState);
+/// Refuses what 0/1 Adam does not run yet (and a policy out of range) and
+/// takes out ZeRO-0's gradient all-reduce, as 1-bit Adam.
+LogicalResult prepareZeroOneAdam(func::FuncOp func, const Hyperparameters &hp);
+/// Takes the gradients' data-parallel all-reduce (ZeRO-0's) out of `func`:
+/// each update then reads this rank's own gradient (OneBitAdam.cpp).
+void takeOutGradientReduces(func::FuncOp func);
 
 /// The optimizers, in the order the diagnostics list them.
 ArrayRef<UpdateRule> updateRules();

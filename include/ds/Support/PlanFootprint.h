@@ -9,9 +9,12 @@
 #ifndef DS_SUPPORT_PLANFOOTPRINT_H
 #define DS_SUPPORT_PLANFOOTPRINT_H
 
+#include "ds/Support/ZeroOne.h"
+
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -99,9 +102,28 @@ struct Footprint {
   uint64_t collectiveBytesAfterFreeze() const {
     return collectiveBytes() - warmupOnlyBytes + compressedBytes;
   }
+  /// 0/1 Adam (docs/compression.md): its policy when the plan trains with
+  /// it (its gradient all-reduce is in warmupOnlyBytes, its compressed
+  /// exchange in compressedBytes), and the bytes a step of each phase
+  /// hands: the all-reduce at variance steps, the compressed exchange at
+  /// the compressed-gradient steps and synchronisations, neither at local
+  /// steps.
+  std::optional<zeroone::Policy> zeroOne;
+  uint64_t collectiveBytesIn(zeroone::Phase phase) const {
+    switch (phase) {
+    case zeroone::Phase::Variance:
+      return collectiveBytes();
+    case zeroone::Phase::Local:
+      return collectiveBytes() - warmupOnlyBytes;
+    default:
+      return collectiveBytesAfterFreeze();
+    }
+  }
   /// The bytes handed by optimizer step `step` (1-based), all its
   /// micro-batches together.
   uint64_t collectiveBytesAt(int64_t step) const {
+    if (zeroOne)
+      return collectiveBytesIn(zeroone::phaseAt(step, *zeroOne));
     if (freezeStep >= 0 && step > freezeStep)
       return collectiveBytesAfterFreeze() *
              static_cast<uint64_t>(std::max<int64_t>(1, accumSteps));

@@ -241,7 +241,7 @@ def OptimizerPass : Pass<"ds-optimizer", "func::FuncOp"> {
            "give f32 parameters an f32 master copy in the optimizer state "
            "too (offload keeps it on the host)">,
     Option<"optimizer", "optimizer", "std::string", "\"adam\"",
-           "adam, adamw, sgd, lamb or onebit-adam">,
+           "adam, adamw, sgd, lamb, onebit-adam or zero-one-adam">,
     Option<"lr", "lr", "double", "1e-3", "learning rate">,
     Option<"beta1", "beta1", "double", "0.9", "Adam's first-moment decay">,
     Option<"beta2", "beta2", "double", "0.999", "Adam's second-moment decay">,
@@ -274,6 +274,16 @@ def OptimizerPass : Pass<"ds-optimizer", "func::FuncOp"> {
     Option<"freezeStep", "freeze-step", "int64_t", "100000",
            "onebit-adam: the last warm-up step; later steps exchange the "
            "momentum compressed to 1 bit per element">,
+    Option<"varFreezeStep", "var-freeze-step", "int64_t", "100000",
+           "zero-one-adam: the last step that may update the variance; "
+           "later steps are local steps">,
+    Option<"varUpdateScaler", "var-update-scaler", "int64_t", "16",
+           "zero-one-adam: variance updates before their interval doubles">,
+    Option<"localStepScaler", "local-step-scaler", "int64_t", "32678",
+           "zero-one-adam: frozen steps before the local-step interval "
+           "doubles">,
+    Option<"localStepClipper", "local-step-clipper", "int64_t", "16",
+           "zero-one-adam: the largest local-step interval">,
   ];
 }
 

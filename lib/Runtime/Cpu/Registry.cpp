@@ -25,7 +25,8 @@ const KernelRegistry &cpuKernels() {
        registerCollectiveKernels, registerPipelineKernels,
        registerPoolingKernels, registerTopKKernels, registerResizeKernels,
        registerOneBitKernels, registerFusedKernels,
-       registerAttentionKernels});
+       registerAttentionKernels,
+       registerZeroOneKernels});
   return registry;
 }
 

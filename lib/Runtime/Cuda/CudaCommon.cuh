@@ -243,6 +243,7 @@ void registerTopKKernels(KernelRegistry &r);        // TopK.cu (misc family)
 void registerResizeKernels(KernelRegistry &r);      // Resize.cu (spatial)
 void registerFusedKernels(KernelRegistry &r);       // Fused.cu (fusion)
 void registerAttentionKernels(KernelRegistry &r);   // Attention.cu (speed)
+void registerZeroOneKernels(KernelRegistry &r);     // ZeroOneAdam.cu (issue 26)
 
 } // namespace ds::rt::cuda
 

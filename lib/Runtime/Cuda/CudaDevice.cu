@@ -32,7 +32,8 @@ const KernelRegistry &cudaKernels() {
        registerLossKernels, registerGradKernels, registerOptimizerKernels,
        registerCollectiveKernels, registerConvKernels, registerPoolingKernels,
        registerTopKKernels, registerResizeKernels, registerFusedKernels,
-       registerAttentionKernels});
+       registerAttentionKernels,
+       registerZeroOneKernels});
   return registry;
 }
 

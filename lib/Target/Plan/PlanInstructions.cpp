@@ -64,6 +64,14 @@ void addOptimizer(DictionaryAttr params, pb::Optimizer &o) {
     o.set_accum_steps(*n);
   if (auto n = intParam(params, "freeze_step")) // 1-bit Adam
     o.set_freeze_step(*n);
+  if (auto n = intParam(params, "var_freeze_step")) { // 0/1 Adam
+    o.set_var_freeze_step(*n);
+    o.set_var_update_scaler(intParam(params, "var_update_scaler").value_or(16));
+    o.set_local_step_scaler(
+        intParam(params, "local_step_scaler").value_or(32678));
+    o.set_local_step_clipper(
+        intParam(params, "local_step_clipper").value_or(16));
+  }
 }
 
 uint64_t bufferBytes(const pb::Plan &p, uint32_t id) {
@@ -103,10 +111,12 @@ void addCollectives(const pb::Plan &p, pb::Instruction &ins, int64_t group) {
     add(pb::COLLECTIVE_ALL_REDUCE, g, 2 * rows);
     return;
   }
-  case pb::KIND_ONEBIT_ADAM: { // docs/compression.md
+  case pb::KIND_ONEBIT_ADAM:      // docs/compression.md
+  case pb::KIND_ZERO_ONE_ADAM: { // (0/1 Adam: 9 inputs)
     // The warm-up's all-reduce of the gradient; after the freeze, the
     // compressed exchange of the padded momentum (its worker error's size).
-    if (ins.inputs_size() != 7)
+    // 0/1 Adam runs one or the other or neither per step.
+    if (ins.inputs_size() != (ins.kind() == pb::KIND_ONEBIT_ADAM ? 7 : 9))
       return;
     int64_t world = std::max<int64_t>(1, p.world_size());
     add(pb::COLLECTIVE_ALL_REDUCE, g, bufferBytes(p, ins.inputs(1)));

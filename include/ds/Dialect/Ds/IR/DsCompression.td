@@ -130,4 +130,67 @@ def Ds_OneBitAdamLocalOp : Op<Ds_Dialect, "onebit_adam_local",
   let cppNamespace = "::mlir::ds";
 }
 
+// 0/1 Adam (docs/compression.md; lib/Dialect/Ds/IR/DsZeroOne.cpp).
+def Ds_ZeroOneAdamOp : Op<Ds_Dialect, "zero_one_adam",
+    [Ds_OptimizerStep, DeclareOpInterfaceMethods<Ds_CostOpInterface>]> {
+  let summary = "one step of DeepSpeed's 0/1 Adam with its own exchange";
+  let description = [{
+    One parameter's step of DeepSpeed's `ZeroOneAdam` (Lu et al. 2022),
+    with the data-parallel exchange inside (`grad` is this rank's own
+    gradient). Which exchange step `t` runs follows DeepSpeed's policy
+    (include/ds/Support/ZeroOne.h; its counter is `t + 1`):
+
+    - variance steps (before `var_freeze_step`, where `var_interval`
+      divides `t + 1`): the gradient's mean over the ranks (an
+      all-reduce), `m = b1 m + (1-b1) g`, `v = b2 v + (1-b2) g^2`;
+    - the other steps before the freeze: the gradient's 1-bit compressed
+      all-reduce (worker and server error feedback, as `ds.onebit_adam`),
+      `m = b1 m + (1-b1) g`, `v` kept;
+    - after the freeze (`t > var_freeze_step`, `t >= 2`): local steps with
+      the local gradient and the frozen `v`; `momentum_acc` accumulates
+      `-lr update` and `lrs` the learning rates; where
+      `local_step_interval` divides `t + 1` the ranks synchronise: the
+      parameter goes back by `momentum_acc`, which is scaled by
+      `sqrt(v) + eps`, all-reduced 1-bit compressed, becomes
+      `m = -momentum_acc / lrs` and is applied as
+      `p += momentum_acc / (sqrt(v) + eps)`. The error buffers are zeroed
+      at the first frozen step.
+
+    In every step `p -= lr (m / (sqrt(v) + eps) + weight_decay p)` (no
+    bias correction). `counters` holds DeepSpeed's `var_interval`,
+    `var_counter`, `local_step_interval`, `local_step_counter` and the
+    double `lrs` (its bits), checked against the policy at every step.
+  }];
+  let arguments = (ins Ds_FloatTensor:$param, Ds_FloatTensor:$grad,
+                       Ds_FloatTensor:$exp_avg, Ds_FloatTensor:$exp_avg_sq,
+                       Ds_FloatTensor:$worker_error,
+                       Ds_FloatTensor:$server_error,
+                       Ds_FloatTensor:$momentum_acc,
+                       StaticShapeTensorOf<[I64]>:$counters,
+                       StaticShapeTensorOf<[I64]>:$step, F64Attr:$lr,
+                       F64Attr:$beta1, F64Attr:$beta2, F64Attr:$eps,
+                       F64Attr:$weight_decay,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$var_freeze_step,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$var_update_scaler,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$local_step_scaler,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$local_step_clipper,
+                       DefaultValuedAttr<StrAttr, "\"constant\"">:$schedule,
+                       DefaultValuedAttr<I64Attr, "0">:$warmup_steps,
+                       DefaultValuedAttr<I64Attr, "0">:$total_steps,
+                       DefaultValuedAttr<F64Attr, "0.0">:$min_lr);
+  let results = (outs Ds_FloatTensor:$new_param, Ds_FloatTensor:$new_exp_avg,
+                      Ds_FloatTensor:$new_exp_avg_sq,
+                      Ds_FloatTensor:$new_worker_error,
+                      Ds_FloatTensor:$new_server_error,
+                      Ds_FloatTensor:$new_momentum_acc,
+                      StaticShapeTensorOf<[I64]>:$new_counters);
+  let assemblyFormat = [{
+    $param `,` $grad `,` $exp_avg `,` $exp_avg_sq `,` $worker_error `,`
+      $server_error `,` $momentum_acc `,` $counters `,` $step attr-dict `:`
+      functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+  let cppNamespace = "::mlir::ds";
+}
+
 #endif // DS_DIALECT_DS_IR_DSCOMPRESSION_TD
