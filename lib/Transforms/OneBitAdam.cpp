@@ -133,14 +133,13 @@ void findGradientReduces(Value grad, llvm::SetVector<Operation *> &found) {
 }
 } // namespace
 
-LogicalResult prepareOneBitAdam(func::FuncOp func, const Hyperparameters &hp) {
+LogicalResult checkCompressedLayout(func::FuncOp func,
+                                    const Hyperparameters &hp,
+                                    StringRef name, StringRef scope) {
   auto refuse = [&](const Twine &what) {
-    return func.emitError("onebit-adam with ")
-           << what
-           << " is not supported yet (1-bit Adam runs at ZeRO 0-3, f32, on "
-              "data-parallel ranks)";
+    return func.emitError(name + " with ")
+           << what << " is not supported yet (" << scope << ")";
   };
-  auto stage = func->getAttrOfType<IntegerAttr>(kZeroStageAttr);
   if (func->hasAttr("ds.pipeline"))
     return refuse("pipeline parallelism");
   if (func->hasAttr("ds.tensor_parallel"))
@@ -152,16 +151,26 @@ LogicalResult prepareOneBitAdam(func::FuncOp func, const Hyperparameters &hp) {
     if (func.getArgAttr(arg.getArgNumber(), "ds.loss_scale"))
       return refuse("loss scaling (fp16)");
   Operation *ret = body.getTerminator();
-  llvm::SetVector<Operation *> reduces;
   for (unsigned i = 0; i < ret->getNumOperands(); ++i) {
-    if (!func.getResultAttr(i, "ds.grad"))
-      continue;
     auto t = cast<RankedTensorType>(ret->getOperand(i).getType());
-    if (!t.getElementType().isF32())
+    if (func.getResultAttr(i, "ds.grad") && !t.getElementType().isF32())
       return refuse("a gradient of " + Twine(t.getNumElements()) +
                     " non-f32 elements");
-    findGradientReduces(ret->getOperand(i), reduces);
   }
+  return success();
+}
+
+LogicalResult prepareOneBitAdam(func::FuncOp func, const Hyperparameters &hp) {
+  if (failed(checkCompressedLayout(
+          func, hp, "onebit-adam",
+          "1-bit Adam runs at ZeRO 0-3, f32, on data-parallel ranks")))
+    return failure();
+  Operation *ret = func.getBody().front().getTerminator();
+  llvm::SetVector<Operation *> reduces;
+  for (unsigned i = 0; i < ret->getNumOperands(); ++i)
+    if (func.getResultAttr(i, "ds.grad"))
+      findGradientReduces(ret->getOperand(i), reduces);
+  auto stage = func->getAttrOfType<IntegerAttr>(kZeroStageAttr);
   if (stage && stage.getInt() > 0)
     return success(); // ZeRO 1-3: the updates take over the reduce-scatters
   for (Operation *op : reduces) {

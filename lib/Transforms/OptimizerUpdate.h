@@ -98,6 +98,12 @@ struct UpdateRule {
 /// padded error-feedback buffers as state.
 UpdateOutput buildOneBitAdam(OpBuilder &b, const UpdateInput &in,
                              const Hyperparameters &hp, AddStateFn addState);
+/// The layouts the compressed optimizers do not run under yet (pipelines,
+/// tensor parallelism, accumulation, fp16 loss scaling, non-f32
+/// gradients): one error "<name> with X is not supported yet (<scope>)".
+LogicalResult checkCompressedLayout(func::FuncOp func,
+                                    const Hyperparameters &hp,
+                                    StringRef name, StringRef scope);
 /// Refuses what 1-bit Adam does not run yet and returns the gradients of
 /// ZeRO-0's all-reduce to this rank's own (the update exchanges them).
 LogicalResult prepareOneBitAdam(func::FuncOp func, const Hyperparameters &hp);

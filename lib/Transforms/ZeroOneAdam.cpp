@@ -59,36 +59,20 @@ UpdateOutput buildZeroOneAdam(OpBuilder &b, const UpdateInput &in,
 
 LogicalResult prepareZeroOneAdam(func::FuncOp func,
                                  const Hyperparameters &hp) {
-  auto refuse = [&](const Twine &what) {
-    return func.emitError("zero-one-adam with ")
-           << what
-           << " is not supported yet (0/1 Adam runs at ZeRO-0, f32, on "
-              "data-parallel ranks)";
-  };
   if (!::ds::zeroone::validPolicy(hp.zeroOne))
     return func.emitError("zero-one-adam: var-freeze-step must not be "
                           "negative and var-update-scaler, local-step-scaler "
                           "and local-step-clipper must be at least 1");
   auto stage = func->getAttrOfType<IntegerAttr>(kZeroStageAttr);
   if (stage && stage.getInt() > 0)
-    return refuse("ZeRO stage " + Twine(stage.getInt()));
-  if (func->hasAttr("ds.pipeline"))
-    return refuse("pipeline parallelism");
-  if (func->hasAttr("ds.tensor_parallel"))
-    return refuse("tensor parallelism");
-  if (hp.gradAccum > 1)
-    return refuse("gradient accumulation");
-  Block &body = func.getBody().front();
-  for (BlockArgument arg : body.getArguments())
-    if (func.getArgAttr(arg.getArgNumber(), "ds.loss_scale"))
-      return refuse("loss scaling (fp16)");
-  Operation *ret = body.getTerminator();
-  for (unsigned i = 0; i < ret->getNumOperands(); ++i) {
-    auto t = cast<RankedTensorType>(ret->getOperand(i).getType());
-    if (func.getResultAttr(i, "ds.grad") && !t.getElementType().isF32())
-      return refuse("a gradient of " + Twine(t.getNumElements()) +
-                    " non-f32 elements");
-  }
+    return func.emitError("zero-one-adam with ZeRO stage ")
+           << stage.getInt()
+           << " is not supported yet (0/1 Adam runs at ZeRO-0, f32, on "
+              "data-parallel ranks)";
+  if (failed(checkCompressedLayout(
+          func, hp, "zero-one-adam",
+          "0/1 Adam runs at ZeRO-0, f32, on data-parallel ranks")))
+    return failure();
   takeOutGradientReduces(func);
   return success();
 }

@@ -45,24 +45,35 @@ template <typename OpT> LogicalResult verifyAdamOperands(OpT op) {
 }
 } // namespace
 
-LogicalResult OneBitAdamOp::verify() {
-  if (failed(verifyAdamOperands(*this)))
-    return failure();
-  Type t = getParam().getType();
-  auto we = cast<RankedTensorType>(getWorkerError().getType());
-  auto se = cast<RankedTensorType>(getServerError().getType());
-  int64_t n = detail::numElements(t);
+LogicalResult mlir::ds::detail::verifyOneBitErrors(Operation *op,
+                                                   Type param,
+                                                   Type workerError,
+                                                   Type serverError) {
+  auto we = cast<RankedTensorType>(workerError);
+  auto se = cast<RankedTensorType>(serverError);
   if (we.getRank() != 1 || se.getRank() != 1 ||
       !we.getElementType().isF32() || !se.getElementType().isF32())
-    return emitOpError("error buffers must be 1-D f32");
+    return op->emitOpError("error buffers must be 1-D f32");
+  int64_t n = detail::numElements(param);
   int64_t padded = we.getDimSize(0), chunk = se.getDimSize(0);
   int64_t world = chunk > 0 ? padded / chunk : 0;
   if (world < 1 || padded != world * chunk ||
       padded != ::ds::onebit::paddedSize(n, world))
-    return emitOpError("worker error of ")
+    return op->emitOpError("worker error of ")
            << padded << " elements and server error of " << chunk
            << " are not the padding of " << n
            << " elements over any world size";
+  return success();
+}
+
+LogicalResult OneBitAdamOp::verify() {
+  if (failed(verifyAdamOperands(*this)))
+    return failure();
+  Type t = getParam().getType();
+  if (failed(detail::verifyOneBitErrors(*this, t, getWorkerError().getType(),
+                                       getServerError().getType())))
+    return failure();
+  Type we = getWorkerError().getType(), se = getServerError().getType();
   if (getNewWorkerError().getType() != we ||
       getNewServerError().getType() != se)
     return emitOpError("new error buffers must have the errors' types");

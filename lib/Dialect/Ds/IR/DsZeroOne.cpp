@@ -22,20 +22,9 @@ LogicalResult ZeroOneAdamOp::verify() {
                          "accumulator must have one type");
   if (!cast<RankedTensorType>(t).getElementType().isF32())
     return emitOpError("expects f32 parameters and state, got ") << t;
-  auto we = cast<RankedTensorType>(getWorkerError().getType());
-  auto se = cast<RankedTensorType>(getServerError().getType());
-  if (we.getRank() != 1 || se.getRank() != 1 ||
-      !we.getElementType().isF32() || !se.getElementType().isF32())
-    return emitOpError("error buffers must be 1-D f32");
-  int64_t n = detail::numElements(t);
-  int64_t padded = we.getDimSize(0), chunk = se.getDimSize(0);
-  int64_t world = chunk > 0 ? padded / chunk : 0;
-  if (world < 1 || padded != world * chunk ||
-      padded != ::ds::onebit::paddedSize(n, world))
-    return emitOpError("worker error of ")
-           << padded << " elements and server error of " << chunk
-           << " are not the padding of " << n
-           << " elements over any world size";
+  if (failed(detail::verifyOneBitErrors(*this, t, getWorkerError().getType(),
+                                       getServerError().getType())))
+    return failure();
   if (cast<ShapedType>(getCounters().getType()).getNumElements() != 5)
     return emitOpError("counters must hold 5 elements, got ")
            << getCounters().getType();
