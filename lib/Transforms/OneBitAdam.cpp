@@ -79,6 +79,16 @@ UpdateOutput buildOneBitAdamPartition(OpBuilder &b, const UpdateInput &in,
 }
 } // namespace
 
+std::pair<Value, Value> addOneBitErrors(OpBuilder &b, const UpdateInput &in) {
+  auto t = cast<RankedTensorType>(in.grad.getType());
+  int64_t padded = ::ds::onebit::paddedSize(t.getNumElements(), in.world);
+  auto errType = [&](int64_t n) {
+    return RankedTensorType::get({n}, b.getF32Type());
+  };
+  return {in.addTypedState("worker_error", errType(padded)),
+          in.addTypedState("server_error", errType(padded / in.world))};
+}
+
 UpdateOutput buildOneBitAdam(OpBuilder &b, const UpdateInput &in,
                              const Hyperparameters &hp, AddStateFn addState) {
   if (Operation *exchange = findBucketExchange(in.grad))
@@ -86,12 +96,7 @@ UpdateOutput buildOneBitAdam(OpBuilder &b, const UpdateInput &in,
   Value m = addState("exp_avg");
   Value v = addState("exp_avg_sq");
   auto t = cast<RankedTensorType>(in.grad.getType());
-  int64_t padded = ::ds::onebit::paddedSize(t.getNumElements(), in.world);
-  auto errType = [&](int64_t n) {
-    return RankedTensorType::get({n}, b.getF32Type());
-  };
-  Value we = in.addTypedState("worker_error", errType(padded));
-  Value se = in.addTypedState("server_error", errType(padded / in.world));
+  auto [we, se] = addOneBitErrors(b, in);
   const LrSchedule &s = hp.schedule;
   SmallVector<Type> types{t, t, t, we.getType(), se.getType()};
   auto op = OneBitAdamOp::create(

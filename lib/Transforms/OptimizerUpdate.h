@@ -94,6 +94,9 @@ struct UpdateRule {
       nullptr;
 };
 
+/// The padded worker error and the server error (its per-rank part) of a
+/// compressed optimizer's parameter, added as state (ds::onebit::paddedSize).
+std::pair<Value, Value> addOneBitErrors(OpBuilder &b, const UpdateInput &in);
 /// DeepSpeed's OneBitAdam (OneBitAdam.cpp): `ds.onebit_adam` with the
 /// padded error-feedback buffers as state.
 UpdateOutput buildOneBitAdam(OpBuilder &b, const UpdateInput &in,

@@ -24,12 +24,7 @@ UpdateOutput buildZeroOneAdam(OpBuilder &b, const UpdateInput &in,
   Value m = addState("exp_avg");
   Value v = addState("exp_avg_sq");
   auto t = cast<RankedTensorType>(in.grad.getType());
-  int64_t padded = ::ds::onebit::paddedSize(t.getNumElements(), in.world);
-  auto errType = [&](int64_t n) {
-    return RankedTensorType::get({n}, b.getF32Type());
-  };
-  Value we = in.addTypedState("worker_error", errType(padded));
-  Value se = in.addTypedState("server_error", errType(padded / in.world));
+  auto [we, se] = addOneBitErrors(b, in);
   Value u = addState("momentum_accumulator");
   auto countersType = RankedTensorType::get({5}, b.getI64Type());
   Value counters = in.addTypedState("zero_one_counters", countersType);
