@@ -71,6 +71,14 @@ const std::map<std::string, KnownKey> &knownTopKeys() {
       {"curriculum_learning", {K::OffOnly, "not available"}},
       {"amp", {K::OffOnly, "use fp16 or bf16"}},
       {"sparse_gradients", {K::OffOnly, "gradients are dense"}},
+      {"quantize_training",
+       {K::OffOnly, "MoQ quantization-aware training is not available"}},
+      {"eigenvalue",
+       {K::NoOp, "ds computes no Hessian eigenvalues (DeepSpeed uses them "
+                 "for MoQ's schedule only, which ds does not have)"}},
+      {"disable_allgather",
+       {K::NoOp, "ds all-gathers ZeRO partitions; the values are those "
+                 "DeepSpeed's broadcasts give"}},
   };
   return m;
 }

@@ -189,7 +189,10 @@ bool config::readPrecision(Reader &r, const std::string &key, const Value &v) {
                   "hysteresis", "consecutive_hysteresis", "min_loss_scale",
                   "auto_cast", "fp16_master_weights_and_grads"});
   else
-    valid.push_back("immediate_grad_update");
+    valid.insert(valid.end(),
+                 {"immediate_grad_update", "loss_scale", "initial_scale_power",
+                  "loss_scale_window", "hysteresis", "consecutive_hysteresis",
+                  "min_loss_scale"});
   if (!o || !r.checkKeys(*o, key, valid))
     return false;
   bool enabled = false, autoEnabled = false;
@@ -213,6 +216,13 @@ bool config::readPrecision(Reader &r, const std::string &key, const Value &v) {
     llvm::StringRef name = fkv.first;
     if (name == "enabled")
       continue;
+    if (key != "fp16" && name != "immediate_grad_update") {
+      // fp16's loss-scaler keys, often copied into bf16 sections: DeepSpeed
+      // does not read them there either.
+      r.note(fk, "accepted without effect: bf16 trains without loss "
+                 "scaling");
+      continue;
+    }
     if (name == "auto_cast") { // --fp16-auto-cast: inputs rounded to fp16
       if (!r.plain(fkv.second, "fp16.auto_cast", fk))
         return false;
@@ -281,6 +291,30 @@ static bool readOffload(Reader &r, const std::string &zk, llvm::StringRef name,
                                  "offloads all of the state or none)");
   r.set(findOptionByKey(zk)->flag.str(), spec, zk);
   return true;
+}
+
+/// DeepSpeed offloads parameters at ZeRO-3 only and ignores offload_param
+/// below it (configs shared across stages set it): the setting is dropped
+/// with a notice instead of failing the compile. --offload-param given
+/// with --zero below 3 on the command line stays an error.
+static void dropParamOffloadBelowStage3(Reader &r, const std::string &key,
+                                        const Object &o) {
+  const Value *stage = o.get("stage");
+  std::optional<double> n =
+      stage ? stage->getAsNumber() : std::optional<double>(0);
+  if (!n || *n >= 3)
+    return;
+  auto &settings = r.config.settings;
+  auto it = std::find_if(settings.begin(), settings.end(), [](const auto &s) {
+    return s.flag == "offload-param";
+  });
+  if (it == settings.end() || it->value == "none")
+    return;
+  r.note(key + ".offload_param",
+         "accepted without effect at stage " +
+             std::to_string(static_cast<int>(*n)) +
+             ": DeepSpeed offloads parameters at ZeRO-3 only");
+  settings.erase(it);
 }
 
 /// zero_optimization: the stage, the buckets, overlap and offload.
@@ -366,17 +400,23 @@ bool config::readZero(Reader &r, const std::string &key, const Value &v) {
         return false;
     } else if (name == "contiguous_gradients" || name == "reduce_scatter" ||
                name == "allgather_partitions") {
+      // DeepSpeed's choices of buffer layout and collective: the values
+      // trained are the same either way.
       auto b = r.boolean(zkv.second, zk);
       if (!b)
         return false;
       if (!*b)
-        return r.fail(zk, "false is not supported yet (ds always " +
-                              std::string(name == "contiguous_gradients"
-                                              ? "plans gradients in the arena"
-                                          : name == "reduce_scatter"
-                                              ? "reduce-scatters gradients"
-                                              : "all-gathers partitions") +
-                              ")");
+        r.note(zk, "false accepted without effect: " +
+                       std::string(name == "contiguous_gradients"
+                                       ? "ds plans every gradient in its "
+                                         "arena either way"
+                                   : name == "reduce_scatter"
+                                       ? "ds reduce-scatters the gradients; "
+                                         "the mean is the same as "
+                                         "DeepSpeed's all-reduce"
+                                       : "ds all-gathers the partitions; "
+                                         "the values are those DeepSpeed's "
+                                         "broadcasts give"));
     } else if (name.starts_with("stage3_gather_") && isAuto(zkv.second)) {
       r.autoValue(zk, "false (accelerate's default: under ZeRO-3 "
                       "save_16bit_model writes nothing)");
@@ -419,6 +459,7 @@ bool config::readZero(Reader &r, const std::string &key, const Value &v) {
       return false;
     }
   }
+  dropParamOffloadBelowStage3(r, key, *o);
   return true;
 }
 
