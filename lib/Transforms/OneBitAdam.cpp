@@ -176,8 +176,17 @@ LogicalResult prepareOneBitAdam(func::FuncOp func, const Hyperparameters &hp) {
     if (func.getResultAttr(i, "ds.grad"))
       findGradientReduces(ret->getOperand(i), reduces);
   auto stage = func->getAttrOfType<IntegerAttr>(kZeroStageAttr);
-  if (stage && stage.getInt() > 0)
-    return success(); // ZeRO 1-3: the updates take over the reduce-scatters
+  if (stage && stage.getInt() > 0) {
+    // ZeRO 1-3: the updates take over the reduce-scatters. DeepSpeed has no
+    // 1-bit Adam under ZeRO; ds's differs from its ZeRO-0 algorithm, and
+    // says so once.
+    func.emitWarning("onebit-adam with ZeRO stage ")
+        << stage.getInt()
+        << ": after the freeze each gradient bucket's reduce-scatter is "
+           "compressed (error feedback per partition), not the momentum as "
+           "at ZeRO-0 (docs/compression.md)";
+    return success();
+  }
   for (Operation *op : reduces) {
     op->getResult(0).replaceAllUsesWith(op->getOperand(0));
     op->erase();
