@@ -16,6 +16,7 @@
 #define DS_RUNTIME_KERNEL_H
 
 #include "ds/Runtime/Runtime.h"
+#include "ds/Runtime/Schedule.h"
 
 #include <cmath>
 #include <initializer_list>
@@ -89,6 +90,16 @@ struct KernelContext {
     return false;
   }
 };
+
+/// The learning rate of step `t` for an optimizer kernel: the plan's (or
+/// ds-run --lr's, or the Python engine's) through the plan's schedule.
+inline double stepLr(const KernelContext &ctx, int64_t t) {
+  double base = std::isnan(ctx.lr) ? ctx.attrs.getFloat("lr", 1e-3) : ctx.lr;
+  return ds::scheduledLr(ctx.attrs.getString("schedule", "constant"), base, t,
+                         ctx.attrs.getInt("warmup_steps", 0),
+                         ctx.attrs.getInt("total_steps", 0),
+                         ctx.attrs.getFloat("min_lr", 0.0));
+}
 
 /// Every kernel of every backend: true on success, else false with
 /// `ctx.error` set.

@@ -170,11 +170,6 @@ LogicalResult prepareOneBitAdam(func::FuncOp func, const Hyperparameters &hp) {
           func, hp, "onebit-adam",
           "1-bit Adam runs at ZeRO 0-3, f32, on data-parallel ranks")))
     return failure();
-  Operation *ret = func.getBody().front().getTerminator();
-  llvm::SetVector<Operation *> reduces;
-  for (unsigned i = 0; i < ret->getNumOperands(); ++i)
-    if (func.getResultAttr(i, "ds.grad"))
-      findGradientReduces(ret->getOperand(i), reduces);
   auto stage = func->getAttrOfType<IntegerAttr>(kZeroStageAttr);
   if (stage && stage.getInt() > 0) {
     // ZeRO 1-3: the updates take over the reduce-scatters. DeepSpeed has no
@@ -187,10 +182,7 @@ LogicalResult prepareOneBitAdam(func::FuncOp func, const Hyperparameters &hp) {
            "at ZeRO-0 (docs/compression.md)";
     return success();
   }
-  for (Operation *op : reduces) {
-    op->getResult(0).replaceAllUsesWith(op->getOperand(0));
-    op->erase();
-  }
+  takeOutGradientReduces(func);
   return success();
 }
 

@@ -15,7 +15,6 @@
 #include "Kernels.h"
 #include "Mpi/Compressed.h"
 #include "ds/Runtime/Comm.h"
-#include "ds/Runtime/Schedule.h"
 #include "ds/Support/OneBit.h"
 
 #include <cmath>
@@ -64,12 +63,8 @@ struct OneBitStep {
 
 /// The hyper-parameters of step `t` (the scheduled learning rate).
 OneBitStep readStep(KernelContext &ctx, int64_t t) {
-  double base = std::isnan(ctx.lr) ? ctx.attrs.getFloat("lr", 1e-3) : ctx.lr;
   OneBitStep s;
-  s.lr = static_cast<float>(ds::scheduledLr(
-      ctx.attrs.getString("schedule", "constant"), base, t,
-      ctx.attrs.getInt("warmup_steps", 0), ctx.attrs.getInt("total_steps", 0),
-      ctx.attrs.getFloat("min_lr", 0.0)));
+  s.lr = static_cast<float>(stepLr(ctx, t));
   double beta1 = ctx.attrs.getFloat("beta1", 0.9);
   double beta2 = ctx.attrs.getFloat("beta2", 0.999);
   s.b1 = static_cast<float>(beta1), s.a1 = static_cast<float>(1.0 - beta1);

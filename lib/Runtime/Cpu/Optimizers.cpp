@@ -9,7 +9,6 @@
 
 #include "Kernels.h"
 #include "Vec.h"
-#include "ds/Runtime/Schedule.h"
 
 #include <algorithm>
 
@@ -79,16 +78,6 @@ static bool accumulateOnly(KernelContext &ctx, size_t states, int64_t &t,
   return false;
 }
 
-/// The learning rate of step t: the plan's (or ds-run --lr's) through the
-/// plan's schedule.
-static double scheduledLr(const KernelContext &ctx, int64_t t) {
-  double base = std::isnan(ctx.lr) ? ctx.attrs.getFloat("lr", 1e-3) : ctx.lr;
-  return ds::scheduledLr(ctx.attrs.getString("schedule", "constant"), base, t,
-                         ctx.attrs.getInt("warmup_steps", 0),
-                         ctx.attrs.getInt("total_steps", 0),
-                         ctx.attrs.getFloat("min_lr", 0.0));
-}
-
 namespace {
 /// Adam's per-element constants.
 struct AdamCoefficients {
@@ -134,7 +123,7 @@ bool kAdam(KernelContext &ctx) {
   const float *gradData = g.as<float>();
   if (accumulateOnly(ctx, 2, t, mean, gradData))
     return true;
-  double lr = scheduledLr(ctx, t);
+  double lr = stepLr(ctx, t);
   double beta1 = ctx.attrs.getFloat("beta1", 0.9);
   double beta2 = ctx.attrs.getFloat("beta2", 0.999);
   float eps = static_cast<float>(ctx.attrs.getFloat("eps", 1e-8));
@@ -200,7 +189,7 @@ bool kSgd(KernelContext &ctx) {
   const float *gradData = g.as<float>();
   if (accumulateOnly(ctx, 1, t, mean, gradData))
     return true;
-  float lr = static_cast<float>(scheduledLr(ctx, t));
+  float lr = static_cast<float>(stepLr(ctx, t));
   float momentum = static_cast<float>(ctx.attrs.getFloat("momentum", 0.0));
   float dampening = static_cast<float>(ctx.attrs.getFloat("dampening", 0.0));
   float wd = static_cast<float>(ctx.attrs.getFloat("weight_decay", 0.0));

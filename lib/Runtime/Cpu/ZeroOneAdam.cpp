@@ -17,7 +17,6 @@
 #include "Kernels.h"
 #include "Mpi/Compressed.h"
 #include "ds/Runtime/Comm.h"
-#include "ds/Runtime/Schedule.h"
 #include "ds/Support/OneBit.h"
 #include "ds/Support/ZeroOne.h"
 
@@ -129,11 +128,7 @@ bool kZeroOneAdam(KernelContext &ctx) {
                     "var_freeze_step, var_update_scaler, local_step_scaler "
                     "or local_step_clipper?");
   int64_t n = ctx.in[0].numel();
-  double base = std::isnan(ctx.lr) ? ctx.attrs.getFloat("lr", 1e-3) : ctx.lr;
-  double lrNow = ds::scheduledLr(ctx.attrs.getString("schedule", "constant"),
-                                 base, t, ctx.attrs.getInt("warmup_steps", 0),
-                                 ctx.attrs.getInt("total_steps", 0),
-                                 ctx.attrs.getFloat("min_lr", 0.0));
+  double lrNow = stepLr(ctx, t);
   double beta1 = ctx.attrs.getFloat("beta1", 0.9);
   double beta2 = ctx.attrs.getFloat("beta2", 0.999);
   Hyper h{static_cast<float>(lrNow),

@@ -11,7 +11,6 @@
 
 #include "CudaCommon.cuh"
 
-#include "ds/Runtime/Schedule.h"
 
 #include <cmath>
 
@@ -168,14 +167,6 @@ bool accumulateOnly(KernelContext &ctx, size_t states, int64_t &t,
   return false;
 }
 
-double scheduled(const KernelContext &ctx, int64_t t) {
-  double base = std::isnan(ctx.lr) ? ctx.attrs.getFloat("lr", 1e-3) : ctx.lr;
-  return ds::scheduledLr(ctx.attrs.getString("schedule", "constant"), base, t,
-                         ctx.attrs.getInt("warmup_steps", 0),
-                         ctx.attrs.getInt("total_steps", 0),
-                         ctx.attrs.getFloat("min_lr", 0.0));
-}
-
 bool kAdam(KernelContext &ctx) {
   if (!checkOptimizer(ctx, 2))
     return false;
@@ -189,7 +180,7 @@ bool kAdam(KernelContext &ctx) {
   const float *G = ctx.in[1].as<float>();
   if (accumulateOnly(ctx, 2, t, mean, G))
     return launched(ctx);
-  double lr = scheduled(ctx, t);
+  double lr = stepLr(ctx, t);
   double beta1 = ctx.attrs.getFloat("beta1", 0.9);
   double beta2 = ctx.attrs.getFloat("beta2", 0.999);
   float eps = static_cast<float>(ctx.attrs.getFloat("eps", 1e-8));
@@ -248,7 +239,7 @@ bool kSgd(KernelContext &ctx) {
   if (n)
     sgdKernel<<<blocksFor(n), 256, 0, gStream>>>(
         ctx.in[0].as<float>(), G, ctx.in[2].as<float>(), ctx.out[0].as<float>(),
-        ctx.out[1].as<float>(), n, float(scheduled(ctx, t)),
+        ctx.out[1].as<float>(), n, float(stepLr(ctx, t)),
         float(ctx.attrs.getFloat("momentum", 0.0)),
         float(ctx.attrs.getFloat("dampening", 0.0)),
         float(ctx.attrs.getFloat("weight_decay", 0.0)),

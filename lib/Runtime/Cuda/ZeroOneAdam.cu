@@ -16,7 +16,6 @@
 
 #include "Mpi/Compressed.h"
 #include "ds/Runtime/Comm.h"
-#include "ds/Runtime/Schedule.h"
 #include "ds/Support/OneBit.h"
 #include "ds/Support/ZeroOne.h"
 
@@ -166,11 +165,7 @@ bool kZeroOneAdam(KernelContext &ctx) {
                     "step " + std::to_string(t) +
                     " under this plan's policy (a checkpoint of another "
                     "0/1 Adam policy?)");
-  double base = std::isnan(ctx.lr) ? ctx.attrs.getFloat("lr", 1e-3) : ctx.lr;
-  double lrNow = ds::scheduledLr(ctx.attrs.getString("schedule", "constant"),
-                                 base, t, ctx.attrs.getInt("warmup_steps", 0),
-                                 ctx.attrs.getInt("total_steps", 0),
-                                 ctx.attrs.getFloat("min_lr", 0.0));
+  double lrNow = stepLr(ctx, t);
   double beta1 = ctx.attrs.getFloat("beta1", 0.9);
   double beta2 = ctx.attrs.getFloat("beta2", 0.999);
   float lr = static_cast<float>(lrNow);
