@@ -167,6 +167,115 @@ TEST(StepSimulator, OffloadTransferHiddenOrExposed) {
   }
 }
 
+/// A GEMM of `flops`, then a host-to-device copy of `bytes` and a kernel
+/// that reads it: the copy is issued after the GEMM.
+pb::Plan lateCopyPlan(double bytes, double flops) {
+  pb::Plan plan = offloadPlan(bytes, flops);
+  pb::Program *prog = plan.mutable_programs(0);
+  prog->mutable_instructions()->SwapElements(0, 1);
+  return plan;
+}
+
+TEST(StepSimulator, OffloadCopiesRunAsTheRuntimeIssuesThem) {
+  ds::ClusterSpec c = unitCluster(1);
+  c.host.bandwidth = 1e9;
+  // CUDA (ExecutorAsync.cpp, CudaDevice::copyAsync): a copy starts after
+  // the compute stream's work so far, so a 1 ms copy issued after 2 ms of
+  // compute is exposed whole (step 3 ms), and hidden when issued first.
+  ds::StepPrediction late =
+      ds::predictStep(lateCopyPlan(1e6, 2e6), c, ds::Precision::FP32);
+  expectNear(late.timeline.exposedTransferSeconds, 1e-3);
+  expectNear(late.stepSeconds, 3e-3);
+  EXPECT_EQ(late.bottleneck, ds::Bottleneck::Compute);
+  // The CPU backend copies in line: the copy issued first is exposed too.
+  c.gpu = false;
+  ds::StepPrediction cpu =
+      ds::predictStep(offloadPlan(1e6, 2e6), c, ds::Precision::FP32);
+  expectNear(cpu.timeline.exposedTransferSeconds, 1e-3);
+  expectNear(cpu.offloadWaitSeconds, 1e-3);
+  expectNear(cpu.stepSeconds, 3e-3);
+}
+
+/// A device GEMM of 2 ms, a host kernel of `hostBytes` (1 ms per 1e6 at
+/// an optimizer_bandwidth of 1e9) that reads none of its output, and a
+/// 1 ms GEMM after it.
+pb::Plan hostKernelPlan(double hostBytes) {
+  pb::Plan plan;
+  pb::Program *prog = plan.add_programs();
+  addKernel(prog, pb::KIND_MATMUL, 2e6);
+  pb::Instruction *h = addKernel(prog, pb::KIND_ADAM, 0);
+  h->set_on_host(true);
+  h->set_bytes(static_cast<uint64_t>(hostBytes));
+  addKernel(prog, pb::KIND_MATMUL, 1e6);
+  return plan;
+}
+
+TEST(StepSimulator, HostKernelsHoldTheIssuingThread) {
+  ds::ClusterSpec c = unitCluster(1);
+  c.host.optimizerBandwidth = 1e9;
+  // GPU: the host kernel (1 ms) runs while the device does the first
+  // GEMM (2 ms): hidden, 3 ms. A 4 ms host kernel holds the launch of the
+  // second GEMM until 4 ms: 5 ms, 2 ms of it waiting on offload.
+  for (auto [bytes, step] : {std::pair{1e6, 3e-3}, {4e6, 5e-3}}) {
+    ds::StepPrediction s =
+        ds::predictStep(hostKernelPlan(bytes), c, ds::Precision::FP32);
+    expectNear(s.timeline.hostSeconds, bytes / 1e9);
+    expectNear(s.stepSeconds, step);
+    expectNear(s.offloadWaitSeconds, step - 3e-3);
+  }
+  // CPU: one thread runs everything in order (2 + 1 + 1 ms).
+  c.gpu = false;
+  ds::StepPrediction cpu =
+      ds::predictStep(hostKernelPlan(1e6), c, ds::Precision::FP32);
+  expectNear(cpu.stepSeconds, 4e-3);
+  expectNear(cpu.offloadWaitSeconds, 1e-3);
+}
+
+/// An NVMe read of `bytes` into the host arena, a GEMM of 2 ms, then the
+/// copy of the read bytes to the device and a kernel that reads them.
+pb::Plan nvmePlan(double bytes) {
+  pb::Plan plan;
+  pb::Parameter *param = plan.add_parameters();
+  param->set_location(pb::NVME);
+  pb::Buffer *onNvme = plan.add_buffers();
+  onNvme->set_space(pb::PARAM);
+  onNvme->set_slot(0);
+  onNvme->set_bytes(static_cast<uint64_t>(bytes));
+  for (pb::Space sp : {pb::HOST_ARENA, pb::ARENA}) {
+    pb::Buffer *b = plan.add_buffers();
+    b->set_space(sp);
+    b->set_bytes(static_cast<uint64_t>(bytes));
+  }
+  pb::Program *prog = plan.add_programs();
+  pb::Instruction *read = addKernel(prog, pb::KIND_TRANSFER, 0);
+  read->add_inputs(0);
+  read->add_outputs(1);
+  addKernel(prog, pb::KIND_MATMUL, 2e6);
+  pb::Instruction *copy = addKernel(prog, pb::KIND_TRANSFER, 0);
+  copy->add_inputs(1);
+  copy->add_outputs(2);
+  addKernel(prog, pb::KIND_RELU, 0)->add_inputs(2);
+  return plan;
+}
+
+TEST(StepSimulator, NvmeReadHiddenOrExposed) {
+  ds::ClusterSpec c = unitCluster(1);
+  c.host.bandwidth = 1e12; // the copy to the device: 1 us per MB
+  c.nvme = {true, 1e9, 5e8};
+  // The read is issued at once (io_uring) and runs beside the 2 ms GEMM:
+  // 1 ms hidden; 5 ms leaves 3 ms. The copy to the device follows the
+  // GEMM (B / 1e12 s).
+  for (auto [bytes, exposed] : {std::pair{1e6, 0.0}, {5e6, 3e-3}}) {
+    ds::StepPrediction s =
+        ds::predictStep(nvmePlan(bytes), c, ds::Precision::FP32);
+    double copy = bytes / 1e12;
+    expectNear(s.timeline.transferSeconds, bytes / 1e9 + copy);
+    expectNear(s.stepSeconds, 2e-3 + exposed + copy);
+    EXPECT_EQ(s.bottleneck, exposed > 2e-3 ? ds::Bottleneck::Offload
+                                           : ds::Bottleneck::Compute);
+  }
+}
+
 TEST(StepSimulator, AlphaBeta) {
   ds::ClusterSpec c = unitCluster(8);
   c.intraNode = {true, 1e9, 1e-5};

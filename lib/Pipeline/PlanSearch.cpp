@@ -77,6 +77,7 @@ PlanWriteOptions planWriteOptions(const TrainingOptions &o,
                                   const CompileResult &r) {
   PlanWriteOptions pw;
   pw.worldSize = o.worldSize;
+  pw.nvmePath = r.choices.nvmePath;
   pw.views.flopsPerSecond = o.costFlops;
   pw.views.bytesPerSecond = o.costMemBandwidth;
   pw.views.linkBytesPerSecond = o.costLinkBandwidth;
@@ -117,7 +118,13 @@ private:
   void evaluate(Candidate &cand);
   void compileShortlist();
   void tune(int chosen, std::vector<Candidate> trials);
+  /// Bucket sizes to try for `c`: `large` and a tenth of it where they
+  /// are below the rank's trainable elements, else an eighth and a half
+  /// of them.
+  std::vector<int64_t> bucketSizes(const Candidate &c,
+                                   int64_t large = 50000000) const;
   void tryBuckets(int chosen);
+  void trySeparate(int chosen);
   void tryInFlight(int chosen);
   int rank() const;
   llvm::Expected<PlanSearchResult> finish(int chosen);
@@ -229,6 +236,8 @@ std::string Search::autoValuesLine(const Candidate &c, bool json) const {
       value = std::to_string(o.allgatherBucketSize);
     else if (leaf == "stage3_prefetch_bucket_size")
       value = std::to_string(o.prefetchBucketSize);
+    else if (leaf == "stage3_param_persistence_threshold")
+      value = std::to_string(o.persistenceThreshold);
     else
       continue; // not the search's: the config notice's value holds
     object += (object.empty() ? "" : ", ") + ("\"" + key + "\": ") + value;
@@ -256,10 +265,15 @@ TrainingOptions Search::optionsFor(const Candidate &cand) const {
   o.virtualStages = 1;
   o.recompute = cand.recompute;
   o.offloadMode = "none";
+  auto place = [&](bool off, bool nvme) {
+    return !off ? std::string("none")
+           : nvme ? "nvme:" + options.planNvmePath
+                  : std::string("cpu");
+  };
   if (!options.isGiven("offload-optimizer"))
-    o.offloadOptimizer = cand.offload ? "cpu" : "none";
+    o.offloadOptimizer = place(cand.offload, cand.nvme);
   if (!options.isGiven("offload-param"))
-    o.offloadParam = cand.offloadParam ? "cpu" : "none";
+    o.offloadParam = place(cand.offloadParam, cand.paramNvme);
   o.deviceMemory.clear();
   o.clusterSpec.clear();
   o.emitTrace.clear();
@@ -268,6 +282,13 @@ TrainingOptions Search::optionsFor(const Candidate &cand) const {
   if (cand.bucket > 0)
     o.reduceBucketSize = o.allgatherBucketSize = o.prefetchBucketSize =
         cand.bucket;
+  for (auto [size, field] :
+       {std::pair{cand.reduceBucket, &o.reduceBucketSize},
+        {cand.gatherBucket, &o.allgatherBucketSize},
+        {cand.prefetchBucket, &o.prefetchBucketSize},
+        {cand.persistence, &o.persistenceThreshold}})
+    if (size > 0)
+      *field = size;
   if (cand.inFlight > 0)
     o.maxInFlight = cand.inFlight;
   // The search decides these; a config's batch keys do not hold.
@@ -311,17 +332,32 @@ bool Search::compileOne(Candidate &cand) {
   if (o.pipelineParallel > 1 && r->split.cutPoints > 0)
     cutPoints = r->split.cutPoints;
   // A pipeline's peak is its fullest rank's, stash included.
-  uint64_t pipePeak = 0;
+  uint64_t pipePeak = 0, hostPeak = 0;
   PlanWriteOptions pw = planWriteOptions(o, *r);
   pw.pipeline.rankPeak = &pipePeak;
+  if (cand.offload || cand.offloadParam)
+    pw.hostPeak = &hostPeak;
   ::ds::StepPrediction s;
   if (failed(predictPlan(*r->module, pw, cluster, o.precision, s)))
     return refuse("the cluster cannot time it: " + error);
   cand.peak = std::max<int64_t>(r->perRankPeak, int64_t(pipePeak));
+  cand.hostPeak = int64_t(hostPeak);
+  cand.hostTooBig = false;
   if (cand.peak > int64_t(cluster.memory)) {
     cand.state = State::TooBig;
     cand.why = "peak " + mib(cand.peak) + " over the device's " +
                mib(int64_t(cluster.memory));
+    return true;
+  }
+  // The ranks of a node share its host memory (when the cluster says).
+  int64_t perNode = std::min<int64_t>(cand.world(), cluster.devicesPerNode);
+  if (cluster.host.memory > 0 &&
+      cand.hostPeak * perNode > int64_t(cluster.host.memory)) {
+    cand.state = State::TooBig;
+    cand.hostTooBig = true;
+    cand.why = "host memory " + mib(cand.hostPeak) + " per rank x " +
+               std::to_string(perNode) + " ranks over the node's " +
+               mib(int64_t(cluster.host.memory));
     return true;
   }
   cand.state = State::Fits;
@@ -333,28 +369,35 @@ bool Search::compileOne(Candidate &cand) {
   return true;
 }
 
-/// Recompute none, then full, then (with a host) the optimizer state
-/// offloaded, then (ZeRO-3) the parameters too: the first that fits.
+/// Recompute none, then full, with everything on the device; then the
+/// offloads the cluster allows, in the order they cost: the optimizer
+/// state on the host, at ZeRO-3 the parameters too, then (with `nvme`)
+/// the optimizer state on NVMe, at ZeRO-3 with the parameters on the
+/// host, then on NVMe too. The first that fits.
 void Search::evaluate(Candidate &cand) {
   std::vector<std::string> modes{"none", "full"};
   if (options.isGiven("recompute") && options.recompute != "auto")
     modes = {options.recompute};
   // Offload given on the command line or by the config holds throughout.
-  bool givenOptimizer = options.isGiven("offload-optimizer") &&
-                        options.offloadOptimizer != "none";
-  bool givenParam =
-      options.isGiven("offload-param") && options.offloadParam != "none";
+  auto given = [&](llvm::StringRef flag, const std::string &value) {
+    return options.isGiven(flag) ? (value == "none" ? 0 : value == "cpu" ? 1 : 2)
+                                 : -1;
+  };
+  int givenOpt = given("offload-optimizer", options.offloadOptimizer);
+  int givenParam = given("offload-param", options.offloadParam);
+  auto placeAt = [](Candidate &c, int opt, int param) {
+    c.offload = opt > 0, c.nvme = opt == 2;
+    c.offloadParam = param > 0, c.paramNvme = param == 2;
+  };
   // A mode whose memory bound on the device (the optimizer state there)
   // is over the device memory cannot fit: not compiled.
   Candidate onDevice = cand;
-  onDevice.offload = givenOptimizer;
-  onDevice.offloadParam = givenParam;
+  placeAt(onDevice, std::max(givenOpt, 0), std::max(givenParam, 0));
   int64_t memory = int64_t(cluster.memory);
   for (const std::string &mode : modes) {
     cand.recompute = mode;
-    cand.offload = givenOptimizer;
-    cand.offloadParam = givenParam;
-    if (!givenParam &&
+    placeAt(cand, std::max(givenOpt, 0), std::max(givenParam, 0));
+    if (givenParam <= 0 &&
         boundParts(onDevice, options, facts, mode == "none").total() > memory)
       continue;
     if (!compileOne(cand) || cand.state == State::Fits)
@@ -362,29 +405,33 @@ void Search::evaluate(Candidate &cand) {
   }
   if (cand.peak < 0) // no mode compiled: the optimizer state must go
     cand.recompute = modes.back();
-  if (cluster.host.present && !options.isGiven("offload-optimizer")) {
+  // (optimizer, parameters): 1 the host, 2 NVMe (through host memory).
+  // (The compiler refuses offload with pipeline parallelism.)
+  std::vector<std::pair<int, int>> ladder;
+  if (cluster.host.present && cand.pp == 1) {
+    ladder = {{1, 0}, {1, 1}};
+    if (cluster.nvme.present)
+      ladder.insert(ladder.end(), {{2, 0}, {2, 1}, {2, 2}});
+  }
+  for (auto [opt, param] : ladder) {
+    if ((param > 0 && cand.zero != 3) || (givenOpt >= 0 && opt != givenOpt) ||
+        (givenParam >= 0 && param != givenParam) ||
+        (opt == std::max(givenOpt, 0) && param == std::max(givenParam, 0)))
+      continue;
     Candidate trial = cand;
-    trial.offload = true;
+    placeAt(trial, opt, param);
     bool compiled = compileOne(trial);
-    if (cand.peak < 0 ||
-        (compiled && (trial.state == State::Fits || trial.peak < cand.peak)))
+    if (cand.peak < 0 || cand.state == State::Failed ||
+        (compiled && (trial.state == State::Fits ||
+                      (trial.peak <= cand.peak && !trial.hostTooBig))))
       cand = trial;
+    if (cand.state == State::Fits)
+      return;
   }
   if (cand.state == State::NotCompiled) { // nothing tried could fit
     cand.state = State::Pruned;
     cand.why = "its memory lower bound is over the device memory in every "
                "recompute mode tried";
-    return;
-  }
-  // ZeRO-3: the parameters on the host as well, last.
-  if (cluster.host.present && cand.zero == 3 && cand.state == State::TooBig &&
-      !options.isGiven("offload-optimizer") &&
-      !options.isGiven("offload-param")) {
-    Candidate trial = cand;
-    trial.offload = trial.offloadParam = true;
-    if (compileOne(trial) &&
-        (trial.state == State::Fits || trial.peak < cand.peak))
-      cand = trial;
   }
 }
 
@@ -502,22 +549,74 @@ void Search::tune(int chosen, std::vector<Candidate> trials) {
 /// and 5e7 elements, those below the rank's trainable elements (a bucket
 /// holding them all is one bucket whatever its size); for a smaller model
 /// an eighth and a half of them.
-void Search::tryBuckets(int chosen) {
-  const Candidate &c = all[chosen];
-  if (c.dp == 1 || options.isGiven("reduce-bucket-size"))
-    return;
+std::vector<int64_t> Search::bucketSizes(const Candidate &c,
+                                         int64_t large) const {
   int64_t rank = facts.trainable / (c.tp * c.pp);
   std::vector<int64_t> sizes;
-  for (int64_t b : {int64_t(5000000), int64_t(50000000)})
+  for (int64_t b : {large / 10, large})
     if (b < rank)
       sizes.push_back(b);
   if (sizes.empty() && rank >= 16)
     sizes = {rank / 8, rank / 2};
+  return sizes;
+}
+
+void Search::tryBuckets(int chosen) {
+  const Candidate &c = all[chosen];
+  if (c.dp == 1 || options.isGiven("reduce-bucket-size") ||
+      options.isGiven("allgather-bucket-size") ||
+      options.isGiven("prefetch-bucket-size"))
+    return;
   std::vector<Candidate> trials;
-  for (int64_t b : sizes) {
+  for (int64_t b : bucketSizes(c)) {
     trials.push_back(c);
     trials.back().bucket = b;
   }
+  tune(chosen, std::move(trials));
+}
+
+/// The winner's buckets of each kind at the sizes of tryBuckets it does
+/// not have (reduce with data parallelism; the all-gather of updated
+/// shards at ZeRO 1-2; the parameter prefetch at ZeRO-3), one kind at a
+/// time; then at ZeRO-3 persistence thresholds of 1e5 and 1e6 elements
+/// (DeepSpeed's default and ten times it; for a small model, a 64th and
+/// an eighth of the rank's parameters): parameters below stay whole.
+void Search::trySeparate(int chosen) {
+  const Candidate c = all[chosen];
+  if (c.dp == 1)
+    return;
+  struct Kind {
+    int64_t Candidate::*field;
+    bool applies;
+    const char *flag;
+  };
+  std::vector<Kind> kinds{
+      {&Candidate::reduceBucket, true, "reduce-bucket-size"},
+      {&Candidate::gatherBucket, c.zero == 1 || c.zero == 2,
+       "allgather-bucket-size"},
+      {&Candidate::prefetchBucket, c.zero == 3, "prefetch-bucket-size"}};
+  // At ZeRO-0 only the reduce buckets apply: the same as one size.
+  std::vector<Candidate> trials;
+  std::vector<int64_t> sizes = bucketSizes(c);
+  for (int64_t b : c.zero == 0 ? std::vector<int64_t>{} : sizes)
+    for (const Kind &k : kinds)
+      if (k.applies && !options.isGiven(k.flag) && b != c.bucket) {
+        trials.push_back(c);
+        trials.back().*k.field = b;
+      }
+  tune(chosen, std::move(trials));
+  chosen = rank();
+  const Candidate w = all[chosen];
+  if (w.zero != 3 || options.isGiven("param-persistence-threshold"))
+    return;
+  int64_t rank = facts.trainable / (w.tp * w.pp);
+  trials.clear();
+  for (int64_t t : rank > 1000000 ? std::vector<int64_t>{100000, 1000000}
+                                  : std::vector<int64_t>{rank / 64, rank / 8})
+    if (t > 0) {
+      trials.push_back(w);
+      trials.back().persistence = t;
+    }
   tune(chosen, std::move(trials));
 }
 
@@ -580,6 +679,7 @@ llvm::Expected<PlanSearchResult> Search::run() {
   if (chosen < 0)
     return fail(nothingFits(all, cluster, options.clusterSpec, facts));
   tryBuckets(chosen);
+  trySeparate(rank());
   tryInFlight(rank());
   return finish(rank());
 }
@@ -604,13 +704,16 @@ llvm::Expected<PlanSearchResult> Search::finish(int chosen) {
   if (!r)
     return r.takeError();
   c.recompute = r->choices.recomputeMode;
-  uint64_t pipePeak = 0;
+  uint64_t pipePeak = 0, hostPeak = 0;
   PlanWriteOptions pw = planWriteOptions(o, *r);
   pw.pipeline.rankPeak = &pipePeak;
+  if (c.offload || c.offloadParam)
+    pw.hostPeak = &hostPeak;
   ::ds::StepPrediction s;
   if (failed(predictPlan(*r->module, pw, cluster, o.precision, s)))
     return llvm::make_error<ReportedError>();
   c.peak = std::max<int64_t>(r->perRankPeak, int64_t(pipePeak));
+  c.hostPeak = int64_t(hostPeak);
   c.step = s.stepSeconds;
   c.tokensPerSecond = s.tokensPerSecond;
   c.mfu = s.mfu;
@@ -671,7 +774,8 @@ llvm::Error mlir::ds::checkSearchFlags(const TrainingOptions &options) {
   if (!options.planMode.empty())
     return llvm::Error::success();
   for (llvm::StringRef flag :
-       {"global-batch", "explain", "plot-candidates", "plan-compiles"})
+       {"global-batch", "explain", "plot-candidates", "plan-compiles",
+        "plan-nvme-path"})
     if (options.isGiven(flag))
       return fail("--" + flag + " is for the layout search: give --plan=auto");
   return llvm::Error::success();

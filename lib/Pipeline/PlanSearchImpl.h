@@ -73,7 +73,17 @@ struct Candidate {
   bool offload = false;
   /// ZeRO-3 with a host: the parameters on the host too (--offload-param).
   bool offloadParam = false;
+  /// Where the offloaded optimizer state and parameters go: NVMe (a
+  /// cluster with `host` and `nvme`) instead of host memory.
+  bool nvme = false, paramNvme = false;
   int64_t bucket = 0; // 0: the default bucket sizes
+  /// The winner's refinement: one kind of bucket of its own size
+  /// (--reduce-bucket-size, --allgather-bucket-size,
+  /// --prefetch-bucket-size; 0: `bucket`), and at ZeRO-3 the parameter
+  /// persistence threshold (--param-persistence-threshold; 0: the
+  /// default).
+  int64_t reduceBucket = 0, gatherBucket = 0, prefetchBucket = 0;
+  int64_t persistence = 0;
   /// With --overlap-comm: collectives in flight at once
   /// (--max-inflight-collectives; 0: the default).
   int64_t inFlight = 0;
@@ -86,10 +96,22 @@ struct Candidate {
   State state = State::NotCompiled;
   std::string why;
   int64_t peak = -1;
+  /// Host bytes per rank (host storage and host arena) of an offloading
+  /// plan; whether they are over the cluster's host memory per node.
+  int64_t hostPeak = 0;
+  bool hostTooBig = false;
   double step = 0, tokensPerSecond = 0, mfu = 0;
   std::string bottleneck;
 
   int64_t world() const { return dp * tp * pp; }
+  /// Where the optimizer state and the parameters live: "device",
+  /// "host" or "nvme".
+  const char *optimizerAt() const {
+    return !offload ? "device" : nvme ? "nvme" : "host";
+  }
+  const char *paramsAt() const {
+    return !offloadParam ? "device" : paramNvme ? "nvme" : "host";
+  }
   /// The model chunks per pipeline rank: V of interleaved:V, else 1.
   int64_t virtualStages() const;
   /// "dp2 tp1 pp1" (with " sp" for sequence parallelism): the colours of
@@ -104,9 +126,10 @@ struct Candidate {
 /// for the interleaved schedule: 2 to this.
 inline constexpr int64_t kMaxVirtualStages = 4;
 
-/// Compiles past --plan-compiles for the winner's bucket sizes and
-/// collectives in flight.
-inline constexpr int kTuneCompiles = 4;
+/// Compiles past --plan-compiles for the winner's bucket sizes (one size,
+/// then each kind of its own), persistence threshold and collectives in
+/// flight.
+inline constexpr int kTuneCompiles = 10;
 
 /// The layouts the search may take: options the user gave explicitly
 /// (--world-size, --tensor-parallel, --pipeline-parallel, --zero,

@@ -47,12 +47,28 @@ std::vector<int> ranked(const std::vector<Candidate> &all) {
 }
 
 void row(llvm::raw_ostream &os, const Candidate &c, llvm::StringRef mark) {
-  os << llvm::formatv("{0,-2}{1,-50} {2,12} {3,10} {4,6} {5,12} {6}\n", mark,
-                      c.layout(),
+  os << llvm::formatv("{0,-2}{1,-64} {2,12} {3,10} {4,6} {5,12} {6,-13} "
+                      "{7,-9} {8,-6} {9}\n",
+                      mark, c.layout(),
                       llvm::formatv("{0:F4} ms", c.step * 1e3).str(),
                       llvm::formatv("{0:E3}", c.tokensPerSecond).str(),
                       llvm::formatv("{0:F1}%", 100 * c.mfu).str(),
-                      megabytes(c.peak), c.bottleneck);
+                      megabytes(c.peak), c.bottleneck, c.optimizerAt(),
+                      c.paramsAt(), c.hostPeak ? megabytes(c.hostPeak) : "-");
+}
+
+/// Where offload went for `c`'s reason: NVMe tried, or why it was not.
+std::string nvmeNote(const Candidate &c, const ::ds::ClusterSpec &cluster) {
+  if (!c.offload)
+    return c.pp > 1 && cluster.host.present
+               ? " (offload not tried: not supported with pipeline "
+                 "parallelism yet)"
+               : "";
+  if (c.nvme || c.paramNvme)
+    return " (with offload to NVMe)";
+  if (!cluster.nvme.present)
+    return " (NVMe not tried: the cluster has no \"nvme\" section)";
+  return "";
 }
 
 /// Why no candidate of a family fits: the furthest any got.
@@ -70,10 +86,14 @@ std::string familyReason(const std::vector<const Candidate *> &cands,
       bound = x;
     notCompiled += x->state == State::NotCompiled;
   }
+  if (small && small->hostTooBig)
+    return "the smallest compiled peak, " + megabytes(small->peak) + " (" +
+           small->layout() + "), fits the device but its " + small->why +
+           nvmeNote(*small, c);
   if (small)
     return "the smallest compiled peak, " + megabytes(small->peak) + " (" +
            small->layout() + "), is over the device's " +
-           megabytes(int64_t(c.memory));
+           megabytes(int64_t(c.memory)) + nvmeNote(*small, c);
   if (failed)
     return "the compiler refused it (" + failed->layout() +
            "): " + failed->why;
@@ -93,9 +113,10 @@ std::string plan_search::formatTable(const std::vector<Candidate> &all,
   std::string text;
   llvm::raw_string_ostream os(text);
   os << header << "\n";
-  os << llvm::formatv("{0,-2}{1,-50} {2,12} {3,10} {4,6} {5,12} {6}\n", "",
-                      "layout", "step", "tokens/s", "MFU", "peak",
-                      "bottleneck");
+  os << llvm::formatv("{0,-2}{1,-64} {2,12} {3,10} {4,6} {5,12} {6,-13} "
+                      "{7,-9} {8,-6} {9}\n",
+                      "", "layout", "step", "tokens/s", "MFU", "peak",
+                      "bottleneck", "optimizer", "params", "host");
   std::vector<int> order = ranked(all);
   for (size_t i = 0; i < order.size() && i < 10; ++i)
     row(os, all[order[i]], order[i] == chosen ? "*" : " ");
@@ -157,7 +178,13 @@ std::string plan_search::candidatesJson(const std::vector<Candidate> &all,
        << c.schedule << "\", \"recompute\": \"" << c.recompute
        << "\", \"offload_optimizer\": " << (c.offload ? "true" : "false")
        << ", \"offload_param\": " << (c.offloadParam ? "true" : "false")
-       << ", \"bucket\": " << c.bucket
+       << ", \"optimizer_at\": \"" << c.optimizerAt()
+       << "\", \"params_at\": \"" << c.paramsAt()
+       << "\", \"host_peak\": " << c.hostPeak << ", \"bucket\": " << c.bucket
+       << ", \"reduce_bucket\": " << c.reduceBucket
+       << ", \"allgather_bucket\": " << c.gatherBucket
+       << ", \"prefetch_bucket\": " << c.prefetchBucket
+       << ", \"persistence_threshold\": " << c.persistence
        << ", \"max_inflight\": " << c.inFlight << ", \"state\": \""
        << stateName(c.state) << "\", \"chosen\": "
        << (order[k] == chosen ? "true" : "false")
@@ -264,8 +291,8 @@ std::string plan_search::nothingFits(const std::vector<Candidate> &all,
   // Per family: the smallest compiled peak, else the smallest memory
   // bound of a pruned candidate.
   std::map<std::string, int64_t> peaks, bounds;
-  int64_t least = -1, minMicro = -1;
-  bool triedOffload = false;
+  int64_t least = -1, minMicro = -1, hostNeed = -1;
+  bool triedOffload = false, triedNvme = false;
   // Candidates the compile budget left out: their family is not ruled out.
   std::map<std::string, int> leftOut;
   auto lower = [](std::map<std::string, int64_t> &m, const std::string &k,
@@ -282,9 +309,16 @@ std::string plan_search::nothingFits(const std::vector<Candidate> &all,
     if (x.peak < 0)
       continue;
     lower(peaks, x.family(), x.peak);
-    least = least < 0 ? x.peak : std::min(least, x.peak);
     minMicro = minMicro < 0 ? x.micro : std::min(minMicro, x.micro);
     triedOffload |= x.offload;
+    triedNvme |= x.nvme || x.paramNvme;
+    if (x.hostTooBig) { // fits the device: the host is short
+      int64_t node =
+          x.hostPeak * std::min<int64_t>(x.world(), c.devicesPerNode);
+      hostNeed = hostNeed < 0 ? node : std::min(hostNeed, node);
+      continue;
+    }
+    least = least < 0 ? x.peak : std::min(least, x.peak);
   }
   std::map<std::string, int64_t> smallest = bounds;
   int64_t leastBound = -1; // of the families with no compiled candidate
@@ -327,11 +361,20 @@ std::string plan_search::nothingFits(const std::vector<Candidate> &all,
             " (the smallest memory bound of a family not compiled)";
   text += ", or more devices (ZeRO-3 divides the parameters and optimizer "
           "state by the data-parallel ranks)";
+  if (hostNeed >= 0)
+    text += ", or host memory of " + megabytes(hostNeed) +
+            " per node (offloading layouts fit the device)";
   if (!c.host.present)
-    text += ", or optimizer offload (give the cluster a \"host\" section; "
-            "offload was not considered without one)";
+    text += ", or optimizer offload (give the cluster a \"host\" section, "
+            "and \"nvme\" for NVMe; offload was not considered without "
+            "one)";
   else if (!triedOffload)
     text += ", or optimizer offload";
+  if (c.host.present && !c.nvme.present)
+    text += ", or NVMe offload (give the cluster an \"nvme\" section; "
+            "not considered without one)";
+  else if (triedNvme)
+    text += " (offload to the host and to NVMe was tried)";
   if (m.fixedBatch && m.fixedBatch > 1)
     text += ", or a smaller micro-batch (the export fixes it at " +
             std::to_string(m.fixedBatch) + ": export with a dynamic batch)";

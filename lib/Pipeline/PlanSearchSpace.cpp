@@ -92,12 +92,18 @@ std::string Candidate::layout() const {
   if (state == State::Fits || state == State::TooBig) {
     s += " rc=" + recompute;
     if (offload)
-      s += " offload";
+      s += nvme ? " offload=nvme" : " offload";
     if (offloadParam)
-      s += " offload-param";
+      s += paramNvme ? " offload-param=nvme" : " offload-param";
   }
   if (bucket > 0)
     s += " bucket=" + std::to_string(bucket);
+  for (auto [name, size] : {std::pair<const char *, int64_t>{"reduce", reduceBucket},
+                            {"allgather", gatherBucket},
+                            {"prefetch", prefetchBucket},
+                            {"persist", persistence}})
+    if (size > 0)
+      s += std::string(" ") + name + "=" + std::to_string(size);
   if (inFlight > 0)
     s += " inflight=" + std::to_string(inFlight);
   return s;

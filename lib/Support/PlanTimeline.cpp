@@ -32,6 +32,8 @@ class TimelineBuilder {
 public:
   TimelineBuilder(const plan::Plan &p, const CostModel &m, Timeline &t)
       : p(p), m(m), t(t) {
+    runtimeOrder = m.cluster != nullptr;
+    gpu = !m.cluster || m.cluster->gpu;
     tp = std::max<int>(1, static_cast<int>(p.tensor_parallel()));
     int world = p.world_size() == 0 ? 1 : static_cast<int>(p.world_size());
     dp = std::max(1, world / tp);
@@ -58,6 +60,11 @@ private:
   double clusterKernelSeconds(const plan::Instruction &ins,
                               const TimelineEvent &e) const;
   double inputsReady(const plan::Instruction &ins, double base) const;
+  /// When the executing thread reaches the next instruction: on a GPU it
+  /// runs ahead of the device and only host kernels hold it; on a CPU it
+  /// is the device.
+  double thread() const { return gpu ? issue : std::max(issue, compute); }
+  void waitForThread();
 
   const plan::Plan &p;
   const CostModel &m;
@@ -70,7 +77,23 @@ private:
   // the copy engine's, the NVMe queue's and the host's clocks.
   std::map<uint32_t, double> ready, copyTime; // copyTime: a transfer's own
   double copyClock = 0, nvmeClock = 0, host = 0;
+  /// With a cluster, transfers and host kernels are timed as ds-run runs
+  /// them (runtimeOrder; lib/Runtime/ExecutorAsync.cpp): host kernels on
+  /// the executing thread, which issues everything after them once they
+  /// end (`issue`); on a GPU (CUDA), host copies on one copy stream after
+  /// the compute stream's work so far; on a CPU, host copies in line.
+  bool runtimeOrder = false, gpu = true;
+  double issue = 0;
 };
+
+/// A device instruction is launched only when the thread reaches it: the
+/// device waits for the host kernels before it (offload wait).
+void TimelineBuilder::waitForThread() {
+  if (runtimeOrder && issue > compute) {
+    t.offloadWaitSeconds += issue - compute;
+    compute = issue;
+  }
+}
 
 double TimelineBuilder::inputsReady(const plan::Instruction &ins,
                                     double base) const {
@@ -99,6 +122,10 @@ bool TimelineBuilder::addTransfer(const plan::Instruction &ins,
   // Issued in program order: a device source is ready when the device
   // reaches the transfer.
   e.start = std::max(clock, inputsReady(ins, from == 0 ? compute : 0));
+  // As ds-run issues it: when the thread reaches it (an NVMe request, a
+  // CPU's copy), and a CUDA copy after the compute stream's work so far.
+  if (runtimeOrder)
+    e.start = std::max({e.start, thread(), nvme || !gpu ? 0.0 : compute});
   double rate = nvme ? m.nvmeBytesPerSecond : m.pcieBytesPerSecond;
   if (const ClusterSpec *c = m.cluster)
     rate = !nvme ? c->host.bandwidth
@@ -106,6 +133,11 @@ bool TimelineBuilder::addTransfer(const plan::Instruction &ins,
                      : c->nvme.readBandwidth;
   e.duration = rate > 0 ? bytes / rate : 0;
   clock = e.start + e.duration;
+  // On a CPU a host copy is a memcpy in the instruction stream.
+  if (runtimeOrder && !gpu && !nvme) {
+    t.exposedTransferSeconds += clock - std::max(compute, issue);
+    issue = clock;
+  }
   ready[ins.outputs(0)] = clock;
   copyTime[ins.outputs(0)] = e.duration;
   t.transferSeconds += e.duration;
@@ -117,11 +149,13 @@ void TimelineBuilder::addHostKernel(const plan::Instruction &ins,
                                     TimelineEvent &e) {
   e.flops = static_cast<double>(ins.flops());
   e.track = 3;
-  e.start = std::max(host, inputsReady(ins, 0));
+  e.start = std::max(host, inputsReady(ins, runtimeOrder ? thread() : 0));
   double rate =
       m.cluster ? m.cluster->host.optimizerBandwidth : m.hostBytesPerSecond;
   e.duration = rate > 0 ? e.bytes / rate : 0;
   host = e.start + e.duration;
+  if (runtimeOrder) // the thread runs it, then issues what follows
+    issue = host;
   for (uint32_t id : ins.outputs())
     ready[id] = host;
   t.hostSeconds += e.duration;
@@ -213,6 +247,7 @@ void TimelineBuilder::add(int i, const plan::Instruction &ins) {
     return;
   if (ins.on_host())
     return addHostKernel(ins, e);
+  waitForThread();
   waitForTransfers(ins);
   bool shared = ins.collectives_size() > 0 &&
                 groupRanks(ins.collectives(0).group(), dp, tp) > 1;

@@ -11,6 +11,7 @@
 
 #include "PlanWriterImpl.h"
 
+#include "ds/Support/PlanFootprint.h"
 #include "ds/Support/StepSimulator.h"
 
 #include "llvm/Support/Format.h"
@@ -117,5 +118,13 @@ LogicalResult mlir::ds::predictPlan(ModuleOp module,
   if (!problem.empty())
     return module.emitError(problem);
   out = ::ds::predictStep(p, cluster, prec);
+  if (given.hostPeak) {
+    *given.hostPeak = 0;
+    if (stages.empty())
+      *given.hostPeak = ::ds::footprint(p).hostTotal();
+    for (const pb::Plan &s : p.pipeline().stage_plans())
+      *given.hostPeak =
+          std::max(*given.hostPeak, ::ds::footprint(s).hostTotal());
+  }
   return success();
 }

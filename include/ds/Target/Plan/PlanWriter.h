@@ -48,6 +48,10 @@ struct PlanWriteOptions {
     /// figure checked against views.budget.
     uint64_t *rankPeak = nullptr;
   } pipeline;
+  /// predictPlan: when set, receives the host bytes of a rank (host
+  /// storage and host arena; a pipeline's largest stage), which the
+  /// --plan=auto search checks against the cluster's host memory.
+  uint64_t *hostPeak = nullptr;
   /// When set, receives the plan's per-rank memory and communication
   /// report (ds-opt --report).
   std::string *report = nullptr;
