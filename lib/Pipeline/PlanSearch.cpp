@@ -117,7 +117,8 @@ private:
   bool compileOne(Candidate &cand);
   void evaluate(Candidate &cand);
   void compileShortlist();
-  void tune(int chosen, std::vector<Candidate> trials);
+  /// Returns how many trials changed the plan.
+  int tune(int chosen, std::vector<Candidate> trials);
   /// Bucket sizes to try for `c`: `large` and a tenth of it where they
   /// are below the rank's trainable elements, else an eighth and a half
   /// of them.
@@ -138,6 +139,9 @@ private:
   std::map<int64_t, OwningOpRef<ModuleOp>> models; // by micro-batch
   std::vector<Candidate> all;
   int compiles = 0, budget = 0;
+  /// Whether the winner's plan depends on its bucket sizes (one size
+  /// tried changed it, or a size was given): else no kind is tried alone.
+  bool bucketsMatter = true;
   /// The model's pipeline cut points, once a pipeline compile has found
   /// them (-1: not yet): more stages than cuts + 1 cannot be built.
   int64_t cutPoints = -1;
@@ -534,15 +538,19 @@ int Search::rank() const {
 
 /// Compiles `trials` of the winner `chosen` while the tuning budget
 /// lasts; each is kept when it changes the plan.
-void Search::tune(int chosen, std::vector<Candidate> trials) {
+int Search::tune(int chosen, std::vector<Candidate> trials) {
+  int changed = 0;
   for (Candidate &trial : trials) {
     if (compiles >= budget + kTuneCompiles)
-      return;
+      break;
     compileOne(trial);
     if (trial.state != State::Fits || trial.step != all[chosen].step ||
-        trial.peak != all[chosen].peak)
+        trial.peak != all[chosen].peak) {
       all.push_back(trial);
+      ++changed;
+    }
   }
+  return changed;
 }
 
 /// Other bucket sizes for the winner (its collectives' granularity): 5e6
@@ -572,7 +580,7 @@ void Search::tryBuckets(int chosen) {
     trials.push_back(c);
     trials.back().bucket = b;
   }
-  tune(chosen, std::move(trials));
+  bucketsMatter = tune(chosen, std::move(trials)) > 0;
 }
 
 /// The winner's buckets of each kind at the sizes of tryBuckets it does
@@ -598,7 +606,9 @@ void Search::trySeparate(int chosen) {
   // At ZeRO-0 only the reduce buckets apply: the same as one size.
   std::vector<Candidate> trials;
   std::vector<int64_t> sizes = bucketSizes(c);
-  for (int64_t b : c.zero == 0 ? std::vector<int64_t>{} : sizes)
+  if (c.zero == 0 || !bucketsMatter)
+    sizes.clear();
+  for (int64_t b : sizes)
     for (const Kind &k : kinds)
       if (k.applies && !options.isGiven(k.flag) && b != c.bucket) {
         trials.push_back(c);
