@@ -133,6 +133,10 @@ bool TimelineBuilder::addTransfer(const plan::Instruction &ins,
                      : c->nvme.readBandwidth;
   e.duration = rate > 0 ? bytes / rate : 0;
   clock = e.start + e.duration;
+  // The thread waits for the copies an NVMe request reads before it
+  // issues it (CUDA: the event, on the host).
+  if (runtimeOrder && nvme)
+    issue = std::max(issue, inputsReady(ins, 0));
   // On a CPU a host copy is a memcpy in the instruction stream.
   if (runtimeOrder && !gpu && !nvme) {
     t.exposedTransferSeconds += clock - std::max(compute, issue);
