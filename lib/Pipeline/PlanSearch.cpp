@@ -270,7 +270,7 @@ TrainingOptions Search::optionsFor(const Candidate &cand) const {
   o.recompute = cand.recompute;
   o.offloadMode = "none";
   auto place = [&](bool off, bool nvme) {
-    return !off ? std::string("none")
+    return !off   ? std::string("none")
            : nvme ? "nvme:" + options.planNvmePath
                   : std::string("cpu");
   };
@@ -286,11 +286,10 @@ TrainingOptions Search::optionsFor(const Candidate &cand) const {
   if (cand.bucket > 0)
     o.reduceBucketSize = o.allgatherBucketSize = o.prefetchBucketSize =
         cand.bucket;
-  for (auto [size, field] :
-       {std::pair{cand.reduceBucket, &o.reduceBucketSize},
-        {cand.gatherBucket, &o.allgatherBucketSize},
-        {cand.prefetchBucket, &o.prefetchBucketSize},
-        {cand.persistence, &o.persistenceThreshold}})
+  for (auto [size, field] : {std::pair{cand.reduceBucket, &o.reduceBucketSize},
+                             {cand.gatherBucket, &o.allgatherBucketSize},
+                             {cand.prefetchBucket, &o.prefetchBucketSize},
+                             {cand.persistence, &o.persistenceThreshold}})
     if (size > 0)
       *field = size;
   if (cand.inFlight > 0)
@@ -384,7 +383,9 @@ void Search::evaluate(Candidate &cand) {
     modes = {options.recompute};
   // Offload given on the command line or by the config holds throughout.
   auto given = [&](llvm::StringRef flag, const std::string &value) {
-    return options.isGiven(flag) ? (value == "none" ? 0 : value == "cpu" ? 1 : 2)
+    return options.isGiven(flag) ? (value == "none"  ? 0
+                                    : value == "cpu" ? 1
+                                                     : 2)
                                  : -1;
   };
   int givenOpt = given("offload-optimizer", options.offloadOptimizer);
@@ -783,9 +784,8 @@ llvm::Expected<PlanSearchResult> Search::finish(int chosen) {
 llvm::Error mlir::ds::checkSearchFlags(const TrainingOptions &options) {
   if (!options.planMode.empty())
     return llvm::Error::success();
-  for (llvm::StringRef flag :
-       {"global-batch", "explain", "plot-candidates", "plan-compiles",
-        "plan-nvme-path"})
+  for (llvm::StringRef flag : {"global-batch", "explain", "plot-candidates",
+                               "plan-compiles", "plan-nvme-path"})
     if (options.isGiven(flag))
       return fail("--" + flag + " is for the layout search: give --plan=auto");
   return llvm::Error::success();

@@ -174,20 +174,20 @@ std::string plan_search::candidatesJson(const std::vector<Candidate> &all,
        << ", \"tp\": " << c.tp << ", \"pp\": " << c.pp
        << ", \"sequence_parallel\": " << (c.sp ? "true" : "false")
        << ", \"zero\": " << c.zero << ", \"micro_batch\": " << c.micro
-       << ", \"grad_accum\": " << c.accum << ", \"schedule\": \""
-       << c.schedule << "\", \"recompute\": \"" << c.recompute
+       << ", \"grad_accum\": " << c.accum << ", \"schedule\": \"" << c.schedule
+       << "\", \"recompute\": \"" << c.recompute
        << "\", \"offload_optimizer\": " << (c.offload ? "true" : "false")
        << ", \"offload_param\": " << (c.offloadParam ? "true" : "false")
-       << ", \"optimizer_at\": \"" << c.optimizerAt()
-       << "\", \"params_at\": \"" << c.paramsAt()
-       << "\", \"host_peak\": " << c.hostPeak << ", \"bucket\": " << c.bucket
+       << ", \"optimizer_at\": \"" << c.optimizerAt() << "\", \"params_at\": \""
+       << c.paramsAt() << "\", \"host_peak\": " << c.hostPeak
+       << ", \"bucket\": " << c.bucket
        << ", \"reduce_bucket\": " << c.reduceBucket
        << ", \"allgather_bucket\": " << c.gatherBucket
        << ", \"prefetch_bucket\": " << c.prefetchBucket
        << ", \"persistence_threshold\": " << c.persistence
        << ", \"max_inflight\": " << c.inFlight << ", \"state\": \""
-       << stateName(c.state) << "\", \"chosen\": "
-       << (order[k] == chosen ? "true" : "false")
+       << stateName(c.state)
+       << "\", \"chosen\": " << (order[k] == chosen ? "true" : "false")
        << ", \"memory_bound\": " << c.lowerBound
        << ", \"memory_bound_device\": " << c.boundDevice
        << ", \"memory_bound_none\": " << c.boundNone << ", \"peak\": " << c.peak

@@ -98,10 +98,11 @@ std::string Candidate::layout() const {
   }
   if (bucket > 0)
     s += " bucket=" + std::to_string(bucket);
-  for (auto [name, size] : {std::pair<const char *, int64_t>{"reduce", reduceBucket},
-                            {"allgather", gatherBucket},
-                            {"prefetch", prefetchBucket},
-                            {"persist", persistence}})
+  for (auto [name, size] :
+       {std::pair<const char *, int64_t>{"reduce", reduceBucket},
+        {"allgather", gatherBucket},
+        {"prefetch", prefetchBucket},
+        {"persist", persistence}})
     if (size > 0)
       s += std::string(" ") + name + "=" + std::to_string(size);
   if (inFlight > 0)
