@@ -24,6 +24,8 @@
 #include "ds/Transforms/Sharding.h"
 #include "mlir/IR/IRMapping.h"
 
+#include "llvm/ADT/StringSet.h"
+
 namespace mlir::ds {
 #define GEN_PASS_DEF_ZEROPASS
 #include "ds/Transforms/Passes.h.inc"
@@ -257,17 +259,27 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
                                 SmallVectorImpl<ShardedParam> &params) {
     Block &body = func.getBody().front();
     OpBuilder b(func.getContext());
+    llvm::StringSet<> written = writtenByStep(func);
     for (BlockArgument arg : body.getArguments()) {
       unsigned i = arg.getArgNumber();
-      if (!func.getArgAttr(i, attrs::kParam) ||
-          !func.getArgAttr(i, attrs::kTrainable))
+      auto name = func.getArgAttrOfType<StringAttr>(i, attrs::kParam);
+      if (!name)
         continue;
+      bool trainable = func.getArgAttr(i, attrs::kTrainable) != nullptr;
       auto type = cast<RankedTensorType>(arg.getType());
       if (type.getNumElements() < persistenceThreshold)
         continue; // small: kept whole on every rank, like DeepSpeed
-      if (!isa<FloatType>(type.getElementType()))
+      if (!isa<FloatType>(type.getElementType())) {
+        if (!trainable)
+          continue; // an integer buffer: whole
         return func.emitError("trainable parameter '")
-               << func.getArgAttr(i, attrs::kParam) << "' is not a float";
+               << name << "' is not a float";
+      }
+      // A frozen parameter or a float buffer is partitioned like a weight
+      // unless the step writes it (BatchNorm's running statistics: their
+      // update reads and writes the whole tensor, which stays whole).
+      if (!trainable && written.contains(name.getValue()))
+        continue;
       recomputeInBackward(arg, inForward);
       ShardedParam param{arg, type, nullptr, nullptr};
       for (Operation *user : arg.getUsers()) {
@@ -281,6 +293,16 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
       params.push_back(param);
     }
     return success();
+  }
+
+  /// The parameters and buffers a result of the step writes (`ds.update`,
+  /// before the optimizer's: BatchNorm's running statistics).
+  static llvm::StringSet<> writtenByStep(func::FuncOp func) {
+    llvm::StringSet<> written;
+    for (unsigned i = 0; i < func.getNumResults(); ++i)
+      if (auto target = func.getResultAttrOfType<StringAttr>(i, "ds.update"))
+        written.insert(target.getValue());
+    return written;
   }
 
   /// In one pass (forward or backward), parameters in the order of their
@@ -304,6 +326,15 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
     int64_t elements = 0;
     Operation *prevStart = nullptr; // the previous bucket's first use
     for (ShardedParam *p : order) {
+      // One collective gathers one element type: a frozen f32 weight
+      // beside 16-bit trainable ones starts a bucket of its own.
+      if (!bucket.empty() &&
+          bucket.front()->type.getElementType() != p->type.getElementType()) {
+        prevStart = gatherBucketBefore(bucket, first(bucket.front()), prevStart,
+                                       fwd, inForward);
+        bucket.clear();
+        elements = 0;
+      }
       bucket.push_back(p);
       elements += p->type.getNumElements();
       if (elements >= prefetchBucketSize) {
