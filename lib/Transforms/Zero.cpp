@@ -10,9 +10,11 @@
 // produced (the full gradient dies there); in a pipeline stage with
 // several micro-batches, stages 0-2 reduce the stage's local sum of them
 // once per step, in its update section (GradAccumulate.h). Stage 3 also
-// turns every trainable parameter argument into its shard and all-gathers
-// it before its uses: once for the forward pass and again for the backward
-// pass, so that the whole parameter lives only around its uses. Values
+// turns every parameter argument (trainable, frozen, or a float buffer no
+// result of the step writes) into its shard and all-gathers it before its
+// uses: once for the forward pass and again for the backward pass where
+// that reads it, so that the whole parameter lives only around its uses
+// (a frozen one gets no gradient, so nothing is reduced for it). Values
 // computed from parameters alone (a transposed weight) that the backward
 // pass reads are recomputed there from the second gather instead of being
 // kept alive.
@@ -236,8 +238,9 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
     moveOpsBetween(collective, next, ret);
   }
 
-  /// Stage 3: trainable parameters at or above the persistence threshold
-  /// become shards, gathered just before their uses in each pass.
+  /// Stage 3: parameters (trainable, frozen, read-only buffers) at or
+  /// above the persistence threshold become shards, gathered just before
+  /// their uses in each pass.
   LogicalResult
   partitionParameters(func::FuncOp func,
                       llvm::function_ref<bool(Operation *)> inForward) {
