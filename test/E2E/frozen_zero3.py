@@ -10,8 +10,9 @@ trainable 2,373, buffer 512).
 
 ZeRO-3 on 2 ranks (per-rank batch 2) against one rank (batch 4), 6 Adam
 steps. Checks, with their tolerances:
-- losses within 1e-5 relative, weights 1e-5 relative L2 (bf16/fp16: 5e-3
-  and 1e-2): only the reduction order differs;
+- losses within 1e-5 relative (as --log-json prints them, 6 significant
+  digits), weights 1e-5 relative L2 (bf16/fp16: 5e-3 and 1e-2): only the
+  reduction order differs;
 - the frozen backbone and the buffer are bit-unchanged in the 2-rank run's
   --save-weights file, whole (full shapes);
 - the report: per-rank frozen and buffer bytes are half of one rank's
@@ -23,6 +24,10 @@ steps. Checks, with their tolerances:
   whole, ZeRO-3 partitions them; the drop must exceed the trainable
   weights' whole bytes, the most partitioning them alone could save, so
   the frozen ones are what it saves (both peaks printed);
+- --offload-param=cpu (fp32): the host holds the trainable, frozen and
+  buffer shards (the report's host storage is their sum; tensors under the
+  threshold stay whole on the device) and the weights equal the device
+  run's bit for bit;
 - checkpoints: 3 steps, a checkpoint, 3 more give the straight run's
   weights bit for bit; the 2-rank ZeRO-3 checkpoint resumed on one rank
   (ZeRO-0) and a 1-rank checkpoint resumed on 2 ranks at ZeRO-3 give the
@@ -169,6 +174,22 @@ def main():
         problems.append(f"peak per rank: ZeRO-2 {peak2}, ZeRO-3 {peak3}: the drop is not "
                         f"above the trainable weights' {trainable_bytes} bytes")
 
+    # --offload-param: the frozen and buffer shards live on the host with
+    # the trainable ones; the same arithmetic, bit for bit.
+    host = None
+    if args.precision == "fp32":
+        off = t.compile(t.w("two.onnx"), t.w("off.plan"), *grid, "--zero=3",
+                        "--offload-param=cpu")
+        _, wo = t.train(t.w("off.plan"), "off", 2)
+        host = off["offload"]["host_storage"]
+        # Every partitioned tensor's shard (those under the threshold stay
+        # whole on the device, trainable or not).
+        want_host = sum(4 * -(-v.size // 2) for v in before.values()
+                        if v.size >= args.threshold)
+        if host != want_host or any(not np.array_equal(wo[k], w3[k]) for k in w3.files):
+            problems.append(f"--offload-param: host storage {host} (want {want_host}) "
+                            "or weights differ from the device run")
+
     # Checkpoints: bit for bit on the same plan; across world sizes/stages.
     t.train(t.w("z3.plan"), "z3a", 2, STEPS // 2, "--save", t.w("ck3"))
     _, r3 = t.train(t.w("z3.plan"), "z3b", 2, STEPS, "--resume", t.w("ck3"))
@@ -189,7 +210,9 @@ def main():
           f"L2 {rel:.1e} (tol {wtol:g}); frozen {ts3['frozen']} tensors "
           f"{ts3['frozen_bytes']} bytes per rank (1 rank {ts1['frozen_bytes']}), buffer "
           f"{ts3['buffer_bytes']} ({ts1['buffer_bytes']}), bit-unchanged; arena = planned "
-          f"every step: {exact}; peak per rank ZeRO-2 {peak2}, ZeRO-3 {peak3}; checkpoint "
+          f"every step: {exact}; peak per rank ZeRO-2 {peak2}, ZeRO-3 {peak3}"
+          + (f"; --offload-param host storage {host}" if args.precision == "fp32" else "")
+          + f"; checkpoint "
           f"resumed bit-exact, across world sizes {across:.1e}")
     print("FAIL: " + "; ".join(problems) if problems else "PASS")
     sys.exit(1 if problems else 0)
