@@ -328,28 +328,25 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
     SmallVector<ShardedParam *> bucket;
     int64_t elements = 0;
     Operation *prevStart = nullptr; // the previous bucket's first use
+    auto flush = [&] {
+      prevStart = gatherBucketBefore(bucket, first(bucket.front()), prevStart,
+                                     fwd, inForward);
+      bucket.clear();
+      elements = 0;
+    };
     for (ShardedParam *p : order) {
       // One collective gathers one element type: a frozen f32 weight
       // beside 16-bit trainable ones starts a bucket of its own.
       if (!bucket.empty() &&
-          bucket.front()->type.getElementType() != p->type.getElementType()) {
-        prevStart = gatherBucketBefore(bucket, first(bucket.front()), prevStart,
-                                       fwd, inForward);
-        bucket.clear();
-        elements = 0;
-      }
+          bucket.front()->type.getElementType() != p->type.getElementType())
+        flush();
       bucket.push_back(p);
       elements += p->type.getNumElements();
-      if (elements >= prefetchBucketSize) {
-        prevStart = gatherBucketBefore(bucket, first(bucket.front()), prevStart,
-                                       fwd, inForward);
-        bucket.clear();
-        elements = 0;
-      }
+      if (elements >= prefetchBucketSize)
+        flush();
     }
     if (!bucket.empty())
-      gatherBucketBefore(bucket, first(bucket.front()), prevStart, fwd,
-                         inForward);
+      flush();
   }
 
   /// Gathers `bucket` for its uses in one pass, the first of which is
