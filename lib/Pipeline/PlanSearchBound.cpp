@@ -251,10 +251,13 @@ BoundParts plan_search::boundParts(const Candidate &cand,
   int64_t frozen = (split.parameters - split.trainable) / cand.pp;
   int64_t dp = cand.dp;
   // With a host, ZeRO-3 may keep the parameters there (the search tries
-  // --offload-param last): then none need stay on the device.
+  // --offload-param last): then none need stay on the device. ZeRO-3
+  // partitions frozen parameters and read-only buffers like weights (a
+  // buffer the step writes stays whole: counted partitioned here, the
+  // bound stays below the plan).
   b.weights = cand.offload && cand.zero == 3
                   ? 0
-                  : trainable * wb / (cand.zero == 3 ? dp : 1) + frozen * wb;
+                  : (trainable + frozen) * wb / (cand.zero == 3 ? dp : 1);
   int64_t perElem = 0;
   llvm::StringRef opt = o.optimizerName;
   if (opt == "adam" || opt == "adamw" || opt == "lamb")

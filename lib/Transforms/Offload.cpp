@@ -89,9 +89,8 @@ void OffloadRewrite::assignSpaces() {
     else if (func.getArgAttr(i, "ds.step") && optimizer != "none")
       where = "host";
     else if (param != "none" && func.getArgAttr(i, attrs::kParam) &&
-             func.getArgAttr(i, attrs::kTrainable) &&
              func.getArgAttr(i, kFullShapeAttr))
-      where = param;
+      where = param; // trainable, frozen or a read-only buffer's shard
     if (where.empty())
       continue;
     func.setArgAttr(i, kSpace, b.getStringAttr(where));

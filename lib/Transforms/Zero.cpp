@@ -10,9 +10,11 @@
 // produced (the full gradient dies there); in a pipeline stage with
 // several micro-batches, stages 0-2 reduce the stage's local sum of them
 // once per step, in its update section (GradAccumulate.h). Stage 3 also
-// turns every trainable parameter argument into its shard and all-gathers
-// it before its uses: once for the forward pass and again for the backward
-// pass, so that the whole parameter lives only around its uses. Values
+// turns every parameter argument (trainable, frozen, or a float buffer no
+// result of the step writes) into its shard and all-gathers it before its
+// uses: once for the forward pass and again for the backward pass where
+// that reads it, so that the whole parameter lives only around its uses
+// (a frozen one gets no gradient, so nothing is reduced for it). Values
 // computed from parameters alone (a transposed weight) that the backward
 // pass reads are recomputed there from the second gather instead of being
 // kept alive.
@@ -23,6 +25,8 @@
 #include "ds/Transforms/Passes.h"
 #include "ds/Transforms/Sharding.h"
 #include "mlir/IR/IRMapping.h"
+
+#include "llvm/ADT/StringSet.h"
 
 namespace mlir::ds {
 #define GEN_PASS_DEF_ZEROPASS
@@ -234,8 +238,9 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
     moveOpsBetween(collective, next, ret);
   }
 
-  /// Stage 3: trainable parameters at or above the persistence threshold
-  /// become shards, gathered just before their uses in each pass.
+  /// Stage 3: parameters (trainable, frozen, read-only buffers) at or
+  /// above the persistence threshold become shards, gathered just before
+  /// their uses in each pass.
   LogicalResult
   partitionParameters(func::FuncOp func,
                       llvm::function_ref<bool(Operation *)> inForward) {
@@ -257,17 +262,27 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
                                 SmallVectorImpl<ShardedParam> &params) {
     Block &body = func.getBody().front();
     OpBuilder b(func.getContext());
+    llvm::StringSet<> written = writtenByStep(func);
     for (BlockArgument arg : body.getArguments()) {
       unsigned i = arg.getArgNumber();
-      if (!func.getArgAttr(i, attrs::kParam) ||
-          !func.getArgAttr(i, attrs::kTrainable))
+      auto name = func.getArgAttrOfType<StringAttr>(i, attrs::kParam);
+      if (!name)
         continue;
+      bool trainable = func.getArgAttr(i, attrs::kTrainable) != nullptr;
       auto type = cast<RankedTensorType>(arg.getType());
       if (type.getNumElements() < persistenceThreshold)
         continue; // small: kept whole on every rank, like DeepSpeed
-      if (!isa<FloatType>(type.getElementType()))
+      if (!isa<FloatType>(type.getElementType())) {
+        if (!trainable)
+          continue; // an integer buffer: whole
         return func.emitError("trainable parameter '")
-               << func.getArgAttr(i, attrs::kParam) << "' is not a float";
+               << name << "' is not a float";
+      }
+      // A frozen parameter or a float buffer is partitioned like a weight
+      // unless the step writes it (BatchNorm's running statistics: their
+      // update reads and writes the whole tensor, which stays whole).
+      if (!trainable && written.contains(name.getValue()))
+        continue;
       recomputeInBackward(arg, inForward);
       ShardedParam param{arg, type, nullptr, nullptr};
       for (Operation *user : arg.getUsers()) {
@@ -281,6 +296,16 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
       params.push_back(param);
     }
     return success();
+  }
+
+  /// The parameters and buffers a result of the step writes (`ds.update`,
+  /// before the optimizer's: BatchNorm's running statistics).
+  static llvm::StringSet<> writtenByStep(func::FuncOp func) {
+    llvm::StringSet<> written;
+    for (unsigned i = 0; i < func.getNumResults(); ++i)
+      if (auto target = func.getResultAttrOfType<StringAttr>(i, "ds.update"))
+        written.insert(target.getValue());
+    return written;
   }
 
   /// In one pass (forward or backward), parameters in the order of their
@@ -303,19 +328,25 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
     SmallVector<ShardedParam *> bucket;
     int64_t elements = 0;
     Operation *prevStart = nullptr; // the previous bucket's first use
+    auto flush = [&] {
+      prevStart = gatherBucketBefore(bucket, first(bucket.front()), prevStart,
+                                     fwd, inForward);
+      bucket.clear();
+      elements = 0;
+    };
     for (ShardedParam *p : order) {
+      // One collective gathers one element type: a frozen f32 weight
+      // beside 16-bit trainable ones starts a bucket of its own.
+      if (!bucket.empty() &&
+          bucket.front()->type.getElementType() != p->type.getElementType())
+        flush();
       bucket.push_back(p);
       elements += p->type.getNumElements();
-      if (elements >= prefetchBucketSize) {
-        prevStart = gatherBucketBefore(bucket, first(bucket.front()), prevStart,
-                                       fwd, inForward);
-        bucket.clear();
-        elements = 0;
-      }
+      if (elements >= prefetchBucketSize)
+        flush();
     }
     if (!bucket.empty())
-      gatherBucketBefore(bucket, first(bucket.front()), prevStart, fwd,
-                         inForward);
+      flush();
   }
 
   /// Gathers `bucket` for its uses in one pass, the first of which is

@@ -12,8 +12,10 @@ Modes:
              so either check can fail.
   save16     save_16bit_model and save_checkpoint with
              stage3_gather_16bit_weights_on_model_save (fp16, 3 steps; with
-             mpirun -np 2 ZeRO-3): every tensor of the user's module, whole,
-             fp16, exactly the trained f32 weights rounded; loadable by
+             mpirun -np 2 ZeRO-3; the first block frozen, partitioned at
+             ZeRO-3 like the rest): every tensor of the user's module, whole,
+             fp16, exactly the trained f32 weights rounded (the frozen ones
+             the initial weights rounded); loadable by
              load_state_dict after .float(), whose loss is within 1e-3
              X; without the key under ZeRO-3
              nothing is written.
@@ -87,6 +89,11 @@ def mode_autocast():
 
 def mode_save16(folder):
     model, (vocab, rows, seq) = ep.new_model()
+    # The first block frozen: under ZeRO-3 its weights (and the causal-mask
+    # buffers) are partitioned like the trained ones and saved whole.
+    frozen = [n for n, p in model.named_parameters() if ".h.0." in n]
+    for n, p in model.named_parameters():
+        p.requires_grad_(n not in frozen)
     initial = copy.deepcopy(model.state_dict())
     part = rows // WORLD
     mine = slice(RANK * part, (RANK + 1) * part)
@@ -112,11 +119,14 @@ def mode_save16(folder):
                                   trained[k].half().float()).abs().max()))
         moved = max(moved, float((trained[k] - initial[k]).abs().max()))
         ok &= torch.equal(v, in_ckpt[k])
-    print("rank %d (ZeRO stage %d, %d rank(s)): %d tensors, fp16, whole "
-          "shapes, the checkpoint's copy identical: %s; against the f32 "
+        if k in frozen:  # unchanged by training: the initial one rounded
+            ok &= torch.equal(v, initial[k].half())
+    print("rank %d (ZeRO stage %d, %d rank(s)): %d tensors (%d frozen), fp16, "
+          "whole shapes, the checkpoint's copy identical: %s; against the f32 "
           "weights rounded: largest difference %g; training moved them by "
           "%.2e" % (RANK, engine.zero_optimization_stage(), WORLD,
-                    len(saved), "ok" if ok else "FAIL", worst, moved))
+                    len(saved), len(frozen), "ok" if ok else "FAIL", worst,
+                    moved))
     ok &= worst == 0.0 and moved > 1e-4
     fresh = ep.new_model()[0]
     fresh.load_state_dict({k: v.float() for k, v in saved.items()})

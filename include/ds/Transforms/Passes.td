@@ -148,13 +148,17 @@ def ZeroPass : Pass<"ds-zero", "func::FuncOp"> {
       the updated shards). Stage 1 reduces after the whole backward pass,
       so full gradients live until then; stages 2 and 3 right after each
       gradient is computed.
-    - Stage 3: every trainable parameter with at least
+    - Stage 3: every parameter with at least
       `param-persistence-threshold` elements becomes its shard (argument
       attribute `ds.full_shape` keeps the whole shape) and is
       `ds.all_gather`ed before its first use in the forward pass and again
-      before its first use in the backward pass. Values computed from the
+      before its first use in the backward pass: trainable ones, frozen
+      ones and float buffers alike, except a buffer that a result of the
+      step writes (`ds.update`, BatchNorm's running statistics) and
+      integer buffers, which stay whole. Values computed from the
       parameter alone that the backward pass reads (a transposed weight)
-      are recomputed from the second gather.
+      are recomputed from the second gather. A bucket holds one element
+      type (a frozen f32 tensor beside 16-bit weights is gathered apart).
 
     - A pipeline stage (`ds.pipeline`) with `accum-steps` M > 1 at stages
       0-2: the update section runs once per step, after the last
