@@ -631,7 +631,8 @@ TEST(Cuda, EveryKernelTested) {
       "vocab_cross_entropy_grad", "tp_rows", "sp_all_gather",
       "sp_reduce_scatter",
       // 1-bit Adam (docs/compression.md) runs on the CPU backend first.
-      "onebit_adam", "onebit_adam_local", "compressed_reduce_scatter"};
+      "onebit_adam", "onebit_adam_local", "compressed_reduce_scatter",
+      "compressed_all_gather", "quantized_all_gather"};
   size_t twins = 0;
   for (const std::string &k : kernelNames()) {
     if (std::find(cpuOnly.begin(), cpuOnly.end(), k) != cpuOnly.end())

@@ -8,7 +8,11 @@
 // test/E2E/onebit-adam.test: three under mpirun) against a simulation of
 // every rank's part on each rank, over three exchanges so that the worker
 // and server errors carry over; the same for the compressed reduce-scatter
-// of ZeRO 1-3 (per-chunk scales and worker errors). Tolerance: exact for signs and bits; 1e-6
+// of ZeRO 1-3 (per-chunk scales and worker errors), the compressed
+// all-gather of update deltas (int8 in blocks with the owner's error
+// feedback, padding without error) and stage 3's int8 gather (block
+// scales; within s/2): exact, the same arithmetic.
+// Tolerance: exact for signs and bits; 1e-6
 // relative for scales and values (the reference sums the norm in the same
 // double order, so they agree to the last bit in practice).
 //
@@ -213,6 +217,135 @@ TEST(OneBitReduceScatter, MatchesASimulationOfEveryRank) {
     for (int64_t i = 0; i < n; ++i)
       ASSERT_NEAR(we[i], weRef[rank][i], 1e-6) << "worker error " << i;
   }
+}
+
+/// The reference int8 block quantizer: blocks of 256, scale max |x| / 127
+/// over the first `real` elements, round(x / s) s; the rest 0.
+std::vector<float> quantizeNaive(const std::vector<float> &x, int64_t real) {
+  int64_t c = static_cast<int64_t>(x.size());
+  std::vector<float> out(c, 0.0f);
+  for (int64_t b0 = 0; b0 < c; b0 += 256) {
+    int64_t end = std::min<int64_t>(c, b0 + 256);
+    float absMax = 0.0f;
+    for (int64_t k = b0; k < std::min(end, real); ++k)
+      absMax = std::max(absMax, std::fabs(x[k]));
+    float s = absMax / 127.0f;
+    for (int64_t k = b0; k < std::min(end, real); ++k)
+      out[k] = s > 0.0f ? std::nearbyint(x[k] / s) * s : 0.0f;
+  }
+  return out;
+}
+
+TEST(DeltaAllGather, MatchesASimulationOfEveryRank) {
+  // ZeRO 1-2's parameter exchange: every rank holds the same whole `base`
+  // (3 chunks of 300: a whole block of 256 and a partial one; the last 9
+  // elements padding), updates its chunk, and sends its delta plus its
+  // error int8-quantized; every rank adds the dequantized deltas, so all
+  // copies are the same. Three rounds, the next base the last result, so
+  // the errors carry over.
+  int world = gComm->size(), rank = gComm->rank();
+  const int64_t chunk = 300, n = chunk * world, valid = n - 9;
+  if (world == 1) { // the kernel copies its chunk on one rank
+    SUCCEED();
+    return;
+  }
+  std::vector<float> base = values(0, 9, n), err(chunk, 0.0f), out(n);
+  std::vector<std::vector<float>> errRef(world, std::vector<float>(chunk, 0));
+  for (int round = 0; round < 3; ++round) {
+    auto updated = [&](int r) {
+      std::vector<float> v = values(r, round, chunk);
+      for (int64_t k = 0; k < chunk; ++k)
+        v[k] = base[r * chunk + k] + 0.01f * v[k];
+      return v;
+    };
+    std::vector<float> in = updated(rank);
+    uint64_t bytes0 = gComm->collectiveBytes;
+    std::string e;
+    ASSERT_TRUE(onebit::compressedAllGather(*gComm, in.data(), base.data(),
+                                            chunk, valid, err.data(),
+                                            out.data(), e))
+        << e;
+    EXPECT_EQ(gComm->collectiveBytes - bytes0,
+              ::ds::onebit::gatherBytes(chunk, world));
+    EXPECT_EQ(::ds::onebit::gatherBytes(chunk, world),
+              uint64_t(world) * (300 + 2 * 4));
+    std::vector<float> expect(n);
+    for (int r = 0; r < world; ++r) {
+      std::vector<float> v = updated(r), x(chunk, 0.0f);
+      int64_t real = std::clamp<int64_t>(valid - r * chunk, 0, chunk);
+      for (int64_t k = 0; k < real; ++k)
+        x[k] = v[k] - base[r * chunk + k] + errRef[r][k];
+      std::vector<float> q = quantizeNaive(x, real);
+      for (int64_t k = 0; k < chunk; ++k) {
+        errRef[r][k] = x[k] - q[k]; // 0 for padding
+        expect[r * chunk + k] = base[r * chunk + k] + q[k];
+      }
+    }
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(out[i], expect[i]) << "round " << round << ", element " << i;
+    for (int64_t k = 0; k < chunk; ++k)
+      ASSERT_EQ(err[k], errRef[rank][k]) << "gather error " << k;
+    base = out;
+  }
+}
+
+TEST(QuantizedAllGather, MatchesASimulationOfEveryRank) {
+  // Stage 3's gathers: two pieces per rank (300 elements: a whole block
+  // of 256 and a partial one; 5: one partial block), the first's last 7
+  // gathered elements padding. Each block's scale is max |x| / 127 over
+  // its real elements; values arrive as round(x / s) s, within s / 2 of
+  // x; padding arrives as 0.
+  int world = gComm->size(), rank = gComm->rank();
+  const std::vector<int64_t> pieces = {300, 5};
+  const std::vector<int64_t> valid = {300 * world - 7, 5 * world};
+  const int64_t total = 305;
+  auto input = [&](int r) {
+    std::vector<float> v = values(r, 4, total);
+    v[3] = 0.0f; // an exact zero stays zero
+    return v;
+  };
+  std::vector<float> in = input(rank), out(total * world);
+  if (world == 1) {
+    SUCCEED();
+    return;
+  }
+  uint64_t bytes0 = gComm->collectiveBytes;
+  std::string e;
+  ASSERT_TRUE(onebit::quantizedAllGather(*gComm, in.data(), pieces, valid,
+                                         out.data(), e))
+      << e;
+  EXPECT_EQ(gComm->collectiveBytes - bytes0,
+            ::ds::onebit::quantizedGatherBytes(pieces, world));
+  EXPECT_EQ(::ds::onebit::quantizedGatherBytes(pieces, 1),
+            uint64_t(300 + 2 * 4 + 5 + 4));
+  for (int r = 0; r < world; ++r) {
+    std::vector<float> v = input(r);
+    int64_t offset = 0;
+    for (size_t p = 0; p < pieces.size(); ++p) {
+      int64_t c = pieces[p];
+      for (int64_t b0 = 0; b0 < c; b0 += 256) {
+        int64_t end = std::min<int64_t>(c, b0 + 256);
+        float absMax = 0.0f;
+        for (int64_t k = b0; k < end; ++k)
+          if (r * c + k < valid[p])
+            absMax = std::max(absMax, std::fabs(v[offset + k]));
+        float s = absMax / 127.0f;
+        for (int64_t k = b0; k < end; ++k) {
+          float got = out[r * total + offset + k];
+          if (r * c + k >= valid[p]) {
+            ASSERT_EQ(got, 0.0f) << "padding " << k;
+            continue;
+          }
+          float q = std::nearbyint(v[offset + k] / s);
+          ASSERT_EQ(got, q * s) << "rank " << r << ", piece " << p << ", "
+                                << k;
+          ASSERT_LE(std::fabs(got - v[offset + k]), 0.5f * s * 1.0001f);
+        }
+      }
+      offset += c;
+    }
+  }
+  EXPECT_EQ(out[rank * total + 3], 0.0f);
 }
 
 } // namespace

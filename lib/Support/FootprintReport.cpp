@@ -321,13 +321,17 @@ void reportCollectives(std::string &out, const Footprint &f,
         line, sizeof line,
         "  after the freeze (step > %lld): %d compressed all-reduce replace "
         "%llu bytes of gradient all-reduce, %d compressed reduce-scatter "
-        "%llu bytes of gradient reduce-scatter; %llu bytes handed per "
+        "%llu bytes of gradient reduce-scatter, %d compressed all-gather "
+        "%llu bytes of parameter all-gather; %llu bytes handed per "
         "step, ring traffic per rank %.0f bytes (%.1fx less)\n",
         static_cast<long long>(f.freezeStep), f.compressedAllReduces,
         static_cast<unsigned long long>(f.warmupOnlyBytes -
-                                        f.warmupOnlyReduceScatterBytes),
+                                        f.warmupOnlyReduceScatterBytes -
+                                        f.warmupOnlyAllGatherBytes),
         f.compressedReduceScatters,
         static_cast<unsigned long long>(f.warmupOnlyReduceScatterBytes),
+        f.compressedAllGathers,
+        static_cast<unsigned long long>(f.warmupOnlyAllGatherBytes),
         static_cast<unsigned long long>(f.collectiveBytesAfterFreeze()),
         f.compressedRingBytes(),
         f.compressedRingBytes() > 0 ? f.ringBytes() / f.compressedRingBytes()
@@ -497,10 +501,14 @@ std::string formatFootprintJson(const Footprint &f) {
     kv("compressed_all_reduce_bytes", f.compressedAllReduceBytes);
     kv("compressed_reduce_scatter", f.compressedReduceScatters);
     kv("compressed_reduce_scatter_bytes", f.compressedReduceScatterBytes);
+    kv("compressed_all_gather", f.compressedAllGathers);
+    kv("compressed_all_gather_bytes", f.compressedAllGatherBytes);
     // The uncompressed kinds' bytes that still run after the freeze.
     kv("all_reduce_bytes_after_freeze",
-       f.allReduceBytes - (f.warmupOnlyBytes - f.warmupOnlyReduceScatterBytes));
-    kv("all_gather_bytes_after_freeze", f.allGatherBytes);
+       f.allReduceBytes - (f.warmupOnlyBytes - f.warmupOnlyReduceScatterBytes -
+                           f.warmupOnlyAllGatherBytes));
+    kv("all_gather_bytes_after_freeze",
+       f.allGatherBytes - f.warmupOnlyAllGatherBytes);
     kv("reduce_scatter_bytes_after_freeze",
        f.reduceScatterBytes - f.warmupOnlyReduceScatterBytes);
     kv("bytes_per_step_after_freeze", f.collectiveBytesAfterFreeze());

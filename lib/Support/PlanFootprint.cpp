@@ -49,11 +49,11 @@ double Footprint::compressedRingBytes() const {
   if (world <= 1)
     return 0;
   double part = static_cast<double>(world - 1) / world;
-  // The warm-up's all-reduces ring twice, its reduce-scatters once.
-  double warmupRing =
-      part * (2.0 * static_cast<double>(warmupOnlyBytes -
-                                        warmupOnlyReduceScatterBytes) +
-              static_cast<double>(warmupOnlyReduceScatterBytes));
+  // The warm-up's all-reduces ring twice, its reduce-scatters and
+  // all-gathers once.
+  uint64_t once = warmupOnlyReduceScatterBytes + warmupOnlyAllGatherBytes;
+  double warmupRing = part * (2.0 * static_cast<double>(warmupOnlyBytes - once) +
+                              static_cast<double>(once));
   return ringBytes() - warmupRing + part * static_cast<double>(compressedBytes);
 }
 
@@ -237,9 +237,19 @@ void addCollectivesAndOptimizer(const plan::Plan &p,
         f.compressedBytes += c.bytes();
         f.compressedReduceScatterBytes += c.bytes();
         break;
+      case plan::COLLECTIVE_COMPRESSED_ALL_GATHER: // ZeRO 1-3, after it
+        ++f.compressedAllGathers;
+        f.compressedBytes += c.bytes();
+        f.compressedAllGatherBytes += c.bytes();
+        break;
       case plan::COLLECTIVE_ALL_GATHER:
         ++f.allGathers;
         f.allGatherBytes += c.bytes();
+        if (ins.kind() == plan::KIND_COMPRESSED_ALL_GATHER ||
+            ins.kind() == plan::KIND_QUANTIZED_ALL_GATHER) {
+          f.warmupOnlyBytes += c.bytes(); // the warm-up's parameters
+          f.warmupOnlyAllGatherBytes += c.bytes();
+        }
         break;
       case plan::COLLECTIVE_REDUCE_SCATTER:
         ++f.reduceScatters;

@@ -12,7 +12,10 @@
 // it: each gradient bucket's reduce-scatter becomes a
 // `ds.compressed_reduce_scatter` (plain until the freeze, 1-bit with a
 // worker error per partition after it) and `ds.onebit_adam_local`
-// updates this rank's partition; ZeRO's parameter all-gather follows.
+// updates this rank's partition; ZeRO's parameter all-gathers become
+// compressed ones too: the int8 update delta (with error feedback) of a
+// replicated parameter (`ds.compressed_all_gather`, stages 1-2) and the
+// int8 gathers of a stage-3 shard (`ds.quantized_all_gather`).
 //
 //===----------------------------------------------------------------------===//
 
@@ -35,6 +38,72 @@ Operation *findBucketExchange(Value grad) {
   if (isa_and_nonnull<ReduceScatterOp, CompressedReduceScatterOp>(def))
     return def;
   return nullptr;
+}
+
+/// ZeRO-3: the gathers of the bucket(s) that hold partitioned parameter
+/// `shard` (ZeRO's `ds.all_gather` of one shard or of a concat of shards)
+/// become `ds.quantized_all_gather`, plain until the freeze; each piece's
+/// valid count is its parameter's whole size (ds.full_shape).
+void quantizeGathers(BlockArgument shard, Value step, int64_t freezeStep) {
+  auto func = dyn_cast<func::FuncOp>(shard.getOwner()->getParentOp());
+  if (!func)
+    return;
+  SmallVector<AllGatherOp> gathers;
+  for (Operation *user : shard.getUsers()) {
+    if (auto ag = dyn_cast<AllGatherOp>(user))
+      gathers.push_back(ag);
+    else if (isa<ConcatOp>(user))
+      for (Operation *u : user->getUsers())
+        if (auto ag = dyn_cast<AllGatherOp>(u))
+          gathers.push_back(ag);
+  }
+  for (AllGatherOp ag : gathers) {
+    if (ag.getGroup() != 0)
+      continue;
+    Value in = ag.getInput();
+    SmallVector<Value> parts{in};
+    if (auto cat = in.getDefiningOp<ConcatOp>())
+      parts.assign(cat->operand_begin(), cat->operand_end());
+    SmallVector<int64_t> pieces, valid;
+    for (Value v : parts) {
+      auto arg = dyn_cast<BlockArgument>(v);
+      auto whole = arg ? func.getArgAttrOfType<DenseI64ArrayAttr>(
+                             arg.getArgNumber(), kFullShapeAttr)
+                       : DenseI64ArrayAttr();
+      if (!whole)
+        break;
+      int64_t n = 1;
+      for (int64_t d : whole.asArrayRef())
+        n *= d;
+      pieces.push_back(cast<RankedTensorType>(v.getType()).getDimSize(0));
+      valid.push_back(n);
+    }
+    if (pieces.size() != parts.size())
+      continue; // not only parameter shards: the plain gather stays
+    OpBuilder b(ag);
+    auto q = QuantizedAllGatherOp::create(
+        b, ag.getLoc(), ag.getResult().getType(), in, step,
+        b.getI64IntegerAttr(freezeStep), b.getDenseI64ArrayAttr(pieces),
+        b.getDenseI64ArrayAttr(valid));
+    ag.getResult().replaceAllUsesWith(q.getResult());
+    ag.erase();
+  }
+}
+
+/// ZeRO 1-2 (and stage 3's persistent parameters): the new whole parameter
+/// from this rank's new chunk `updated` of `in.param` (`ds.shard` of the
+/// flattened, padded whole `base`): `ds.compressed_all_gather` of the
+/// update delta with this rank's gather error, plain until the freeze.
+Value gatherDelta(OpBuilder &b, const UpdateInput &in, int64_t freezeStep,
+                  AddStateFn addState, Value updated, UpdateOutput &out) {
+  Value base = in.param.getDefiningOp<ShardOp>().getInput();
+  Value error = addState("gather_error");
+  auto g = CompressedAllGatherOp::create(
+      b, in.loc, TypeRange{base.getType(), error.getType()}, updated, base,
+      error, in.step, b.getI64IntegerAttr(freezeStep),
+      b.getI64IntegerAttr(in.paramType.getNumElements()));
+  out.newState.push_back({"gather_error", g.getNewError()});
+  return unpadReshape(b, in.loc, g.getResult(), in.paramType);
 }
 
 /// ZeRO 1-3: the bucket's reduce-scatter becomes the compressed one (once
@@ -75,6 +144,13 @@ UpdateOutput buildOneBitAdamPartition(OpBuilder &b, const UpdateInput &in,
   out.newState.insert(out.newState.begin(),
                       {{"exp_avg", op.getNewExpAvg()},
                        {"exp_avg_sq", op.getNewExpAvgSq()}});
+  // The parameter exchange: the update delta of a replicated parameter's
+  // chunk, or the quantized gathers of a stage-3 shard.
+  if (in.param.getDefiningOp<ShardOp>() && in.paramType)
+    out.newParam = gatherDelta(b, in, hp.freezeStep, addState,
+                               out.newParam, out);
+  else if (auto arg = dyn_cast<BlockArgument>(in.param))
+    quantizeGathers(arg, in.step, hp.freezeStep);
   return out;
 }
 } // namespace
@@ -179,7 +255,9 @@ LogicalResult prepareOneBitAdam(func::FuncOp func, const Hyperparameters &hp) {
         << stage.getInt()
         << ": after the freeze each gradient bucket's reduce-scatter is "
            "compressed (error feedback per partition), not the momentum as "
-           "at ZeRO-0 (docs/compression.md)";
+           "at ZeRO-0, and the parameter all-gathers too (int8 update "
+           "deltas of replicated parameters, int8 stage-3 shards; "
+           "docs/compression.md)";
     return success();
   }
   takeOutGradientReduces(func);

@@ -500,7 +500,7 @@ LogicalResult UpdateSection::updateParameter(unsigned result, StringAttr name) {
       b,
       {name.getValue(), loc, target->value, grad,
        summedOver ? counter.updates : step, accum, world, addTypedState,
-       clipInKernel ? clipCoef : Value()},
+       clipInKernel ? clipCoef : Value(), target->paramType},
       hyperparametersOf(name), addState);
   results[result] = newParameter(result, *target, out.newParam);
   resultAttrs[result] = updateAttr(name);

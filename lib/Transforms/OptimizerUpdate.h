@@ -61,6 +61,10 @@ struct UpdateInput {
   /// Gradient clipping over the accumulated gradient: the coefficient (an
   /// f32 scalar) the update scales the mean gradient by; null: none.
   Value clipCoef = {};
+  /// The parameter argument's type (whole, or its ZeRO-3 shard): a rule
+  /// may return the whole new parameter of a ZeRO 1-2 shard itself (1-bit
+  /// Adam's compressed all-gather), which is then not gathered again.
+  RankedTensorType paramType = {};
 };
 
 /// What a rule made: the new parameter, the new value of each state it

@@ -41,6 +41,36 @@ inline uint64_t reduceScatterBytes(int64_t chunk, int64_t world) {
          (static_cast<uint64_t>((chunk + 7) / 8) + 4);
 }
 
+/// The elements per scale of the int8 block-quantized all-gather (stage
+/// 3's parameter gathers after the freeze).
+constexpr int64_t kQuantBlock = 256;
+
+/// The bytes one rank's part of a quantized all-gather takes: each piece
+/// (one parameter's shard of `chunk` elements) as int8 values and one f32
+/// scale per block of kQuantBlock elements.
+inline uint64_t quantizedPieceBytes(int64_t chunk) {
+  return static_cast<uint64_t>(chunk) +
+         4 * static_cast<uint64_t>((chunk + kQuantBlock - 1) / kQuantBlock);
+}
+
+/// The bytes one quantized all-gather hands to collectives (its output,
+/// every rank's part): `world` times the sum of its pieces'.
+template <typename Range>
+uint64_t quantizedGatherBytes(const Range &chunks, int64_t world) {
+  uint64_t part = 0;
+  for (int64_t c : chunks)
+    part += quantizedPieceBytes(c);
+  return part * static_cast<uint64_t>(world);
+}
+
+/// The bytes one compressed all-gather of an update delta (1-bit Adam's
+/// parameter exchange at ZeRO 1-2) hands to collectives, its all-gather's
+/// output: every rank's chunk of `chunk` elements as int8 values and f32
+/// block scales, as the quantized all-gather's.
+inline uint64_t gatherBytes(int64_t chunk, int64_t world) {
+  return quantizedPieceBytes(chunk) * static_cast<uint64_t>(world);
+}
+
 } // namespace ds::onebit
 
 #endif // DS_SUPPORT_ONEBIT_H

@@ -98,6 +98,12 @@ struct Footprint {
   uint64_t warmupOnlyReduceScatterBytes = 0;
   int compressedReduceScatters = 0;
   uint64_t compressedAllReduceBytes = 0, compressedReduceScatterBytes = 0;
+  /// ZeRO 1-3's parameter all-gathers that are compressed after the freeze
+  /// (docs/compression.md): their warm-up bytes (in warmupOnlyBytes) and
+  /// the compressed gathers that replace them.
+  uint64_t warmupOnlyAllGatherBytes = 0;
+  int compressedAllGathers = 0;
+  uint64_t compressedAllGatherBytes = 0;
   /// The bytes handed to collectives by a step after the freeze.
   uint64_t collectiveBytesAfterFreeze() const {
     return collectiveBytes() - warmupOnlyBytes + compressedBytes;

@@ -42,6 +42,7 @@ void registerPoolingKernels(KernelRegistry &r);     // Pooling.cpp
 void registerTopKKernels(KernelRegistry &r);        // TopK.cpp (misc family)
 void registerResizeKernels(KernelRegistry &r);      // Resize.cpp (spatial)
 void registerOneBitKernels(KernelRegistry &r);      // OneBitAdam.cpp (issue 26)
+void registerCompressedGatherKernels(KernelRegistry &r); // CompressedGather.cpp
 void registerZeroOneKernels(KernelRegistry &r);     // ZeroOneAdam.cpp (issue 26)
 void registerFusedKernels(KernelRegistry &r);       // Fused.cpp (fusion)
 void registerAttentionKernels(KernelRegistry &r);   // Attention.cpp (speed)

@@ -110,3 +110,106 @@ bool compressedReduceScatter(Communicator &comm, const float *input,
 }
 
 } // namespace ds::rt::onebit
+
+namespace ds::rt::onebit {
+
+namespace {
+/// One piece of `c` elements (the first `real` of them not padding) as
+/// int8 values and f32 block scales, at `dst`.
+void quantizePiece(const float *x, int64_t c, int64_t real, uint8_t *dst) {
+  const int64_t block = ::ds::onebit::kQuantBlock;
+  auto *q = reinterpret_cast<int8_t *>(dst);
+  uint8_t *scales = dst + c;
+  for (int64_t b0 = 0, bi = 0; b0 < c; b0 += block, ++bi) {
+    int64_t end = std::min(c, b0 + block);
+    float absMax = 0.0f;
+    for (int64_t k = b0; k < std::min(end, real); ++k)
+      absMax = std::max(absMax, std::fabs(x[k]));
+    float s = absMax / 127.0f;
+    for (int64_t k = b0; k < end; ++k) {
+      float v = k < real && s > 0.0f ? std::nearbyint(x[k] / s) : 0.0f;
+      q[k] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
+    }
+    std::memcpy(scales + 4 * bi, &s, sizeof s);
+  }
+}
+
+/// The inverse of quantizePiece: `c` dequantized elements to `out`.
+void dequantizePiece(const uint8_t *src, int64_t c, float *out) {
+  const int64_t block = ::ds::onebit::kQuantBlock;
+  const auto *q = reinterpret_cast<const int8_t *>(src);
+  for (int64_t k = 0; k < c; ++k) {
+    float s;
+    std::memcpy(&s, src + c + 4 * (k / block), sizeof s);
+    out[k] = static_cast<float>(q[k]) * s;
+  }
+}
+} // namespace
+
+bool compressedAllGather(Communicator &comm, const float *input,
+                         const float *base, int64_t chunk, int64_t valid,
+                         float *error, float *out, std::string &err) {
+  int world = comm.size();
+  int64_t first = static_cast<int64_t>(comm.rank()) * chunk;
+  // The owner: this chunk's delta plus its error (0 and no error for
+  // padding), quantized; the error keeps what the quantization lost.
+  int64_t real = std::clamp<int64_t>(valid - first, 0, chunk);
+  std::vector<float> x(chunk, 0.0f), sent(chunk);
+  for (int64_t k = 0; k < real; ++k)
+    x[k] = input[k] - base[first + k] + error[k];
+  uint64_t part = ::ds::onebit::quantizedPieceBytes(chunk);
+  std::vector<uint8_t> send(part), all(part * world);
+  quantizePiece(x.data(), chunk, real, send.data());
+  dequantizePiece(send.data(), chunk, sent.data());
+  for (int64_t k = 0; k < chunk; ++k)
+    error[k] = k < real ? x[k] - sent[k] : 0.0f;
+  if (!comm.allGather(send.data(), all.data(), static_cast<int64_t>(part),
+                      DType::Bool, err))
+    return false;
+  comm.collectiveBytes += ::ds::onebit::gatherBytes(chunk, world);
+  // Every rank, the owner too: base + the dequantized deltas.
+  for (int r = 0; r < world; ++r) {
+    dequantizePiece(all.data() + r * part, chunk, sent.data());
+    for (int64_t k = 0; k < chunk; ++k)
+      out[r * chunk + k] = base[r * chunk + k] + sent[k];
+  }
+  return true;
+}
+
+bool quantizedAllGather(Communicator &comm, const float *input,
+                        const std::vector<int64_t> &pieces,
+                        const std::vector<int64_t> &valid, float *out,
+                        std::string &err) {
+  int world = comm.size();
+  int rank = comm.rank();
+  uint64_t part = ::ds::onebit::quantizedGatherBytes(pieces, 1);
+  int64_t total = 0;
+  for (int64_t c : pieces)
+    total += c;
+  std::vector<uint8_t> send(part), all(part * world);
+  uint64_t at = 0;
+  int64_t offset = 0;
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    int64_t c = pieces[k];
+    int64_t real = std::clamp<int64_t>(valid[k] - rank * c, 0, c);
+    quantizePiece(input + offset, c, real, send.data() + at);
+    at += ::ds::onebit::quantizedPieceBytes(c);
+    offset += c;
+  }
+  if (!comm.allGather(send.data(), all.data(), static_cast<int64_t>(part),
+                      DType::Bool, err))
+    return false;
+  comm.collectiveBytes += part * static_cast<uint64_t>(world);
+  for (int r = 0; r < world; ++r) {
+    at = r * part;
+    offset = 0;
+    for (int64_t c : pieces) {
+      dequantizePiece(all.data() + at, c, out + r * total + offset);
+      at += ::ds::onebit::quantizedPieceBytes(c);
+      offset += c;
+    }
+  }
+  return true;
+}
+
+} // namespace ds::rt::onebit

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ds::rt {
 class Communicator;
@@ -59,6 +60,32 @@ bool compressedAllReduce(Communicator &comm, float *m, int64_t n,
 bool compressedReduceScatter(Communicator &comm, const float *input,
                              int64_t chunk, float *workerError, float *out,
                              std::string &err);
+
+/// The compressed all-gather of an update delta (1-bit Adam's parameter
+/// exchange at ZeRO 1-2): `base` is the whole padded parameter before the
+/// update (world chunks of `chunk`; the same on every rank), `input` this
+/// rank's updated chunk. x = input - base's chunk + `error` (0 and no error
+/// for padding, elements at or past `valid` in the whole) is quantized
+/// int8 in blocks (as quantizedAllGather's pieces); `error` keeps what it
+/// lost; the values and block scales are all-gathered and `out` (the
+/// whole) gets base + each chunk's dequantized delta, the same on every
+/// rank. `out` may be `base`. Adds the bytes it hands to
+/// comm.collectiveBytes.
+bool compressedAllGather(Communicator &comm, const float *input,
+                         const float *base, int64_t chunk, int64_t valid,
+                         float *error, float *out, std::string &err);
+
+/// The int8 block-quantized all-gather (stage 3's parameter gathers after
+/// the freeze): `input` is this rank's pieces (`pieces[k]` elements each,
+/// one after another; elements of piece k at or past `valid[k]` in its
+/// gathered whole are padding, sent as 0); each piece is quantized in
+/// blocks of ds::onebit::kQuantBlock with scale max|x| / 127; `out` gets
+/// every rank's pieces dequantized, in rank order. Adds the bytes it hands
+/// to comm.collectiveBytes.
+bool quantizedAllGather(Communicator &comm, const float *input,
+                        const std::vector<int64_t> &pieces,
+                        const std::vector<int64_t> &valid, float *out,
+                        std::string &err);
 
 } // namespace onebit
 } // namespace ds::rt

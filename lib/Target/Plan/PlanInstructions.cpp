@@ -137,6 +137,23 @@ void addCollectives(const pb::Plan &p, pb::Instruction &ins, int64_t group) {
             static_cast<int64_t>(out0() / 4), world));
     return;
   }
+  case pb::KIND_COMPRESSED_ALL_GATHER:   // ZeRO 1-2, docs/compression.md
+  case pb::KIND_QUANTIZED_ALL_GATHER: { // ZeRO 3
+    // The warm-up's all-gather; after the freeze, the packed signs and
+    // scales of the update delta, or the int8 pieces and block scales.
+    int64_t world = std::max<int64_t>(1, p.world_size());
+    add(pb::COLLECTIVE_ALL_GATHER, g, out0());
+    if (ins.kind() == pb::KIND_COMPRESSED_ALL_GATHER) {
+      add(pb::COLLECTIVE_COMPRESSED_ALL_GATHER, g,
+          ::ds::onebit::gatherBytes(static_cast<int64_t>(in0() / 4), world));
+      return;
+    }
+    for (const pb::Attribute &a : ins.attributes())
+      if (a.name() == "pieces")
+        add(pb::COLLECTIVE_COMPRESSED_ALL_GATHER, g,
+            ::ds::onebit::quantizedGatherBytes(a.ints().values(), world));
+    return;
+  }
   default:
     break;
   }

@@ -2,8 +2,9 @@
 //
 // Part of the ds project.
 //
-// `ds.onebit_adam`, `ds.compressed_reduce_scatter` and
-// `ds.onebit_adam_local` (DsCompression.td): their verifiers and costs.
+// `ds.onebit_adam`, `ds.compressed_reduce_scatter`,
+// `ds.onebit_adam_local`, `ds.compressed_all_gather` and
+// `ds.quantized_all_gather` (DsCompression.td): their verifiers and costs.
 // The padded lengths of ZeRO-0's error-feedback buffers follow DeepSpeed's
 // OnebitAdam: the tensor is padded to a multiple of N lcm(N, 8) elements.
 //
@@ -115,3 +116,76 @@ int64_t CompressedReduceScatterOp::getFlops() {
 }
 
 LogicalResult OneBitAdamLocalOp::verify() { return verifyAdamOperands(*this); }
+
+LogicalResult CompressedAllGatherOp::verify() {
+  auto in = cast<RankedTensorType>(getInput().getType());
+  auto base = cast<RankedTensorType>(getBase().getType());
+  auto out = cast<RankedTensorType>(getResult().getType());
+  if (!in.getElementType().isF32() || in.getRank() != 1 ||
+      base != out || out.getRank() != 1 ||
+      out.getElementType() != in.getElementType())
+    return emitOpError("expects a 1-D f32 input and a base and result of "
+                       "one 1-D f32 type, got ")
+           << in << ", " << base << " and " << out;
+  int64_t c = in.getDimSize(0);
+  if (c < 1 || out.getDimSize(0) % c != 0)
+    return emitOpError("result of ")
+           << out.getDimSize(0) << " elements is not whole chunks of the "
+           << c << "-element input";
+  if (static_cast<int64_t>(getValid()) > out.getDimSize(0))
+    return emitOpError("valid elements ")
+           << getValid() << " exceed the result's " << out.getDimSize(0);
+  if (getError().getType() != in || getNewError().getType() != in)
+    return emitOpError("error and its new value must have the input's type ")
+           << in;
+  if (cast<ShapedType>(getStep().getType()).getNumElements() != 1)
+    return emitOpError("step must be a scalar");
+  return success();
+}
+
+/// The delta, the compression's sign, scale and error, and the sum with
+/// the base: about 4 per element of the input, 2 per element gathered.
+int64_t CompressedAllGatherOp::getFlops() {
+  return 4 * detail::numElements(getInput().getType()) +
+         2 * detail::numElements(getResult().getType());
+}
+
+LogicalResult QuantizedAllGatherOp::verify() {
+  auto in = cast<RankedTensorType>(getInput().getType());
+  auto out = cast<RankedTensorType>(getResult().getType());
+  if (!in.getElementType().isF32() || in.getRank() != 1 ||
+      out.getRank() != 1 || out.getElementType() != in.getElementType())
+    return emitOpError("expects a 1-D f32 input and result, got ")
+           << in << " and " << out;
+  ArrayRef<int64_t> pieces = getPieces(), valid = getValid();
+  if (pieces.empty() || pieces.size() != valid.size())
+    return emitOpError("expects one valid count per piece, got ")
+           << pieces.size() << " pieces and " << valid.size() << " counts";
+  int64_t total = 0;
+  for (int64_t p : pieces) {
+    if (p < 1)
+      return emitOpError("piece sizes must be positive, got ") << p;
+    total += p;
+  }
+  int64_t c = in.getDimSize(0);
+  if (total != c || out.getDimSize(0) % c != 0)
+    return emitOpError("pieces of ")
+           << total << " elements, an input of " << c << " and a result of "
+           << out.getDimSize(0) << " are not one rank's part of a gather";
+  int64_t world = out.getDimSize(0) / c;
+  for (auto [p, v] : llvm::zip(pieces, valid))
+    if (v < 1 || v > p * world)
+      return emitOpError("valid count ")
+             << v << " is not within its piece's " << p * world
+             << " gathered elements";
+  if (cast<ShapedType>(getStep().getType()).getNumElements() != 1)
+    return emitOpError("step must be a scalar");
+  return success();
+}
+
+/// Quantizing (max, divide, round: 3 per input element) and dequantizing
+/// (1 per gathered element).
+int64_t QuantizedAllGatherOp::getFlops() {
+  return 3 * detail::numElements(getInput().getType()) +
+         detail::numElements(getResult().getType());
+}

@@ -130,6 +130,77 @@ def Ds_OneBitAdamLocalOp : Op<Ds_Dialect, "onebit_adam_local",
   let cppNamespace = "::mlir::ds";
 }
 
+def Ds_CompressedAllGatherOp : Op<Ds_Dialect, "compressed_all_gather",
+    [DeclareOpInterfaceMethods<Ds_CostOpInterface>]> {
+  let summary = "an all-gather of updated partitions that sends int8 "
+                "update deltas after a freeze step, with error feedback";
+  let description = [{
+    1-bit Adam's parameter exchange under ZeRO stages 1-2
+    (docs/compression.md), in place of ZeRO's all-gather of one updated
+    parameter. `base` is the whole parameter before the update, flattened
+    and padded to N chunks of `c` elements (every rank holds the same);
+    `input` is this rank's updated chunk, `error` its gather error (`c`
+    elements). The result is the whole padded parameter after the update.
+
+    - `step <= freeze_step`: a plain all-gather of `input`; the error
+      passes through.
+    - `step > freeze_step`: `x = input - base[chunk r] + error` (0 for the
+      padding, elements at or past `valid`) is quantized in blocks of 256
+      elements: scale `s = max |x| / 127`, `q = round(x / s)` in int8;
+      `new_error = x - q s` (0 for the padding); the int8 values and block
+      scales are all-gathered and chunk j of the result is
+      `base[chunk j] + q_j s_j` on every rank, its owner included, so the
+      replicas stay identical.
+
+    The op communicates, so it is not pure.
+  }];
+  let arguments = (ins Ds_FloatTensor:$input, Ds_FloatTensor:$base,
+                       Ds_FloatTensor:$error,
+                       StaticShapeTensorOf<[I64]>:$step,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$freeze_step,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$valid);
+  let results = (outs Ds_FloatTensor:$result, Ds_FloatTensor:$new_error);
+  let assemblyFormat = [{
+    $input `,` $base `,` $error `,` $step attr-dict `:`
+      functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+  let cppNamespace = "::mlir::ds";
+}
+
+def Ds_QuantizedAllGatherOp : Op<Ds_Dialect, "quantized_all_gather",
+    [DeclareOpInterfaceMethods<Ds_CostOpInterface>]> {
+  let summary = "an all-gather of parameter shards that sends block-wise "
+                "int8 values after a freeze step";
+  let description = [{
+    1-bit Adam's parameter gathers under ZeRO stage 3 (docs/compression.md),
+    in place of ZeRO's `ds.all_gather` of a bucket of shards: `input` is
+    this rank's shards of the bucket's parameters one after another
+    (`pieces`: their sizes; `valid`: each parameter's whole element count,
+    so the elements of piece k at or past `valid[k]` in the whole are
+    padding), the result every rank's input in rank order.
+
+    - `step <= freeze_step`: a plain all-gather.
+    - `step > freeze_step`: each piece is cut into blocks of 256 elements;
+      a block with scale `s = max |x| / 127` is sent as `round(x / s)` in
+      int8 (padding as 0) and `s` in f32; every rank, this one included,
+      receives `q s`.
+
+    Nothing accumulates (each gather quantizes the exact shards afresh), so
+    there is no error feedback. The op communicates, so it is not pure.
+  }];
+  let arguments = (ins Ds_FloatTensor:$input,
+                       StaticShapeTensorOf<[I64]>:$step,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$freeze_step,
+                       DenseI64ArrayAttr:$pieces, DenseI64ArrayAttr:$valid);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $step attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+  let cppNamespace = "::mlir::ds";
+}
+
 // 0/1 Adam (docs/compression.md; lib/Dialect/Ds/IR/DsZeroOne.cpp).
 def Ds_ZeroOneAdamOp : Op<Ds_Dialect, "zero_one_adam",
     [Ds_OptimizerStep, DeclareOpInterfaceMethods<Ds_CostOpInterface>]> {
