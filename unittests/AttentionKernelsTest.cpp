@@ -1,11 +1,12 @@
 //===- AttentionKernelsTest.cpp - fused attention against a reference -----===//
 //
 // Part of the ds project. The CPU kernels fused_attention and
-// fused_attention_grad (Cpu/Attention.cpp: tiles of 64 x 64, online
+// fused_attention_grad (Cpu/Attention.cpp: tiles of 64 x 256, online
 // softmax, probabilities recomputed from the logsumexp) against a naive
 // double-precision reference that materializes the T x T scores: causal,
-// padding (fill where false), additive and finite-fill masks, no mask with
-// Tq != Tk, lengths not multiples of the tile, one and two threads.
+// padding (fill where false), additive, finite-fill and scattered per-head
+// masks, no mask with Tq != Tk, lengths not multiples of the tile and
+// across key tiles, one and two threads.
 // Tolerance: |got - want| <= 1e-5 * (|want| + mean |want| of the tensor),
 // relative 1e-5 with a floor for elements near zero (the kernel sums in
 // f32 in tile order, the reference in double). A fully masked row gives
@@ -218,6 +219,44 @@ Case causal(int64_t T) {
 
 TEST(AttentionKernels, CausalNotMultipleOfTile) { check(causal(70), 1); }
 TEST(AttentionKernels, CausalTwoThreads) { check(causal(130), 2); }
+
+// Across the 256-column key tiles: the online softmax rescales rows whose
+// maximum grows in the second tile, and the causal mask trims each row
+// block's columns (rows 0-63 read keys 0-63 only).
+TEST(AttentionKernels, CausalAcrossKeyTiles) {
+  Case c = causal(300);
+  c.batch = 1, c.heads = 2;
+  check(c, 1);
+}
+
+// A mask whose kept columns are not one run (every third column filled,
+// per head: [batch, heads, T, T]): each element is tested, not the row's
+// two ends; rows keep their diagonal so none is fully masked.
+TEST(AttentionKernels, ScatteredPerHeadMask) {
+  Case c;
+  c.tq = c.tk = 100;
+  c.kind = "fill_true";
+  c.maskShape = {c.batch, c.heads, c.tq, c.tk};
+  c.boolMask.resize(c.batch * c.heads * c.tq * c.tk);
+  for (size_t e = 0; e < c.boolMask.size(); ++e) {
+    int64_t i = (e / c.tk) % c.tq, j = e % c.tk;
+    c.boolMask[e] = j != i && (i + j + e / (c.tq * c.tk)) % 3 == 0;
+  }
+  check(c, 2);
+}
+
+// A padding mask on Tk = 280 keys (two key tiles) with Tq = 40: sequence
+// 1's keys after 200 are filled, so its second tile is trimmed.
+TEST(AttentionKernels, PaddingAcrossKeyTiles) {
+  Case c;
+  c.tq = 40, c.tk = 280;
+  c.kind = "fill_false";
+  c.maskShape = {c.batch, 1, 1, c.tk};
+  c.boolMask.assign(c.batch * c.tk, 1);
+  for (int64_t j = 200; j < c.tk; ++j)
+    c.boolMask[1 * c.tk + j] = 0;
+  check(c, 2);
+}
 
 TEST(AttentionKernels, PaddingKeepMask) {
   Case c;

@@ -3,6 +3,10 @@
 autograd, per parameter, on the same weights and batch.
 
 Models: the GPT example (tied embedding: one initializer used twice);
+`gpt-long`, a one-layer causal GPT at T=300 (with `--opt-flag=--fuse-attention`
+the fused attention's forward and gradient cross its 64-row and 256-column
+tiles and skip the causal mask's upper tiles; the check then also asserts
+that the plan runs ds.fused_attention);
 nn.MultiheadAttention sequence-first (`mha`); an
 MLP with two branches, a shared weight and LayerNorm; a classifier whose
 loss is LogSoftmax + NLLLoss; `act-NAME`, Linear -> one activation ->
@@ -14,6 +18,7 @@ order), and the loss within 1e-5 relative.
 """
 import argparse
 import os
+import re
 import subprocess
 import sys
 
@@ -165,6 +170,15 @@ def setup(which, work):
         y[1, :5] = -100
         feeds = {"idx": x, "targets": y}
         forward = lambda: model(torch.from_numpy(x), torch.from_numpy(y))[1]
+    elif which == "gpt-long":
+        # vocab, block, layers, heads, d_model, batch, seq
+        export_gpt.SIZES["gpt-long"] = (64, 300, 1, 2, 32, 2, 300)
+        model, idx, targets = export_gpt.build("gpt-long")
+        path = os.path.join(work, "gpt-long.onnx")
+        export_gpt.export(model, idx, targets, path)
+        x, y = idx.numpy(), targets.numpy()
+        feeds = {"idx": x, "targets": y}
+        forward = lambda: model(torch.from_numpy(x), torch.from_numpy(y))[1]
     elif which == "mha":
         model = Mha()
         x = rng.randn(16, 3, 32).astype(np.float32)
@@ -196,8 +210,11 @@ def main():
     ap.add_argument("--ds-run", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--model", required=True,
-                    choices=["gpt", "branches", "classifier", "mha"] +
+                    choices=["gpt", "gpt-long", "branches", "classifier", "mha"] +
                     ["act-" + a for a in ACTIVATIONS])
+    ap.add_argument("--opt-flag", action="append", default=[],
+                    help="an extra ds-opt flag (repeatable); with "
+                         "--fuse-attention the plan must run ds.fused_attention")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     model, path, feeds, forward = setup(args.model, args.work)
@@ -216,11 +233,21 @@ def check(name, model, path, feeds, forward, args, tol=TOL):
     np.savez(inputs, **feeds)
     plan = os.path.join(args.work, "grads.plan")
     out = os.path.join(args.work, "out.npz")
-    subprocess.run([args.ds_opt, path, "--emit-grads", "-o", plan], check=True)
+    flags = getattr(args, "opt_flag", [])
+    subprocess.run([args.ds_opt, path, "--emit-grads", "-o", plan] + flags, check=True)
+    if any(f.startswith("--fuse-attention") and not f.endswith("=false") for f in flags):
+        summary = subprocess.run([args.ds_opt, path, "--emit-grads", "--emit=summary"] + flags,
+                                 check=True, capture_output=True, text=True).stdout
+        fused = ("ds.fused_attention_grad" in summary
+                 and re.search(r"ds\.softmax\s", summary) is None)
+        print(f"{name}: plan runs fused_attention and its gradient, no softmax: {fused}")
+        ok_fused = fused
+    else:
+        ok_fused = True
     subprocess.run([args.ds_run, plan, "--forward-only", "--inputs", inputs,
                     "--outputs", out, "--threads", "2"], check=True, capture_output=True)
     got = np.load(out)
-    ok = True
+    ok = ok_fused
     rel = abs(float(got["loss"]) - float(loss)) / abs(float(loss))
     print(f"{name}: loss ds {float(got['loss']):.7f} torch {float(loss):.7f} (rel {rel:.1e})")
     ok &= rel <= tol

@@ -13,10 +13,16 @@
 // recomputes each tile's probabilities exp(s - lse) and accumulates
 //   dV += P^T dO,  dS = P (dO V^T - rowsum(dO O)),  dQ += scale dS K,
 //   dK += scale dS^T Q
-// with positions a fill mask sets getting no score gradient. A tile a
-// -inf fill mask covers entirely (the causal mask's upper blocks) is
-// skipped: its probabilities are exactly zero. Scratch is a few tiles per
-// thread (kBlockQ x kBlockK floats), not a plan buffer.
+// with positions a fill mask sets getting no score gradient. Tiles are
+// 64 query rows by up to 256 keys (T <= 256: one key tile, no rescaling).
+// A bool mask is read once per instruction into each row's first and last
+// kept column (per distinct mask base: the heads it broadcasts over share
+// them); a tile's columns outside every row's kept range under a -inf
+// fill (the causal mask's upper triangle) are not computed, as their
+// probabilities are exactly zero, and a row whose kept columns form one
+// run is masked by filling its two ends instead of testing each element.
+// Scratch is a few tiles per thread (kBlockQ x kBlockK floats), not a plan
+// buffer.
 //
 //===----------------------------------------------------------------------===//
 
@@ -28,55 +34,125 @@
 
 #include <algorithm>
 #include <limits>
+#include <utility>
 
 namespace ds::rt {
 namespace {
 
-constexpr int64_t kBlockQ = 64, kBlockK = 64;
+constexpr int64_t kBlockQ = 64, kBlockK = 256;
+
+/// A fill mask's rows, read once per instruction: for each distinct mask
+/// base (the heads the mask broadcasts over share one) and query row, the
+/// first and one past the last kept column and whether every column
+/// between them is kept (causal and padding masks: the row is then masked
+/// by filling its two ends, not by testing each element).
+struct MaskRows {
+  std::vector<int64_t> table;  // head n -> index of its base
+  std::vector<int32_t> lo, hi; // [table * tq + row]
+  std::vector<uint8_t> dense;
+};
 
 /// The operands of one instruction, as raw pointers.
 struct Operands {
   const float *q, *k, *v;
   const void *mask; // null: no mask
+  MaskRows rows;    // fill masks only
 };
 
-/// Whether the mask sets tile [i0, i0+rows) x [j0, j0+cols) of head n
-/// entirely to -inf (it then contributes exactly nothing).
-bool tileFilled(const AttentionGeometry &g, const Operands &in, int64_t n,
-                int64_t i0, int64_t j0, int64_t rows, int64_t cols) {
-  if (!g.fillsMinusInf())
-    return false;
+/// Reads a fill mask's rows into `in.rows` (nothing for other masks).
+void readMaskRows(const AttentionGeometry &g, Operands &in) {
+  if (g.kind != AttentionMask::FillTrue && g.kind != AttentionMask::FillFalse)
+    return;
   const uint8_t *m = static_cast<const uint8_t *>(in.mask);
   bool fillWhen = g.kind == AttentionMask::FillTrue;
-  for (int64_t r = 0; r < rows; ++r) {
-    const uint8_t *row = m + g.maskBase[n] + (i0 + r) * g.maskRow + j0 * g.maskCol;
-    for (int64_t c = 0; c < cols; ++c)
-      if ((row[c * g.maskCol] != 0) != fillWhen)
-        return false;
+  MaskRows &mr = in.rows;
+  std::vector<int64_t> bases;
+  mr.table.resize(g.batch);
+  for (int64_t n = 0; n < g.batch; ++n) {
+    auto it = std::find(bases.begin(), bases.end(), g.maskBase[n]);
+    mr.table[n] = it - bases.begin();
+    if (it == bases.end())
+      bases.push_back(g.maskBase[n]);
   }
-  return true;
+  size_t count = bases.size() * g.tq;
+  mr.lo.assign(count, 0), mr.hi.assign(count, 0), mr.dense.assign(count, 1);
+  for (size_t b = 0; b < bases.size(); ++b)
+    for (int64_t i = 0; i < g.tq; ++i) {
+      const uint8_t *row = m + bases[b] + i * g.maskRow;
+      int64_t lo = -1, hi = 0, kept = 0;
+      for (int64_t j = 0; j < g.tk; ++j)
+        if ((row[j * g.maskCol] != 0) != fillWhen) {
+          lo = lo < 0 ? j : lo;
+          hi = j + 1;
+          ++kept;
+        }
+      size_t at = b * g.tq + i;
+      mr.lo[at] = static_cast<int32_t>(lo < 0 ? 0 : lo);
+      mr.hi[at] = static_cast<int32_t>(hi);
+      mr.dense[at] = kept == hi - mr.lo[at];
+    }
 }
 
-/// Applies the mask to the scaled scores S (rows x cols, ld cols). With
-/// `grad`, S holds score gradients instead: filled positions become 0.
+/// The columns [lo, hi) of tile [i0, i0+rows) x [j0, j0+cols) of head n
+/// outside which a -inf fill mask fills every row (those columns
+/// contribute exactly nothing: the causal mask's upper triangle), relative
+/// to j0; lo == hi when it fills the whole tile.
+std::pair<int64_t, int64_t> liveColumns(const AttentionGeometry &g,
+                                        const Operands &in, int64_t n,
+                                        int64_t i0, int64_t j0, int64_t rows,
+                                        int64_t cols) {
+  if (!g.fillsMinusInf())
+    return {0, cols};
+  const MaskRows &mr = in.rows;
+  size_t at = mr.table[n] * g.tq + i0;
+  int64_t lo = cols, hi = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t a = std::max<int64_t>(mr.lo[at + r] - j0, 0);
+    int64_t e = std::min<int64_t>(mr.hi[at + r] - j0, cols);
+    if (a < e)
+      lo = std::min(lo, a), hi = std::max(hi, e);
+  }
+  return lo < hi ? std::make_pair(lo, hi)
+                 : std::make_pair(int64_t(0), int64_t(0));
+}
+
+/// Applies the mask to the scaled scores S (rows x cols, ld cols) of
+/// columns [j0, j0+cols). With `grad`, S holds score gradients instead:
+/// filled positions become 0.
 void applyMask(const AttentionGeometry &g, const Operands &in, int64_t n,
                int64_t i0, int64_t j0, int64_t rows, int64_t cols, float *S,
                bool grad) {
   if (g.kind == AttentionMask::None || (grad && g.kind == AttentionMask::Add))
     return;
   int64_t base = g.maskBase[n] + j0 * g.maskCol;
+  if (g.kind == AttentionMask::Add) {
+    for (int64_t r = 0; r < rows; ++r) {
+      float *row = S + r * cols;
+      const float *m =
+          static_cast<const float *>(in.mask) + base + (i0 + r) * g.maskRow;
+      if (g.maskCol == 1) {
+        DS_VECTORIZE for (int64_t c = 0; c < cols; ++c) row[c] += m[c];
+      } else {
+        for (int64_t c = 0; c < cols; ++c)
+          row[c] += m[c * g.maskCol];
+      }
+    }
+    return;
+  }
+  bool fillWhen = g.kind == AttentionMask::FillTrue;
+  float value = grad ? 0.0f : g.fill;
+  size_t at = in.rows.table[n] * g.tq + i0;
   for (int64_t r = 0; r < rows; ++r) {
     float *row = S + r * cols;
-    int64_t at = base + (i0 + r) * g.maskRow;
-    if (g.kind == AttentionMask::Add) {
-      const float *m = static_cast<const float *>(in.mask) + at;
-      for (int64_t c = 0; c < cols; ++c)
-        row[c] += m[c * g.maskCol];
+    if (in.rows.dense[at + r]) { // fill the two ends
+      int64_t lo = std::clamp<int64_t>(in.rows.lo[at + r] - j0, 0, cols);
+      int64_t hi = std::clamp<int64_t>(in.rows.hi[at + r] - j0, lo, cols);
+      std::fill(row, row + lo, value);
+      std::fill(row + hi, row + cols, value);
       continue;
     }
-    const uint8_t *m = static_cast<const uint8_t *>(in.mask) + at;
-    bool fillWhen = g.kind == AttentionMask::FillTrue;
-    float value = grad ? 0.0f : g.fill;
+    const uint8_t *m =
+        static_cast<const uint8_t *>(in.mask) + base + (i0 + r) * g.maskRow;
     for (int64_t c = 0; c < cols; ++c)
       if ((m[c * g.maskCol] != 0) == fillWhen)
         row[c] = value;
@@ -87,18 +163,26 @@ void applyMask(const AttentionGeometry &g, const Operands &in, int64_t n,
 /// exponentials) into the running maximum `m` and sum `l`; returns the
 /// factor the row's accumulated output must be scaled by.
 DS_CLONES float onlineRow(float *s, int64_t cols, float &m, double &l) {
+  // Eight running maxima: a select reduction the vectorizer can lane.
+  float lanes[8] = {m, m, m, m, m, m, m, m};
+  int64_t c = 0;
+  for (; c + 8 <= cols; c += 8)
+    for (int k = 0; k < 8; ++k)
+      lanes[k] = s[c + k] > lanes[k] ? s[c + k] : lanes[k];
   float mx = m;
-  for (int64_t c = 0; c < cols; ++c)
+  for (int k = 0; k < 8; ++k)
+    mx = lanes[k] > mx ? lanes[k] : mx;
+  for (; c < cols; ++c)
     mx = s[c] > mx ? s[c] : mx;
   if (mx == -INFINITY) { // every score so far is -inf
     std::fill(s, s + cols, 0.0f);
     return 1.0f;
   }
   float alpha = fastExp(m - mx); // 0 when m is -inf
-  double sum = 0;
+  float sum = 0; // a tile's sum in f32 lanes (at most kBlockK terms <= 1)
   {
     DS_REASSOCIATE
-    for (int64_t c = 0; c < cols; ++c) {
+    for (c = 0; c < cols; ++c) {
       s[c] = fastExp(s[c] - mx);
       sum += s[c];
     }
@@ -117,23 +201,28 @@ void forwardBlock(const AttentionGeometry &g, const Operands &in, int64_t n,
   acc.assign(rows * g.dv, 0.0f);
   std::vector<float> m(rows, -INFINITY);
   std::vector<double> l(rows, 0.0);
+  bool first = true; // acc holds nothing yet: no rescale, beta 0
   for (int64_t j0 = 0; j0 < g.tk; j0 += kBlockK) {
-    int64_t cols = std::min(kBlockK, g.tk - j0);
-    if (tileFilled(g, in, n, i0, j0, rows, cols))
+    auto [lo, hi] =
+        liveColumns(g, in, n, i0, j0, rows, std::min(kBlockK, g.tk - j0));
+    if (lo == hi)
       continue;
-    const float *K = in.k + (n * g.tk + j0) * g.d;
-    const float *V = in.v + (n * g.tk + j0) * g.dv;
+    int64_t jb = j0 + lo, cols = hi - lo;
+    const float *K = in.k + (n * g.tk + jb) * g.d;
+    const float *V = in.v + (n * g.tk + jb) * g.dv;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, g.d,
                 g.scale, Q, g.d, K, g.d, 0.0f, S.data(), cols);
-    applyMask(g, in, n, i0, j0, rows, cols, S.data(), false);
+    applyMask(g, in, n, i0, jb, rows, cols, S.data(), false);
     for (int64_t r = 0; r < rows; ++r) {
       float alpha = onlineRow(S.data() + r * cols, cols, m[r], l[r]);
-      if (alpha != 1.0f)
+      if (!first && alpha != 1.0f)
         for (int64_t c = 0; c < g.dv; ++c)
           acc[r * g.dv + c] *= alpha;
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, g.dv, cols,
-                1.0f, S.data(), cols, V, g.dv, 1.0f, acc.data(), g.dv);
+                1.0f, S.data(), cols, V, g.dv, first ? 0.0f : 1.0f, acc.data(),
+                g.dv);
+    first = false;
   }
   float *O = out + (n * g.tq + i0) * g.dv;
   float *L = lse + n * g.tq + i0;
@@ -156,8 +245,12 @@ bool kFusedAttention(KernelContext &ctx) {
   const TensorView *mask;
   if (!attentionForwardOperands(ctx, g, mask))
     return false;
-  Operands in{ctx.in[0].as<float>(), ctx.in[1].as<float>(),
-              ctx.in[2].as<float>(), mask ? mask->data : nullptr};
+  Operands in{ctx.in[0].as<float>(),
+              ctx.in[1].as<float>(),
+              ctx.in[2].as<float>(),
+              mask ? mask->data : nullptr,
+              {}};
+  readMaskRows(g, in);
   float *out = ctx.out[0].as<float>(), *lse = ctx.out[1].as<float>();
   int64_t blocks = (g.tq + kBlockQ - 1) / kBlockQ;
   parallelFor(g.batch * blocks, 1, [&](int64_t b, int64_t e) {
@@ -191,6 +284,20 @@ DS_CLONES void probsAndScoreGrads(float *S, float *dP, const float *lse,
   }
 }
 
+/// dot[i] = rowsum(dO O) of the rows x cols head, summed in double.
+DS_CLONES void rowDots(const float *O, const float *dO, int64_t rows,
+                       int64_t cols, float *dot) {
+  for (int64_t i = 0; i < rows; ++i) {
+    double sum = 0;
+    {
+      DS_REASSOCIATE
+      for (int64_t c = 0; c < cols; ++c)
+        sum += static_cast<double>(dO[i * cols + c]) * O[i * cols + c];
+    }
+    dot[i] = static_cast<float>(sum);
+  }
+}
+
 /// The gradient of head n: dq, dk, dv of its rows.
 void gradHead(const AttentionGeometry &g, const Operands &in, int64_t n,
               const float *O, const float *lse, const float *dO, float *dq,
@@ -203,38 +310,35 @@ void gradHead(const AttentionGeometry &g, const Operands &in, int64_t n,
   std::fill(dK, dK + g.tk * g.d, 0.0f);
   std::fill(dV, dV + g.tk * g.dv, 0.0f);
   s.rowDot.resize(g.tq);
-  for (int64_t i = 0; i < g.tq; ++i) {
-    double dot = 0;
-    for (int64_t c = 0; c < g.dv; ++c)
-      dot += static_cast<double>(dOn[i * g.dv + c]) * On[i * g.dv + c];
-    s.rowDot[i] = static_cast<float>(dot);
-  }
+  rowDots(On, dOn, g.tq, g.dv, s.rowDot.data());
   s.P.resize(kBlockQ * kBlockK);
   s.dS.resize(kBlockQ * kBlockK);
   for (int64_t j0 = 0; j0 < g.tk; j0 += kBlockK) {
-    int64_t cols = std::min(kBlockK, g.tk - j0);
-    const float *K = in.k + (n * g.tk + j0) * g.d;
-    const float *V = in.v + (n * g.tk + j0) * g.dv;
     for (int64_t i0 = 0; i0 < g.tq; i0 += kBlockQ) {
       int64_t rows = std::min(kBlockQ, g.tq - i0);
-      if (tileFilled(g, in, n, i0, j0, rows, cols))
+      auto [lo, hi] =
+          liveColumns(g, in, n, i0, j0, rows, std::min(kBlockK, g.tk - j0));
+      if (lo == hi)
         continue;
+      int64_t jb = j0 + lo, cols = hi - lo;
+      const float *K = in.k + (n * g.tk + jb) * g.d;
+      const float *V = in.v + (n * g.tk + jb) * g.dv;
       const float *Q = in.q + (n * g.tq + i0) * g.d;
       const float *dOi = dOn + i0 * g.dv;
       float *P = s.P.data(), *dS = s.dS.data();
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, g.d,
                   g.scale, Q, g.d, K, g.d, 0.0f, P, cols);
-      applyMask(g, in, n, i0, j0, rows, cols, P, false);
+      applyMask(g, in, n, i0, jb, rows, cols, P, false);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, g.dv,
                   1.0f, dOi, g.dv, V, g.dv, 0.0f, dS, cols);
       probsAndScoreGrads(P, dS, Ln + i0, s.rowDot.data() + i0, rows, cols);
-      applyMask(g, in, n, i0, j0, rows, cols, dS, true);
+      applyMask(g, in, n, i0, jb, rows, cols, dS, true);
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, g.dv, rows,
-                  1.0f, P, cols, dOi, g.dv, 1.0f, dV + j0 * g.dv, g.dv);
+                  1.0f, P, cols, dOi, g.dv, 1.0f, dV + jb * g.dv, g.dv);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, g.d, cols,
                   g.scale, dS, cols, K, g.d, 1.0f, dQ + i0 * g.d, g.d);
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, g.d, rows,
-                  g.scale, dS, cols, Q, g.d, 1.0f, dK + j0 * g.d, g.d);
+                  g.scale, dS, cols, Q, g.d, 1.0f, dK + jb * g.d, g.d);
     }
   }
 }
@@ -244,8 +348,12 @@ bool kFusedAttentionGrad(KernelContext &ctx) {
   const TensorView *mask;
   if (!attentionGradOperands(ctx, g, mask))
     return false;
-  Operands in{ctx.in[0].as<float>(), ctx.in[1].as<float>(),
-              ctx.in[2].as<float>(), mask ? mask->data : nullptr};
+  Operands in{ctx.in[0].as<float>(),
+              ctx.in[1].as<float>(),
+              ctx.in[2].as<float>(),
+              mask ? mask->data : nullptr,
+              {}};
+  readMaskRows(g, in);
   parallelFor(g.batch, 1, [&](int64_t b, int64_t e) {
     GradScratch s;
     for (int64_t n = b; n < e; ++n)
