@@ -129,6 +129,25 @@ class FineTune(nn.Module):
         return F.cross_entropy(self.head(h.mean(dim=1)), labels)
 
 
+class BagClassifier(nn.Module):
+    """nn.EmbeddingBag with an offsets input (bags of run-time lengths), in
+    its three modes over one batch of bags: sum with per_sample_weights,
+    mean and max, concatenated into a linear head."""
+
+    def __init__(self, vocab=40, dim=8, classes=4):
+        super().__init__()
+        self.bag_sum = nn.EmbeddingBag(vocab, dim, mode="sum")
+        self.bag_mean = nn.EmbeddingBag(vocab, dim, mode="mean")
+        self.bag_max = nn.EmbeddingBag(vocab, dim, mode="max")
+        self.head = nn.Linear(3 * dim, classes)
+
+    def forward(self, idx, offsets, weights, labels):
+        h = torch.cat([self.bag_sum(idx, offsets, per_sample_weights=weights),
+                       self.bag_mean(idx, offsets),
+                       self.bag_max(idx, offsets)], dim=1)
+        return F.cross_entropy(self.head(torch.tanh(h)), labels)
+
+
 def _images(batch, size=32, classes=10):
     return {"x": torch.randn(batch, 3, size, size),
             "y": torch.randint(0, classes, (batch,))}
@@ -179,6 +198,18 @@ def finetune():
     return FineTune(), {"tokens": tokens, "labels": torch.randint(0, 5, (4,))}
 
 
+def embedding_bag():
+    torch.manual_seed(0)
+    # 6 bags over 12 indices, an empty one on each half: the first 3 bags
+    # cover indices [0, 6), so the batch splits evenly over 2 ranks (each
+    # rank's offsets re-based by ds-run) and the half export is valid.
+    return BagClassifier(), {
+        "idx": torch.randint(0, 40, (12,)),
+        "offsets": torch.tensor([0, 2, 6, 6, 6, 9]),
+        "weights": torch.rand(12),
+        "labels": torch.randint(0, 4, (6,))}
+
+
 # Inputs whose batch is not on axis 0: the GRU's initial state is
 # [directions, batch, hidden] (ds-opt records the axis in the plan and
 # ds-run splits the data along it; the harness halves the batch along it).
@@ -192,4 +223,5 @@ ZOO = {
     "lstm_lm": lstm_lm,
     "gru_classifier": gru_classifier,
     "finetune": finetune,
+    "embedding_bag": embedding_bag,
 }

@@ -23,7 +23,8 @@ const KernelRegistry &cpuKernels() {
        registerMovementKernels, registerReduceKernels, registerGradKernels,
        registerTensorParallelKernels, registerOptimizerKernels,
        registerCollectiveKernels, registerPipelineKernels,
-       registerPoolingKernels, registerTopKKernels, registerResizeKernels,
+       registerPoolingKernels, registerTopKKernels, registerEmbeddingBagKernels,
+       registerResizeKernels,
        registerOneBitKernels, registerFusedKernels,
        registerAttentionKernels,
        registerZeroOneKernels});

@@ -31,7 +31,8 @@ const KernelRegistry &cudaKernels() {
        registerMovementKernels, registerReduceKernels, registerLayerNormKernels,
        registerLossKernels, registerGradKernels, registerOptimizerKernels,
        registerCollectiveKernels, registerConvKernels, registerPoolingKernels,
-       registerTopKKernels, registerResizeKernels, registerFusedKernels,
+       registerTopKKernels, registerEmbeddingBagKernels, registerResizeKernels,
+       registerFusedKernels,
        registerAttentionKernels,
        registerZeroOneKernels});
   return registry;
