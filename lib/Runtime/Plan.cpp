@@ -584,8 +584,6 @@ PlanInfo describe(const Plan &plan) {
     info.inputs.push_back(spec(v));
     if (v.batch_axis() != 0)
       info.batchAxes[v.name()] = static_cast<int>(v.batch_axis());
-    if (v.bag_indices() > 0)
-      info.bagOffsets[v.name()] = {v.bag_indices(), v.bag_last_offset()};
   }
   // Inputs read as indices: the gathered dimension or the class count.
   for (const plan::Instruction &ins : p.programs(0).instructions()) {

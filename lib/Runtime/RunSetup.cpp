@@ -116,7 +116,6 @@ void mergeChunkInfo(RunContext &ctx) {
     if (ctx.info.loss.empty())
       ctx.info.loss = more.loss;
     ctx.info.batchAxes.insert(more.batchAxes.begin(), more.batchAxes.end());
-    ctx.info.bagOffsets.insert(more.bagOffsets.begin(), more.bagOffsets.end());
     for (auto &in : more.inputs) {
       bool have = false;
       for (auto &mine : ctx.info.inputs)

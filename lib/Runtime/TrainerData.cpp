@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "PlanImpl.h"
 #include "TrainerImpl.h"
 
 #include <algorithm>
@@ -230,13 +231,19 @@ static bool hasInput(const RunContext &ctx, Executor *ex,
 static bool rebaseBagOffsets(RunContext &ctx, const std::string &name,
                              const HostTensor &t, int64_t g,
                              HostTensor &batch) {
-  auto it = ctx.info.bagOffsets.find(name);
-  if (it == ctx.info.bagOffsets.end())
+  // The plan's record of the input (any chunk's, with pipeline stages).
+  const plan::Value *rec = nullptr;
+  for (const auto &p : ctx.chunkPlans.empty()
+                           ? std::vector<std::shared_ptr<const Plan>>{ctx.plan}
+                           : ctx.chunkPlans)
+    for (const plan::Value &v : p->proto.inputs())
+      if (v.name() == name && v.bag_indices() > 0)
+        rec = &v;
+  if (!rec)
     return true;
-  const PlanInfo::BagOffsets &bag = it->second;
-  int64_t bags = batch.numel(), n = bag.indices;
+  int64_t bags = batch.numel(), n = rec->bag_indices();
   std::string head = "input '" + name + "' holds nn.EmbeddingBag offsets";
-  if (bag.lastOffset)
+  if (rec->bag_last_offset())
     return ctx.fail(head + " with include_last_offset, which ds-run cannot "
                            "split over data-parallel ranks: export with "
                            "include_last_offset=False, or run on one rank");

@@ -93,14 +93,6 @@ struct PlanInfo {
   /// Graph inputs whose batch is not on axis 0 (an LSTM/GRU initial
   /// state): the axis ranks split the data along.
   std::map<std::string, int> batchAxes;
-  /// Graph inputs that hold nn.EmbeddingBag offsets: the number of indices
-  /// (per rank) their bags index, and whether they include the last
-  /// offset. Data-parallel ranks re-base their bags (TrainerData.cpp).
-  struct BagOffsets {
-    int64_t indices = 0;
-    bool lastOffset = false;
-  };
-  std::map<std::string, BagOffsets> bagOffsets;
   std::string schedule = "constant";
   int64_t warmupSteps = 0, totalSteps = 0, accumSteps = 1;
   double minLr = 0;

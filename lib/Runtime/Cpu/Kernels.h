@@ -40,7 +40,6 @@ void registerCollectiveKernels(KernelRegistry &r);  // Collectives.cpp
 void registerPipelineKernels(KernelRegistry &r);    // Pipeline.cpp
 void registerPoolingKernels(KernelRegistry &r);     // Pooling.cpp
 void registerTopKKernels(KernelRegistry &r);        // TopK.cpp (misc family)
-void registerEmbeddingBagKernels(KernelRegistry &r); // EmbeddingBag.cpp (misc)
 void registerResizeKernels(KernelRegistry &r);      // Resize.cpp (spatial)
 void registerOneBitKernels(KernelRegistry &r);      // OneBitAdam.cpp (issue 26)
 void registerZeroOneKernels(KernelRegistry &r);     // ZeroOneAdam.cpp (issue 26)

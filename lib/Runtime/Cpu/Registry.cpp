@@ -17,6 +17,8 @@ namespace ds::rt {
 // The CPU registry: every kernel id has a CPU kernel
 //===----------------------------------------------------------------------===//
 
+void registerEmbeddingBagKernels(KernelRegistry &r); // EmbeddingBag.cpp (misc)
+
 const KernelRegistry &cpuKernels() {
   static const KernelRegistry registry = KernelRegistry::of(
       {registerElementwiseKernels, registerLinalgKernels, registerConvKernels,

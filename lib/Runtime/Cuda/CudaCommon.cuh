@@ -240,7 +240,6 @@ void registerCollectiveKernels(KernelRegistry &r);  // Collectives.cu
 void registerConvKernels(KernelRegistry &r);        // Conv.cu
 void registerPoolingKernels(KernelRegistry &r);     // Pooling.cu
 void registerTopKKernels(KernelRegistry &r);        // TopK.cu (misc family)
-void registerEmbeddingBagKernels(KernelRegistry &r); // EmbeddingBag.cu (misc)
 void registerResizeKernels(KernelRegistry &r);      // Resize.cu (spatial)
 void registerFusedKernels(KernelRegistry &r);       // Fused.cu (fusion)
 void registerAttentionKernels(KernelRegistry &r);   // Attention.cu (speed)
