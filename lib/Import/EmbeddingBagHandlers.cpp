@@ -232,7 +232,8 @@ bool BagMatcher::match() {
     return false;
   }
   auto it = producer.find(g.output(1).name());
-  StringRef op = it == producer.end() ? "" : it->second->op_type();
+  StringRef op =
+      it == producer.end() ? StringRef() : StringRef(it->second->op_type());
   if (op != "ReduceSum" && op != "ReduceMean" && op != "ReduceMax") {
     why = "the bags are not reduced by ReduceSum, ReduceMean or ReduceMax "
           "(modes sum, mean, max)";

@@ -265,7 +265,9 @@ def embedding_bag_weighted_mean():
     red = next(n for n in body.node if n.op_type == "ReduceSum")
     red.op_type = "ReduceMean"
     del red.input[1:]
-    red.attribute.append(helper.make_attribute("axes", [0]))
+    keep = [a for a in red.attribute if a.name == "keepdims"]
+    del red.attribute[:]
+    red.attribute.extend(keep + [helper.make_attribute("axes", [0])])
     return m
 
 
