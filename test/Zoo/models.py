@@ -6,6 +6,7 @@ the scalar training loss (what `ds.export` expects).
 gives the same weights and batch on every run.
 """
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -132,14 +133,17 @@ class FineTune(nn.Module):
 class BagClassifier(nn.Module):
     """nn.EmbeddingBag with an offsets input (bags of run-time lengths), in
     its three modes over one batch of bags: sum with per_sample_weights,
-    mean and max, concatenated into a linear head."""
+    mean and max, concatenated into a two-layer tanh MLP head (wide enough
+    that recomputing its activations lowers the peak)."""
 
-    def __init__(self, vocab=40, dim=8, classes=4):
+    def __init__(self, vocab=40, dim=8, hidden=256, classes=4):
         super().__init__()
         self.bag_sum = nn.EmbeddingBag(vocab, dim, mode="sum")
         self.bag_mean = nn.EmbeddingBag(vocab, dim, mode="mean")
         self.bag_max = nn.EmbeddingBag(vocab, dim, mode="max")
-        self.head = nn.Linear(3 * dim, classes)
+        self.head = nn.Sequential(nn.Linear(3 * dim, hidden), nn.Tanh(),
+                                  nn.Linear(hidden, hidden), nn.Tanh(),
+                                  nn.Linear(hidden, classes))
 
     def forward(self, idx, offsets, weights, labels):
         h = torch.cat([self.bag_sum(idx, offsets, per_sample_weights=weights),
@@ -200,14 +204,15 @@ def finetune():
 
 def embedding_bag():
     torch.manual_seed(0)
-    # 6 bags over 12 indices, an empty one on each half: the first 3 bags
-    # cover indices [0, 6), so the batch splits evenly over 2 ranks (each
+    # 32 bags over 96 indices, empty ones on each half: the first 16 bags
+    # cover indices [0, 48), so the batch splits evenly over 2 ranks (each
     # rank's offsets re-based by ds-run) and the half export is valid.
+    lengths = [3, 0, 5, 1, 7, 2, 4, 3, 0, 6, 2, 3, 4, 1, 5, 2] * 2
     return BagClassifier(), {
-        "idx": torch.randint(0, 40, (12,)),
-        "offsets": torch.tensor([0, 2, 6, 6, 6, 9]),
-        "weights": torch.rand(12),
-        "labels": torch.randint(0, 4, (6,))}
+        "idx": torch.randint(0, 40, (96,)),
+        "offsets": torch.tensor([0] + list(np.cumsum(lengths[:-1]))),
+        "weights": torch.rand(96),
+        "labels": torch.randint(0, 4, (32,))}
 
 
 # Inputs whose batch is not on axis 0: the GRU's initial state is
