@@ -603,6 +603,36 @@ TEST(Cuda, TopK) {
             0);
 }
 
+// EmbeddingBag (misc family): the forward sums each bag in the same order
+// in f32 (exact for sum and max; mean divides the same sum); the gradient
+// sums in f32 on the GPU and in double on the CPU (f32 rounding).
+TEST(Cuda, EmbeddingBag) {
+  Tensor idx = empty(DType::I64, {20}), bounds = empty(DType::I64, {7});
+  for (int64_t i = 0; i < 20; ++i)
+    storeD(idx.host.data(), DType::I64, i, (i * 7) % 13);
+  const int64_t b[] = {0, 3, 3, 8, 9, 16, 20}; // an empty bag
+  for (int64_t i = 0; i < 7; ++i)
+    storeD(bounds.host.data(), DType::I64, i, b[i]);
+  for (DType t : {DType::F32, DType::BF16})
+    for (const char *mode : {"sum", "mean", "max"}) {
+      std::vector<Attr> attrs = {S("mode", mode)};
+      std::vector<Tensor> ins = {random(t, {13, 5}, 300), idx, bounds};
+      if (std::string(mode) == "sum")
+        ins.push_back(random(t, {20}, 301));
+      EXPECT_LE(compare("embedding_bag", ins, {empty(t, {6, 5})}, attrs),
+                tol(t, false))
+          << dtypeName(t) << " " << mode;
+      std::vector<Tensor> gins = {random(t, {6, 5}, 302), idx, bounds};
+      if (std::string(mode) != "mean")
+        gins.push_back(std::string(mode) == "sum" ? random(t, {20}, 303)
+                                                  : random(t, {13, 5}, 304));
+      EXPECT_LE(compare("embedding_bag_grad", gins, {empty(t, {13, 5})},
+                        attrs),
+                tol(t, true))
+          << dtypeName(t) << " " << mode << " grad";
+    }
+}
+
 TEST(Cuda, EveryKernelTested) {
   // The kernels above, so that a new CUDA kernel needs a test here.
   std::vector<std::string> tested = {
@@ -621,7 +651,7 @@ TEST(Cuda, EveryKernelTested) {
       "max_pool", "max_pool_grad", "avg_pool", "avg_pool_grad", "topk",
       "topk_grad", "resize", "resize_grad", "fused_elementwise",
       "fused_attention", "fused_attention_grad",
-      "zero_one_adam"};
+      "zero_one_adam", "embedding_bag", "embedding_bag_grad"};
   // Pipeline and tensor parallelism run on the CPU backend only so far
   // (the CUDA backend refuses stage and tensor-parallel plans): their
   // kernels have no CUDA twin yet.

@@ -382,6 +382,14 @@ void registerBatchNormHandlers(HandlerTable &table);
 void registerTopKHandlers(HandlerTable &table);
 void registerEinsumHandlers(HandlerTable &table);
 void registerLoopHandlers(HandlerTable &table);
+/// torch's EmbeddingBag Loop (EmbeddingBagHandlers.cpp): whether body `g`
+/// looks like one (a Gather of a parameter by a Slice); and its import as
+/// ds.embedding_bag for a Loop of `trips` bags, bound to the Loop's
+/// output. When the body does not match, `why` says what did not and
+/// nothing is built.
+bool looksLikeEmbeddingBag(Importer &imp, const onnx::GraphProto &g);
+LogicalResult importEmbeddingBagLoop(NodeContext &n, const onnx::GraphProto &g,
+                                     int64_t trips, std::string &why);
 void registerSpatialHandlers(HandlerTable &table); // Resize, Pad, InstanceNorm
 
 } // namespace mlir::ds::onnx_import

@@ -7,14 +7,11 @@
 // number and `cond` bound to constants and the loop-carried values to the
 // previous iteration's; the scan outputs are stacked along a new first
 // axis (ds.reshape + ds.concat). The gradient then comes from the body's
-// ops. This is what torch 1.13 exports for nn.EmbeddingBag (misc family,
-// issue 22): a Loop over the bags whose body slices the bag's indices out
-// of the flattened input between two offsets, gathers the rows and
-// reduces them (ReduceSum, ReduceMean or ReduceMax; times the bag's
-// per_sample_weights for sum). With 2-D input the offsets are constants
-// and every slice folds; with an `offsets` input the bag bounds are run-time
-// data and the import is refused, naming the pattern and what to write
-// instead.
+// ops. torch 1.13's export of nn.EmbeddingBag (misc family, issue 22), a
+// Loop over the bags, is not unrolled: EmbeddingBagHandlers.cpp matches
+// its body and builds one ds.embedding_bag (the bags' bounds may be
+// run-time data); a body that looks like it but does not match is
+// unrolled, and if that fails the error says what did not match.
 //
 // Refused with an error at the Loop: no or a non-constant trip count (a
 // while loop), more than kMaxTrips iterations, a condition that is not a
@@ -33,20 +30,6 @@ namespace {
 /// Unrolling more than this many iterations is refused (the IR grows with
 /// each).
 constexpr int64_t kMaxTrips = 4096;
-
-/// Whether `g` is the body torch exports for nn.EmbeddingBag: a Gather of
-/// rows of a parameter by a Slice of the indices.
-bool isEmbeddingBagBody(Importer &imp, const onnx::GraphProto &g) {
-  bool slice = false, gatherParam = false;
-  for (const onnx::NodeProto &node : g.node()) {
-    slice |= node.op_type() == "Slice";
-    if (node.op_type() == "Gather" && node.input_size() > 0) {
-      auto it = imp.values.find(node.input(0));
-      gatherParam |= it != imp.values.end() && imp.paramData.count(it->second);
-    }
-  }
-  return slice && gatherParam;
-}
 
 Value scalarConstant(NodeContext &n, Type elt, int64_t v) {
   auto type = RankedTensorType::get({}, elt);
@@ -124,17 +107,29 @@ LogicalResult loop(NodeContext &n) {
   FailureOr<SmallVector<int64_t>> trips = n.constInts(0, "the trip count M");
   if (failed(trips))
     return failure();
-  if (trips->size() != 1 || trips->front() < 0 ||
-      trips->front() > kMaxTrips)
-    return n.error() << "trip count must be one value in [0, " << kMaxTrips
-                     << "] to be unrolled";
+  bool stopAtOnce = false;
   if (n.input(1)) {
     FailureOr<bool> cond = n.constBool(1, "the condition");
     if (failed(cond))
       return failure();
-    if (!*cond)
-      trips->front() = 0;
+    stopAtOnce = !*cond;
   }
+  // torch's EmbeddingBag: one ds.embedding_bag (any number of bags, their
+  // bounds run-time data).
+  std::string bagWhy;
+  bool bagLike = looksLikeEmbeddingBag(n.importer, g);
+  if (bagLike && !stopAtOnce && trips->size() == 1 && trips->front() >= 1) {
+    if (failed(importEmbeddingBagLoop(n, g, trips->front(), bagWhy)))
+      return failure();
+    if (bagWhy.empty())
+      return success();
+  }
+  if (trips->size() != 1 || trips->front() < 0 ||
+      trips->front() > kMaxTrips)
+    return n.error() << "trip count must be one value in [0, " << kMaxTrips
+                     << "] to be unrolled";
+  if (stopAtOnce)
+    trips->front() = 0;
   Unroller u(n, g);
   u.carried.assign(n.inputs.begin() + 2, n.inputs.end());
   u.scans.resize(g.output_size() - 1 - numCarried);
@@ -160,13 +155,12 @@ LogicalResult loop(NodeContext &n) {
   if (failed(result)) {
     InFlightDiagnostic d = n.error();
     d << "cannot unroll the Loop with static shapes: " << bodyError;
-    if (isEmbeddingBagBody(n.importer, g))
+    if (bagLike)
       d << "; this is torch's export of nn.EmbeddingBag with an offsets "
-           "input (bags of run-time lengths): ds takes EmbeddingBag with 2-D "
-           "input (bags of one length), or write the bags as a Gather and a "
-           "reduction, e.g. F.embedding(idx, weight).sum(1) (mean(1), "
-           "max(1).values; times per_sample_weights.unsqueeze(-1) before "
-           "the sum)";
+           "input in a form ds does not take: "
+        << bagWhy
+        << " (ds imports modes sum, mean and max, per_sample_weights with "
+           "sum, include_last_offset)";
     return failure();
   }
   SmallVector<Value> outs(u.carried.begin(), u.carried.end());

@@ -94,6 +94,8 @@ static const KernelSignature kSignatures[] = {
     // Misc family
     {"topk", 1, 1, 2, 2},
     {"topk_grad", 2, 2, 1, 1},
+    {"embedding_bag", 3, 4, 1, 1},
+    {"embedding_bag_grad", 3, 5, 1, 1},
     // Spatial: resize
     {"resize", 1, 1, 1, 1},
     {"resize_grad", 1, 1, 1, 1},

@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "PlanImpl.h"
 #include "TrainerImpl.h"
 
 #include <algorithm>
@@ -219,6 +220,64 @@ static bool hasInput(const RunContext &ctx, Executor *ex,
   return std::find(names.begin(), names.end(), name) != names.end();
 }
 
+/// nn.EmbeddingBag offsets (the plan's bag_indices): a global batch's
+/// offsets index its flat indices, which the data-parallel ranks split
+/// evenly, N each. Rank q's B bags (rows [g + qB, g + (q+1)B) of `t`) must
+/// start at index qN and end by (q+1)N; this rank's are re-based to its own
+/// indices. Every rank checks every rank's bags, so that all fail alike
+/// (none waits in a collective) when the batch's bags do not split there,
+/// and for include_last_offset (its B*W+1 offsets do not split into W
+/// equal parts).
+static bool rebaseBagOffsets(RunContext &ctx, const std::string &name,
+                             const HostTensor &t, int64_t g,
+                             HostTensor &batch) {
+  // The plan's record of the input (any chunk's, with pipeline stages).
+  const plan::Value *rec = nullptr;
+  for (const auto &p : ctx.chunkPlans.empty()
+                           ? std::vector<std::shared_ptr<const Plan>>{ctx.plan}
+                           : ctx.chunkPlans)
+    for (const plan::Value &v : p->proto.inputs())
+      if (v.name() == name && v.bag_indices() > 0)
+        rec = &v;
+  if (!rec)
+    return true;
+  int64_t bags = batch.numel(), n = rec->bag_indices();
+  std::string head = "input '" + name + "' holds nn.EmbeddingBag offsets";
+  if (rec->bag_last_offset())
+    return ctx.fail(head + " with include_last_offset, which ds-run cannot "
+                           "split over data-parallel ranks: export with "
+                           "include_last_offset=False, or run on one rank");
+  auto at = [&](const HostTensor &h, int64_t i) -> int64_t {
+    return h.dtype == DType::I32
+               ? reinterpret_cast<const int32_t *>(h.data.data())[i]
+               : reinterpret_cast<const int64_t *>(h.data.data())[i];
+  };
+  for (int q = 0; q < ctx.dpSize; ++q)
+    for (int64_t i = 0; i < bags; ++i) {
+      int64_t v = at(t, g + q * bags + i) - q * n;
+      if ((i == 0 && v != 0) || v < 0 || v > n)
+        return ctx.fail(
+            head + ", which " + std::to_string(ctx.dpSize) +
+            " data-parallel ranks split as " + std::to_string(bags) +
+            " bags of " + std::to_string(n) + " indices each: rank " +
+            std::to_string(q) + "'s bag " + std::to_string(i) +
+            " starts at index " + std::to_string(v + q * n) +
+            " of the global batch, outside its indices [" +
+            std::to_string(q * n) + ", " + std::to_string((q + 1) * n) +
+            "]" + (i == 0 ? " or not at their start" : "") +
+            ": give batches whose bags split evenly over the ranks");
+    }
+  for (int64_t i = 0; i < bags; ++i) {
+    int64_t v = at(batch, i) - ctx.dpRank * n;
+    if (batch.dtype == DType::I32)
+      reinterpret_cast<int32_t *>(batch.data.data())[i] =
+          static_cast<int32_t>(v);
+    else
+      reinterpret_cast<int64_t *>(batch.data.data())[i] = v;
+  }
+  return true;
+}
+
 bool feedBatches(RunContext &ctx, const TrainData &data, Executor *ex,
                  long long m) {
   std::string err;
@@ -247,6 +306,10 @@ bool feedBatches(RunContext &ctx, const TrainData &data, Executor *ex,
       for (int64_t o = 0; o < outer; ++o)
         std::memcpy(batch.data.data() + o * take,
                     t.data.data() + (o * t.shape[b] + first) * rowBytes, take);
+      bool split = t.shape[b] % unit == 0 && ctx.dpSize > 1;
+      if (split && !rebaseBagOffsets(ctx, name, t, ((m - 1) % k) * unit,
+                                     batch))
+        return false;
     }
     if (hasInput(ctx, ex, name) && !ex->setInput(name, std::move(batch), err))
       return ctx.fail(err);

@@ -17,7 +17,13 @@ Models:
                 along the batch) and its indices through torch.gather (no
                 gradient through the indices)
   ebag-*        nn.EmbeddingBag with 2-D input (bags of 5): sum, sum with
-                per_sample_weights, mean, max
+                per_sample_weights, mean, max (ds.embedding_bag with
+                constant bounds)
+  bagoff-*      nn.EmbeddingBag with 1-D indices and an offsets input
+                (ds.embedding_bag, run-time bounds): 6 bags of lengths
+                3, 0, 5, 1, 7, 4 (an empty one; repeated rows), sum, sum
+                with per_sample_weights, mean, max, and sum with
+                include_last_offset
 Tolerance: per parameter max |ds - torch| / max |torch| <= 1e-5 (f32 both
 sides, sums in another order) and the loss within 1e-5 relative, unless a
 model states its own below.
@@ -107,7 +113,7 @@ class TopKNet(nn.Module):
 
 class EmbeddingBagNet(nn.Module):
     """nn.EmbeddingBag on 2-D input (bags of one length), as torch exports
-    it: a Loop over the bags, unrolled by ds."""
+    it: a Loop over the bags, one ds.embedding_bag in ds."""
 
     def __init__(self, mode, weighted):
         super().__init__()
@@ -124,6 +130,25 @@ def ebag(mode, weighted=False):
     return lambda: EmbeddingBagNet(mode, weighted)
 
 
+class OffsetsBagNet(nn.Module):
+    """nn.EmbeddingBag with 1-D indices and an offsets input."""
+
+    def __init__(self, mode, weighted, last):
+        super().__init__()
+        self.bag = nn.EmbeddingBag(20, 8, mode=mode, include_last_offset=last)
+        self.weighted = weighted
+        self.last = last
+        self.head = nn.Linear(8, 5)
+
+    def forward(self, idx, offsets, y, psw=None):
+        h = self.bag(idx, offsets, per_sample_weights=psw)
+        return F.cross_entropy(self.head(torch.tanh(h)), y)
+
+
+def bagoff(mode, weighted=False, last=False):
+    return lambda: OffsetsBagNet(mode, weighted, last)
+
+
 # name: (module factory, input features, classes, batch, tolerance)
 MODELS = {
     "double-const": (DoubleConst, 12, 5, 8, TOL),
@@ -133,7 +158,15 @@ MODELS = {
     "ebag-sum-weighted": (ebag("sum", True), None, 5, 6, TOL),
     "ebag-mean": (ebag("mean"), None, 5, 6, TOL),
     "ebag-max": (ebag("max"), None, 5, 6, TOL),
+    "bagoff-sum": (bagoff("sum"), None, 5, 6, TOL),
+    "bagoff-sum-weighted": (bagoff("sum", True), None, 5, 6, TOL),
+    "bagoff-mean": (bagoff("mean"), None, 5, 6, TOL),
+    "bagoff-max": (bagoff("max"), None, 5, 6, TOL),
+    "bagoff-last": (bagoff("sum", last=True), None, 5, 6, TOL),
 }
+
+# bagoff-*: the bags' lengths (an empty one) over 20 indices.
+BAG_LENGTHS = [3, 0, 5, 1, 7, 4]
 
 
 def setup(which, work):
@@ -142,7 +175,15 @@ def setup(which, work):
     make, n_in, classes, batch, tol = MODELS[which]
     model = make()
     y = rng.randint(0, classes, size=batch).astype(np.int64)
-    if which.startswith("ebag"):
+    if which.startswith("bagoff"):
+        n = sum(BAG_LENGTHS)
+        offsets = np.cumsum([0] + BAG_LENGTHS)
+        feeds = {"idx": rng.randint(0, 20, size=n).astype(np.int64),
+                 "offsets": (offsets if model.last else offsets[:-1]).astype(
+                     np.int64), "y": y}
+        if model.weighted:
+            feeds["psw"] = rng.rand(n).astype(np.float32)
+    elif which.startswith("ebag"):
         # Bags of 5 indices into 20 rows: repeats within a bag (max mode's
         # ties are then one row: its gradient is the same either way).
         feeds = {"idx": rng.randint(0, 20, size=(batch, 5)).astype(np.int64),

@@ -171,28 +171,104 @@ def loop_while():
                                             vi("scans", F, [None, 2])])
 
 
-@model
-def embedding_bag_offsets():
-    """torch 1.13's export of nn.EmbeddingBag(mode='sum') with offsets."""
+def _export_bag(module, inputs):
+    """ds.export (torch 1.13, training mode, opset 17) of `module`."""
     import tempfile
-    import torch
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
         os.path.dirname(os.path.abspath(__file__)))), "python"))
     import ds
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "bag.onnx")
+        ds.export(module, inputs, path)
+        return onnx.load(path)
+
+
+def _bag(mode="sum", weighted=False, last=False, computed=False):
+    """torch 1.13's export of nn.EmbeddingBag(10, 4) with an offsets input
+    (bags [1 2 3] [4 5 6 7]; with include_last_offset the offsets hold
+    the end too); `computed`: per_sample_weights are sigmoid(w)."""
+    import torch
 
     class Bag(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.bag = torch.nn.EmbeddingBag(10, 4, mode="sum")
+            self.bag = torch.nn.EmbeddingBag(10, 4, mode=mode,
+                                             include_last_offset=last)
 
-        def forward(self, idx, offsets):
-            return self.bag(idx, offsets).sum()
+        def forward(self, idx, offsets, w=None):
+            if computed:
+                w = torch.sigmoid(w)
+            return self.bag(idx, offsets, per_sample_weights=w).sum()
 
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "bag.onnx")
-        ds.export(Bag(), {"idx": torch.tensor([1, 2, 3, 4, 5, 6, 7]),
-                          "offsets": torch.tensor([0, 3])}, path)
-        return onnx.load(path)
+    inputs = {"idx": torch.tensor([1, 2, 3, 4, 5, 6, 7]),
+              "offsets": torch.tensor([0, 3, 7] if last else [0, 3])}
+    if weighted or computed:
+        inputs["w"] = torch.rand(7)
+    return _export_bag(Bag(), inputs)
+
+
+@model
+def embedding_bag_offsets():
+    """torch 1.13's export of nn.EmbeddingBag(mode='sum') with offsets."""
+    return _bag("sum")
+
+
+@model
+def embedding_bag_mean():
+    return _bag("mean")
+
+
+@model
+def embedding_bag_max():
+    return _bag("max")
+
+
+@model
+def embedding_bag_weighted():
+    return _bag("sum", weighted=True)
+
+
+@model
+def embedding_bag_last_offset():
+    return _bag("sum", last=True)
+
+
+@model
+def embedding_bag_2d():
+    """nn.EmbeddingBag(mode='mean') on 2-D input: constant bag bounds."""
+    import torch
+
+    class Bag(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bag = torch.nn.EmbeddingBag(10, 4, mode="mean")
+
+        def forward(self, idx):
+            return self.bag(idx).sum()
+
+    return _export_bag(Bag(), {"idx": torch.tensor([[1, 2, 3], [4, 5, 6]])})
+
+
+@model
+def embedding_bag_computed_weights():
+    """per_sample_weights computed in the model (sigmoid of an input)."""
+    return _bag("sum", computed=True)
+
+
+@model
+def embedding_bag_weighted_mean():
+    """The weighted bag with its ReduceSum made a ReduceMean (a form torch
+    does not export: per_sample_weights are for mode sum only)."""
+    m = _bag("sum", weighted=True)
+    loop = next(n for n in m.graph.node if n.op_type == "Loop")
+    body = loop.attribute[0].g
+    red = next(n for n in body.node if n.op_type == "ReduceSum")
+    red.op_type = "ReduceMean"
+    del red.input[1:]
+    keep = [a for a in red.attribute if a.name == "keepdims"]
+    del red.attribute[:]
+    red.attribute.extend(keep + [helper.make_attribute("axes", [0])])
+    return m
 
 
 def main():

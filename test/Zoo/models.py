@@ -6,6 +6,7 @@ the scalar training loss (what `ds.export` expects).
 gives the same weights and batch on every run.
 """
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -129,6 +130,28 @@ class FineTune(nn.Module):
         return F.cross_entropy(self.head(h.mean(dim=1)), labels)
 
 
+class BagClassifier(nn.Module):
+    """nn.EmbeddingBag with an offsets input (bags of run-time lengths), in
+    its three modes over one batch of bags: sum with per_sample_weights,
+    mean and max, concatenated into a two-layer tanh MLP head (wide enough
+    that recomputing its activations lowers the peak)."""
+
+    def __init__(self, vocab=40, dim=8, hidden=256, classes=4):
+        super().__init__()
+        self.bag_sum = nn.EmbeddingBag(vocab, dim, mode="sum")
+        self.bag_mean = nn.EmbeddingBag(vocab, dim, mode="mean")
+        self.bag_max = nn.EmbeddingBag(vocab, dim, mode="max")
+        self.head = nn.Sequential(nn.Linear(3 * dim, hidden), nn.Tanh(),
+                                  nn.Linear(hidden, hidden), nn.Tanh(),
+                                  nn.Linear(hidden, classes))
+
+    def forward(self, idx, offsets, weights, labels):
+        h = torch.cat([self.bag_sum(idx, offsets, per_sample_weights=weights),
+                       self.bag_mean(idx, offsets),
+                       self.bag_max(idx, offsets)], dim=1)
+        return F.cross_entropy(self.head(torch.tanh(h)), labels)
+
+
 def _images(batch, size=32, classes=10):
     return {"x": torch.randn(batch, 3, size, size),
             "y": torch.randint(0, classes, (batch,))}
@@ -179,6 +202,19 @@ def finetune():
     return FineTune(), {"tokens": tokens, "labels": torch.randint(0, 5, (4,))}
 
 
+def embedding_bag():
+    torch.manual_seed(0)
+    # 32 bags over 96 indices, empty ones on each half: the first 16 bags
+    # cover indices [0, 48), so the batch splits evenly over 2 ranks (each
+    # rank's offsets re-based by ds-run) and the half export is valid.
+    lengths = [3, 0, 5, 1, 7, 2, 4, 3, 0, 6, 2, 3, 4, 1, 5, 2] * 2
+    return BagClassifier(), {
+        "idx": torch.randint(0, 40, (96,)),
+        "offsets": torch.tensor([0] + list(np.cumsum(lengths[:-1]))),
+        "weights": torch.rand(96),
+        "labels": torch.randint(0, 4, (32,))}
+
+
 # Inputs whose batch is not on axis 0: the GRU's initial state is
 # [directions, batch, hidden] (ds-opt records the axis in the plan and
 # ds-run splits the data along it; the harness halves the batch along it).
@@ -192,4 +228,5 @@ ZOO = {
     "lstm_lm": lstm_lm,
     "gru_classifier": gru_classifier,
     "finetune": finetune,
+    "embedding_bag": embedding_bag,
 }

@@ -104,6 +104,11 @@ void lowerArguments(LoweringState &state) {
           inName ? inName : b.getStringAttr("arg" + std::to_string(i)));
       if (auto axis = func.getArgAttrOfType<IntegerAttr>(i, "ds.batch_axis"))
         buffer.getDefiningOp()->setAttr("dsrt.batch_axis", axis);
+      // EmbeddingBag offsets (lib/Import/EmbeddingBagHandlers.cpp).
+      for (StringRef mark : {"ds.bag_indices", "ds.bag_last_offset"})
+        if (Attribute a = func.getArgAttr(i, mark))
+          buffer.getDefiningOp()->setAttr(
+              ("dsrt." + mark.drop_front(3)).str(), a);
     }
     state.map.map(arg, buffer);
   }

@@ -17,13 +17,16 @@ namespace ds::rt {
 // The CPU registry: every kernel id has a CPU kernel
 //===----------------------------------------------------------------------===//
 
+void registerEmbeddingBagKernels(KernelRegistry &r); // EmbeddingBag.cpp (misc)
+
 const KernelRegistry &cpuKernels() {
   static const KernelRegistry registry = KernelRegistry::of(
       {registerElementwiseKernels, registerLinalgKernels, registerConvKernels,
        registerMovementKernels, registerReduceKernels, registerGradKernels,
        registerTensorParallelKernels, registerOptimizerKernels,
        registerCollectiveKernels, registerPipelineKernels,
-       registerPoolingKernels, registerTopKKernels, registerResizeKernels,
+       registerPoolingKernels, registerTopKKernels, registerEmbeddingBagKernels,
+       registerResizeKernels,
        registerOneBitKernels, registerFusedKernels,
        registerAttentionKernels,
        registerZeroOneKernels, registerCompressedGatherKernels});

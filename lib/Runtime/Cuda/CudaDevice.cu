@@ -24,6 +24,8 @@ namespace cuda {
 
 cudaStream_t gStream = nullptr;
 
+void registerEmbeddingBagKernels(KernelRegistry &r); // EmbeddingBag.cu (misc)
+
 /// The CUDA kernels: every CPU kernel but pipeline and tensor parallelism's.
 const KernelRegistry &cudaKernels() {
   static const KernelRegistry registry = KernelRegistry::of(
@@ -31,7 +33,8 @@ const KernelRegistry &cudaKernels() {
        registerMovementKernels, registerReduceKernels, registerLayerNormKernels,
        registerLossKernels, registerGradKernels, registerOptimizerKernels,
        registerCollectiveKernels, registerConvKernels, registerPoolingKernels,
-       registerTopKKernels, registerResizeKernels, registerFusedKernels,
+       registerTopKKernels, registerEmbeddingBagKernels, registerResizeKernels,
+       registerFusedKernels,
        registerAttentionKernels,
        registerZeroOneKernels});
   return registry;

@@ -391,6 +391,10 @@ LogicalResult PlanBuilder::addOp(Operation &op) {
     v->set_buffer(ids[in]);
     if (auto axis = in->getAttrOfType<IntegerAttr>("dsrt.batch_axis"))
       v->set_batch_axis(axis.getInt());
+    if (auto n = in->getAttrOfType<IntegerAttr>("dsrt.bag_indices")) {
+      v->set_bag_indices(n.getInt());
+      v->set_bag_last_offset(in->hasAttr("dsrt.bag_last_offset"));
+    }
     return success();
   }
   if (auto c = dyn_cast<dsrt::ConstOp>(op)) {

@@ -357,6 +357,23 @@ Value sharedRhsGrad(OpBuilder &b, Location l, Value x, Value g,
   return tw.getRank() == 2 ? w : ReshapeOp::create(b, l, tw, w);
 }
 
+/// EmbeddingBag (misc family): the weight's rows get the bags' gradient;
+/// max reads the weight to find each element's row. The indices, bounds
+/// and per-sample weights (a graph input or constant: the importer's
+/// rule) have none.
+LogicalResult vjp(EmbeddingBagOp op, OpBuilder &b, ValueRange gs,
+                  Grads &out) {
+  Value w = op.getMode() == "max" ? op.getWeight() : Value();
+  out.assign({EmbeddingBagGradOp::create(
+                  b, op.getLoc(), op.getWeight().getType(), gs[0],
+                  op.getIndices(), op.getOffsets(), op.getPerSampleWeights(),
+                  w, op.getModeAttr()),
+              Value(), Value()});
+  if (op.getPerSampleWeights())
+    out.push_back(Value());
+  return success();
+}
+
 LogicalResult vjp(MatMulOp op, OpBuilder &b, ValueRange gs, Grads &out) {
   Location l = op.getLoc();
   auto ta = tensorType(op.getLhs()), tb = tensorType(op.getRhs());
@@ -765,7 +782,7 @@ void ds::detail::attachVJPModels(MLIRContext &ctx) {
          SpReduceScatterOp, SpSliceOp>(ctx);
   attach<ActivationOp>(ctx);
   attach<MaxPoolOp, AvgPoolOp>(ctx);
-  attach<TopKOp>(ctx); // misc family
+  attach<TopKOp, EmbeddingBagOp>(ctx); // misc family
   attach<ConvOp, ConvGradInputOp>(ctx);
   attach<AllReduceOp>(ctx);
   attach<ResizeOp>(ctx); // spatial

@@ -407,6 +407,65 @@ def Ds_TopKGradOp : Ds_Op<"topk_grad", [Pure]> {
   let hasVerifier = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// EmbeddingBag with offsets (misc family, issue 22;
+// lib/Dialect/Ds/IR/DsEmbeddingBag.cpp)
+//===----------------------------------------------------------------------===//
+
+def Ds_EmbeddingBagOp : Ds_Op<"embedding_bag", [Pure]> {
+  let summary = "bags of embedding rows reduced by sum, mean or max";
+  let description = [{
+    torch's nn.EmbeddingBag / F.embedding_bag with 1-D indices and an
+    offsets input (the Loop torch 1.13 exports for it, recognized at
+    import). `offsets` holds the B + 1 bag bounds: bag `b` is
+    `indices[offsets[b] : offsets[b+1]]` (the importer appends the number
+    of indices to torch's offsets, or with include_last_offset takes them
+    as they are). Row `b` of the result is the sum, the mean or the
+    elementwise max of `weight`'s rows named by bag `b` (with
+    `per_sample_weights`, mode sum only, each row scaled by its weight).
+    An empty bag gives a zero row (as torch). The bounds are run-time
+    data: the kernel checks that they do not decrease and lie in
+    [0, N]. The VJP is `ds.embedding_bag_grad`.
+
+    ```mlir
+    %r = ds.embedding_bag %w, %idx, %off {mode = "mean"}
+        : (tensor<10x4xf32>, tensor<7xi64>, tensor<3xi64>) -> tensor<2x4xf32>
+    ```
+  }];
+  let arguments = (ins Ds_FloatTensor:$weight, Ds_IndexTensor:$indices,
+                       Ds_IndexTensor:$offsets,
+                       Optional<Ds_FloatTensor>:$per_sample_weights,
+                       StrAttr:$mode);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = [{
+    operands attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Ds_EmbeddingBagGradOp : Ds_Op<"embedding_bag_grad",
+    [Pure, AttrSizedOperandSegments]> {
+  let summary = "the gradient of ds.embedding_bag for its weight";
+  let description = [{
+    A zero tensor of the weight's shape (the result type) into which row
+    `b` of `grad` is added at each row bag `b` names: times the index's
+    per-sample weight (sum), divided by the bag's length (mean), or only
+    at the row that gave each element's max (max; `weight` is given to
+    find it, the first such row on ties). Empty bags add nothing.
+  }];
+  let arguments = (ins Ds_FloatTensor:$grad, Ds_IndexTensor:$indices,
+                       Ds_IndexTensor:$offsets,
+                       Optional<Ds_FloatTensor>:$per_sample_weights,
+                       Optional<Ds_FloatTensor>:$weight, StrAttr:$mode);
+  let results = (outs Ds_FloatTensor:$result);
+  let assemblyFormat = [{
+    $grad `,` $indices `,` $offsets
+    (`per_sample_weights` $per_sample_weights^)? (`weight` $weight^)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
 // Spatial: resize (sampling rule: include/ds/Support/Resize.h)
 //===----------------------------------------------------------------------===//
 
