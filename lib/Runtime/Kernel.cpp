@@ -116,6 +116,7 @@ static const KernelSignature kSignatures[] = {
     {"onebit_adam_local", 5, 5, 3, 3},
     {"compressed_reduce_scatter", 3, 3, 2, 2},
     {"zero_one_adam", 9, 9, 7, 7}, // Cpu/ZeroOneAdam.cpp
+    {"onebit_lamb", 9, 9, 7, 7},   // Cpu/OneBitLamb.cpp
     {"sgd", 4, 6, 2, 3},
     {"onnx_update", 5, 6, 2, 3},
     // Collectives and the loss scaler's overflow check

@@ -115,11 +115,8 @@ bool kOneBitAdam(KernelContext &ctx) {
   if (!frozen) {
     // Warm-up: Adam on the gradient's mean over the ranks.
     std::vector<float> g(G, G + n);
-    if (world > 1) {
-      comm->collectiveBytes += static_cast<uint64_t>(n) * sizeof(float);
-      if (!comm->allReduce(g.data(), n, DType::F32, /*mean=*/true, err))
-        return ctx.fail(err);
-    }
+    if (world > 1 && !onebit::meanAllReduce(*comm, g.data(), n, err))
+      return ctx.fail(err);
     for (int64_t i = 0; i < n; ++i) {
       M[i] = M[i] * b1 + g[i] * a1;
       V[i] = V[i] * b2 + a2 * g[i] * g[i];

@@ -154,11 +154,9 @@ bool kZeroOneAdam(KernelContext &ctx) {
     // and v, plain Adam), else its compressed mean (m only).
     std::vector<float> g(G, G + n);
     bool variance = (t + 1) % have.varInterval == 0;
-    if (variance && world > 1) {
-      comm->collectiveBytes += static_cast<uint64_t>(n) * sizeof(float);
-      if (!comm->allReduce(g.data(), n, DType::F32, /*mean=*/true, err))
-        return ctx.fail(err);
-    }
+    if (variance && world > 1 &&
+        !onebit::meanAllReduce(*comm, g.data(), n, err))
+      return ctx.fail(err);
     if (!variance && !exchange(g.data()))
       return ctx.fail(err);
     for (int64_t i = 0; i < n; ++i) {
