@@ -38,14 +38,9 @@ bool checkOneBit(KernelContext &ctx, int world) {
     if (ctx.in[i].numel() != n)
       return ctx.fail("onebit_adam: gradient and moments must have the "
                       "parameter's size");
-  int64_t padded = ctx.in[4].numel();
-  if (padded != ::ds::onebit::paddedSize(n, world) ||
-      ctx.in[5].numel() * world != padded)
-    return ctx.fail("onebit_adam: error buffers of " + std::to_string(padded) +
-                    " and " + std::to_string(ctx.in[5].numel()) +
-                    " elements are not the padding of " + std::to_string(n) +
-                    " elements for " + std::to_string(world) +
-                    " ranks (the plan was compiled for another world size)");
+  if (!checkOneBitErrors(ctx, "onebit_adam", n, ctx.in[4].numel(),
+                         ctx.in[5].numel(), world))
+    return false;
   for (int i = 0; i < 5; ++i) {
     const TensorView &in = ctx.in[i < 1 ? 0 : i + 1];
     TensorView &out = ctx.out[i];

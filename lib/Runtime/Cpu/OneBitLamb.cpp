@@ -143,14 +143,9 @@ bool checkOneBitLamb(KernelContext &ctx, int world) {
     if (ctx.in[i].numel() != n)
       return ctx.fail("onebit_lamb: gradient, moments and fresh variance "
                       "must have the parameter's size");
-  int64_t padded = ctx.in[5].numel();
-  if (padded != ::ds::onebit::paddedSize(n, world) ||
-      ctx.in[6].numel() * world != padded)
-    return ctx.fail("onebit_lamb: error buffers of " + std::to_string(padded) +
-                    " and " + std::to_string(ctx.in[6].numel()) +
-                    " elements are not the padding of " + std::to_string(n) +
-                    " elements for " + std::to_string(world) +
-                    " ranks (the plan was compiled for another world size)");
+  if (!checkOneBitErrors(ctx, "onebit_lamb", n, ctx.in[5].numel(),
+                         ctx.in[6].numel(), world))
+    return false;
   if (ctx.in[7].numel() != 2)
     return ctx.fail("onebit_lamb: coeffs must be 2 f32");
   if (ctx.in[8].numel() != 1)
