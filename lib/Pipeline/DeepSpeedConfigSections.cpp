@@ -57,6 +57,27 @@ bool config::readCommDtype(Reader &r, const std::string &key, const Value &v) {
   return true;
 }
 
+/// The keys of DeepSpeed's compressed optimizers (its class `dsName`, ds's
+/// `label`) that ds accepts without effect, and AMSGrad, which it refuses.
+static void compressedOptimizerKeys(std::map<std::string, KnownKey> &known,
+                                    const std::string &label,
+                                    const std::string &dsName,
+                                    bool epsInsideSqrt) {
+  known["cuda_aware"] = {KnownKey::NoOp, "ds exchanges through its own "
+                                         "communicator"};
+  known["comm_backend_name"] = {KnownKey::NoOp,
+                                "ds runs the exchange with MPI (CPU)"};
+  known["bias_correction"] = {KnownKey::NoOp,
+                              label + " never corrects bias"};
+  known["max_grad_norm"] = {KnownKey::NoOp,
+                            "DeepSpeed's " + dsName + " does not read it"};
+  if (epsInsideSqrt)
+    known["eps_inside_sqrt"] = {KnownKey::NoOp,
+                                "DeepSpeed's " + dsName + " never reads it "
+                                "(eps is added outside the square root)"};
+  known["amsgrad"] = {KnownKey::OffOnly, label + " has no AMSGrad"};
+}
+
 /// optimizer.params: the hyper-parameters of optimizer type `t`; records
 /// the weight decay and Adam's adam_w_mode.
 static bool readOptimizerParams(Reader &r, const std::string &key, const Value &pv,
@@ -71,31 +92,17 @@ static bool readOptimizerParams(Reader &r, const std::string &key, const Value &
     valid.insert(valid.end(), {"momentum", "dampening", "nesterov"});
   else if (t == "onebitadam") { // DeepSpeed's OnebitAdam arguments
     valid.insert(valid.end(), {"betas", "eps", "freeze_step"});
-    known["cuda_aware"] = {KnownKey::NoOp, "ds exchanges through its own "
-                                           "communicator"};
-    known["comm_backend_name"] = {KnownKey::NoOp,
-                                  "ds runs the exchange with MPI (CPU)"};
-    known["bias_correction"] = {KnownKey::NoOp,
-                                "1-bit Adam never corrects bias"};
-    known["max_grad_norm"] = {KnownKey::NoOp,
-                              "DeepSpeed's OnebitAdam does not read it"};
-    known["amsgrad"] = {KnownKey::OffOnly, "1-bit Adam has no AMSGrad"};
+    compressedOptimizerKeys(known, "1-bit Adam", "OnebitAdam", false);
   } else if (t == "zerooneadam") { // DeepSpeed's ZeroOneAdam arguments
     valid.insert(valid.end(), {"betas", "eps", "var_freeze_step",
                                "var_update_scaler", "local_step_scaler",
                                "local_step_clipper"});
-    known["cuda_aware"] = {KnownKey::NoOp, "ds exchanges through its own "
-                                           "communicator"};
-    known["comm_backend_name"] = {KnownKey::NoOp,
-                                  "ds runs the exchange with MPI (CPU)"};
-    known["bias_correction"] = {KnownKey::NoOp,
-                                "0/1 Adam never corrects bias"};
-    known["max_grad_norm"] = {KnownKey::NoOp,
-                              "DeepSpeed's ZeroOneAdam does not read it"};
-    known["eps_inside_sqrt"] = {KnownKey::NoOp,
-                                "DeepSpeed's ZeroOneAdam never reads it (eps "
-                                "is added outside the square root)"};
-    known["amsgrad"] = {KnownKey::OffOnly, "0/1 Adam has no AMSGrad"};
+    compressedOptimizerKeys(known, "0/1 Adam", "ZeroOneAdam", true);
+  } else if (t == "onebitlamb") { // DeepSpeed's OnebitLamb arguments
+    valid.insert(valid.end(), {"betas", "eps", "freeze_step", "max_coeff",
+                               "min_coeff", "coeff_beta", "factor_max",
+                               "factor_min", "factor_threshold"});
+    compressedOptimizerKeys(known, "1-bit LAMB", "OnebitLamb", true);
   } else
     valid.insert(valid.end(), {"betas", "eps", "bias_correction"});
   if (t == "adam" || t == "adamw") // AdamW is always in W mode
@@ -150,16 +157,10 @@ bool config::readOptimizer(Reader &r, const std::string &key, const Value &v) {
   if (t == "fusedadam" || t == "cpuadam" || t == "deepspeedcpuadam")
     t = "adam"; // DeepSpeed's implementations of Adam, as "Adam" picks
   if (t != "adam" && t != "adamw" && t != "sgd" && t != "lamb" &&
-      t != "onebitadam" && t != "zerooneadam")
+      t != "onebitadam" && t != "zerooneadam" && t != "onebitlamb")
     return r.fail(key + ".type",
                   "'" + *type + "' is not supported yet (ds has Adam, AdamW, "
-                  "SGD, Lamb, OneBitAdam and ZeroOneAdam" +
-                  (llvm::StringRef(t).contains("onebit") ||
-                           llvm::StringRef(t).contains("zeroone")
-                       ? std::string("; of the compressed-communication "
-                                     "optimizers OneBitAdam and ZeroOneAdam "
-                                     "are built")
-                       : std::string()) +
+                  "SGD, Lamb, OneBitAdam, ZeroOneAdam and OneBitLamb" +
                   ")");
   double decay = 0;
   bool wMode = true; // DeepSpeed's FusedAdam: adam_w_mode defaults on
@@ -169,8 +170,12 @@ bool config::readOptimizer(Reader &r, const std::string &key, const Value &v) {
   // DeepSpeed's "Adam" is AdamW unless adam_w_mode is false (decay added to
   // the gradient, as torch.optim.Adam); without decay the two are the same
   // update.
-  if (t == "onebitadam" || t == "zerooneadam") { // AdamW's weight decay
-    r.set("optimizer", t == "onebitadam" ? "onebit-adam" : "zero-one-adam",
+  if (t == "onebitadam" || t == "zerooneadam" ||
+      t == "onebitlamb") { // AdamW's weight decay
+    r.set("optimizer",
+          t == "onebitadam"    ? "onebit-adam"
+          : t == "zerooneadam" ? "zero-one-adam"
+                               : "onebit-lamb",
           key + ".type");
     return true;
   }

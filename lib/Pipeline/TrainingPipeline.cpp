@@ -157,6 +157,10 @@ void mlir::ds::addTrainingPasses(OpPassManager &pm, const TrainingOptions &o,
     opt.varUpdateScaler = o.varUpdateScaler;
     opt.localStepScaler = o.localStepScaler;
     opt.localStepClipper = o.localStepClipper;
+    opt.coeffBeta = o.lambCoeffBeta;
+    opt.factorMax = o.lambFactorMax;
+    opt.factorMin = o.lambFactorMin;
+    opt.factorThreshold = o.lambFactorThreshold;
     opt.masterWeights = c.offloadOptimizer != "none";
     pm.addNestedPass<func::FuncOp>(createOptimizerPass(opt));
   }

@@ -13,6 +13,8 @@
 
 #include "llvm/Support/raw_ostream.h"
 
+#include <cstdio>
+
 using namespace mlir;
 using namespace mlir::ds;
 
@@ -32,10 +34,10 @@ llvm::Error checkOptimizer(const TrainingOptions &o) {
                 "' is not one of plan, mlir, mlir-import, dsrt, summary");
   if (!oneOf(o.optimizerName,
              {"none", "adam", "adamw", "sgd", "lamb", "onebit-adam",
-              "zero-one-adam"}))
+              "zero-one-adam", "onebit-lamb"}))
     return fail("--optimizer='" + o.optimizerName +
                 "' is not one of none, adam, adamw, sgd, lamb, onebit-adam, "
-                "zero-one-adam");
+                "zero-one-adam, onebit-lamb");
   if (o.learningRate < 0 || o.weightDecay < 0 || o.momentum < 0) {
     std::string lr;
     llvm::raw_string_ostream(lr) << o.learningRate;
@@ -231,6 +233,24 @@ llvm::Error checkCompression(const TrainingOptions &o) {
   return llvm::Error::success();
 }
 
+/// The first layout the ZeRO-0 compressed optimizers (0/1 Adam, 1-bit
+/// LAMB) do not run under, as its flags; empty if none.
+std::string compressedLayoutProblem(const TrainingOptions &o) {
+  return o.zeroStage > 0 ? "--zero=" + std::to_string(o.zeroStage)
+         : o.pipelineParallel > 1
+             ? "--pipeline-parallel=" + std::to_string(o.pipelineParallel)
+         : o.tensorParallel > 1
+             ? "--tensor-parallel=" + std::to_string(o.tensorParallel)
+         : o.precision != "fp32" || o.effectiveCommDtype() != "fp32"
+             ? "--precision=" + o.precision +
+                   " --comm-dtype=" + o.effectiveCommDtype()
+         : o.gradClip > 0  ? std::string("--grad-clip")
+         : o.gradAccum > 1 ? "--grad-accum=" + std::to_string(o.gradAccum)
+         : o.offloadOptimizer != "none"
+             ? "--offload-optimizer=" + o.offloadOptimizer
+             : std::string();
+}
+
 /// 0/1 Adam (docs/compression.md): its policy's values, and the same
 /// first slice as 1-bit Adam (ZeRO-0, f32, data-parallel ranks).
 llvm::Error checkZeroOneAdam(const TrainingOptions &o) {
@@ -247,23 +267,45 @@ llvm::Error checkZeroOneAdam(const TrainingOptions &o) {
     if (value < 1)
       return fail("--" + llvm::Twine(flag) + " must be at least 1, got " +
                   llvm::Twine(value));
-  std::string what =
-      o.zeroStage > 0 ? "--zero=" + std::to_string(o.zeroStage)
-      : o.pipelineParallel > 1
-          ? "--pipeline-parallel=" + std::to_string(o.pipelineParallel)
-      : o.tensorParallel > 1
-          ? "--tensor-parallel=" + std::to_string(o.tensorParallel)
-      : o.precision != "fp32" || o.effectiveCommDtype() != "fp32"
-          ? "--precision=" + o.precision +
-                " --comm-dtype=" + o.effectiveCommDtype()
-      : o.gradClip > 0  ? std::string("--grad-clip")
-      : o.gradAccum > 1 ? "--grad-accum=" + std::to_string(o.gradAccum)
-      : o.offloadOptimizer != "none"
-          ? "--offload-optimizer=" + o.offloadOptimizer
-          : std::string();
+  std::string what = compressedLayoutProblem(o);
   if (!what.empty())
     return fail("--optimizer=zero-one-adam with " + what +
                 " is not supported yet (0/1 Adam runs at ZeRO-0, f32, on "
+                "data-parallel ranks)");
+  return llvm::Error::success();
+}
+
+/// 1-bit LAMB (docs/compression.md): its coefficients' ranges and the
+/// same slice as 0/1 Adam (ZeRO-0, f32, data-parallel ranks).
+llvm::Error checkOneBitLamb(const TrainingOptions &o) {
+  auto num = [](double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%g", v);
+    return std::string(b);
+  };
+  if (o.optimizerName != "onebit-lamb")
+    return llvm::Error::success();
+  if (o.freezeStep < 0)
+    return fail("--freeze-step must not be negative, got " +
+                llvm::Twine(o.freezeStep));
+  if (!(o.lambFactorMin > 0 && o.lambFactorMin <= o.lambFactorMax))
+    return fail("--factor-min and --factor-max must satisfy 0 < min <= max, "
+                "got " + num(o.lambFactorMin) + " and " +
+                num(o.lambFactorMax));
+  if (!(o.lambMinCoeff > 0 && o.lambMinCoeff <= o.lambMaxCoeff))
+    return fail("--lamb-min-coeff and --lamb-max-coeff must satisfy 0 < min "
+                "<= max, got " + num(o.lambMinCoeff) + " and " +
+                num(o.lambMaxCoeff));
+  if (!(o.lambCoeffBeta >= 0 && o.lambCoeffBeta < 1))
+    return fail("--coeff-beta must be in [0, 1), got " +
+                num(o.lambCoeffBeta));
+  if (!(o.lambFactorThreshold >= 0))
+    return fail("--factor-threshold must not be negative, got " +
+                num(o.lambFactorThreshold));
+  std::string what = compressedLayoutProblem(o);
+  if (!what.empty())
+    return fail("--optimizer=onebit-lamb with " + what +
+                " is not supported yet (1-bit LAMB runs at ZeRO-0, f32, on "
                 "data-parallel ranks)");
   return llvm::Error::success();
 }
@@ -281,6 +323,8 @@ llvm::Error mlir::ds::validateTrainingOptions(TrainingOptions &options) {
   if (llvm::Error e = checkCompression(options))
     return e;
   if (llvm::Error e = checkZeroOneAdam(options))
+    return e;
+  if (llvm::Error e = checkOneBitLamb(options))
     return e;
   return checkSteps(options);
 }

@@ -574,10 +574,13 @@ bool loadCheckpoint(const std::string &dir, Executor &exec, int rank,
     // per rank too; 0/1 Adam's likewise.)
     bool perRank = info.optimizer == "onebit_adam" ||
                    info.optimizer == "onebit_adam_local" ||
-                   info.optimizer == "zero_one_adam";
+                   info.optimizer == "zero_one_adam" ||
+                   info.optimizer == "onebit_lamb";
     if (perRank && m.world != info.worldSize) {
-      err = std::string(info.optimizer == "zero_one_adam" ? "a 0/1" : "a 1-bit") +
-            " Adam checkpoint of " + std::to_string(m.world) +
+      err = std::string(info.optimizer == "zero_one_adam" ? "a 0/1 Adam"
+                        : info.optimizer == "onebit_lamb" ? "a 1-bit LAMB"
+                                                          : "a 1-bit Adam") +
+            " checkpoint of " + std::to_string(m.world) +
             " ranks cannot resume on " + std::to_string(info.worldSize) +
             " (its error-feedback buffers are per rank)";
       return false;

@@ -120,6 +120,7 @@ static const KernelSignature kSignatures[] = {
     {"compressed_all_gather", 4, 4, 2, 2}, // Cpu/CompressedGather.cpp
     {"quantized_all_gather", 2, 2, 1, 1},
     {"zero_one_adam", 9, 9, 7, 7}, // Cpu/ZeroOneAdam.cpp
+    {"onebit_lamb", 9, 9, 7, 7},   // Cpu/OneBitLamb.cpp
     {"sgd", 4, 6, 2, 3},
     {"onnx_update", 5, 6, 2, 3},
     // Collectives and the loss scaler's overflow check

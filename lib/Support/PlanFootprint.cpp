@@ -224,6 +224,7 @@ void addCollectivesAndOptimizer(const plan::Plan &p,
         ++f.allReduces;
         f.allReduceBytes += c.bytes();
         if (ins.kind() == plan::KIND_ONEBIT_ADAM || // the warm-up's gradient
+            ins.kind() == plan::KIND_ONEBIT_LAMB ||
             ins.kind() == plan::KIND_ZERO_ONE_ADAM) // 0/1: variance steps
           f.warmupOnlyBytes += c.bytes();
         break;

@@ -241,6 +241,18 @@ LogicalResult checkCompressedLayout(func::FuncOp func,
   return success();
 }
 
+LogicalResult prepareAtZeroZero(func::FuncOp func, const Hyperparameters &hp,
+                                StringRef name, StringRef scope) {
+  auto stage = func->getAttrOfType<IntegerAttr>(kZeroStageAttr);
+  if (stage && stage.getInt() > 0)
+    return func.emitError(name + " with ZeRO stage ")
+           << stage.getInt() << " is not supported yet (" << scope << ")";
+  if (failed(checkCompressedLayout(func, hp, name, scope)))
+    return failure();
+  takeOutGradientReduces(func);
+  return success();
+}
+
 LogicalResult prepareOneBitAdam(func::FuncOp func, const Hyperparameters &hp) {
   if (failed(checkCompressedLayout(
           func, hp, "onebit-adam",

@@ -649,6 +649,7 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
     hyper.freezeStep = freezeStep;
     hyper.zeroOne = {varFreezeStep, varUpdateScaler, localStepScaler,
                      localStepClipper};
+    hyper.oneBitLamb = {coeffBeta, factorMax, factorMin, factorThreshold};
     if (freezeStep < 0)
       return func.emitError("freeze-step must not be negative, got ")
              << static_cast<int64_t>(freezeStep);

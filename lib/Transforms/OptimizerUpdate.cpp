@@ -88,6 +88,8 @@ const UpdateRule kRules[] = {
      prepareOneBitAdam},
     {"zero-one-adam", buildZeroOneAdam, /*needsWholeTensors=*/false,
      prepareZeroOneAdam},
+    {"onebit-lamb", buildOneBitLamb, /*needsWholeTensors=*/true,
+     prepareOneBitLamb},
 };
 
 } // namespace

@@ -31,6 +31,14 @@ struct LrSchedule {
   double minLr = 0.0;
 };
 
+/// 1-bit LAMB's coefficients (DeepSpeed's OnebitLamb defaults): the
+/// running average of the warm-up's trust ratios, and the bounds of the
+/// factor that scales it after the freeze.
+struct OneBitLambParams {
+  double coeffBeta = 0.9;
+  double factorMax = 4.0, factorMin = 0.5, factorThreshold = 0.1;
+};
+
 /// The hyper-parameters of one parameter's update.
 struct Hyperparameters {
   double lr = 1e-3;
@@ -44,6 +52,7 @@ struct Hyperparameters {
   int64_t gradAccum = 1; // micro-batches per update
   int64_t freezeStep = 100000; // 1-bit Adam: the last warm-up step
   ::ds::zeroone::Policy zeroOne; // 0/1 Adam's variance and local steps
+  OneBitLambParams oneBitLamb;   // 1-bit LAMB (with freezeStep, max/minCoeff)
 };
 
 /// What a rule updates, for one parameter.
@@ -111,6 +120,11 @@ UpdateOutput buildOneBitAdam(OpBuilder &b, const UpdateInput &in,
 LogicalResult checkCompressedLayout(func::FuncOp func,
                                     const Hyperparameters &hp,
                                     StringRef name, StringRef scope);
+/// The compressed optimizers that run at ZeRO-0 only (0/1 Adam, 1-bit
+/// LAMB): refuses ZeRO 1-3 and checkCompressedLayout's layouts, then takes
+/// out ZeRO-0's gradient all-reduce (their updates exchange).
+LogicalResult prepareAtZeroZero(func::FuncOp func, const Hyperparameters &hp,
+                                StringRef name, StringRef scope);
 /// Refuses what 1-bit Adam does not run yet and returns the gradients of
 /// ZeRO-0's all-reduce to this rank's own (the update exchanges them).
 LogicalResult prepareOneBitAdam(func::FuncOp func, const Hyperparameters &hp);
@@ -123,6 +137,14 @@ UpdateOutput buildZeroOneAdam(OpBuilder &b, const UpdateInput &in,
 /// Refuses what 0/1 Adam does not run yet (and a policy out of range) and
 /// takes out ZeRO-0's gradient all-reduce, as 1-bit Adam.
 LogicalResult prepareZeroOneAdam(func::FuncOp func, const Hyperparameters &hp);
+/// DeepSpeed's OnebitLamb (OneBitLamb.cpp): `ds.onebit_lamb` with the
+/// fresh variance, the error-feedback buffers and the two coefficients as
+/// state.
+UpdateOutput buildOneBitLamb(OpBuilder &b, const UpdateInput &in,
+                             const Hyperparameters &hp, AddStateFn addState);
+/// Refuses what 1-bit LAMB does not run yet (ZeRO 1-3 among them) and
+/// takes out ZeRO-0's gradient all-reduce, as 1-bit Adam.
+LogicalResult prepareOneBitLamb(func::FuncOp func, const Hyperparameters &hp);
 /// Takes the gradients' data-parallel all-reduce (ZeRO-0's) out of `func`:
 /// each update then reads this rank's own gradient (OneBitAdam.cpp).
 void takeOutGradientReduces(func::FuncOp func);

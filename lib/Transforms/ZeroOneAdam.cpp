@@ -58,18 +58,9 @@ LogicalResult prepareZeroOneAdam(func::FuncOp func,
     return func.emitError("zero-one-adam: var-freeze-step must not be "
                           "negative and var-update-scaler, local-step-scaler "
                           "and local-step-clipper must be at least 1");
-  auto stage = func->getAttrOfType<IntegerAttr>(kZeroStageAttr);
-  if (stage && stage.getInt() > 0)
-    return func.emitError("zero-one-adam with ZeRO stage ")
-           << stage.getInt()
-           << " is not supported yet (0/1 Adam runs at ZeRO-0, f32, on "
-              "data-parallel ranks)";
-  if (failed(checkCompressedLayout(
-          func, hp, "zero-one-adam",
-          "0/1 Adam runs at ZeRO-0, f32, on data-parallel ranks")))
-    return failure();
-  takeOutGradientReduces(func);
-  return success();
+  return prepareAtZeroZero(
+      func, hp, "zero-one-adam",
+      "0/1 Adam runs at ZeRO-0, f32, on data-parallel ranks");
 }
 
 } // namespace mlir::ds::optimizer

@@ -79,7 +79,7 @@ inline bool isMatMul(plan::Kind kind) {
 inline bool isOptimizer(plan::Kind kind) {
   return kind == plan::KIND_ADAM || kind == plan::KIND_SGD ||
          kind == plan::KIND_ONEBIT_ADAM || kind == plan::KIND_ONEBIT_ADAM_LOCAL ||
-         kind == plan::KIND_ZERO_ONE_ADAM;
+         kind == plan::KIND_ZERO_ONE_ADAM || kind == plan::KIND_ONEBIT_LAMB;
 }
 /// The loss's gradient, where the backward pass starts.
 inline bool startsBackward(plan::Kind kind) {

@@ -245,7 +245,8 @@ def OptimizerPass : Pass<"ds-optimizer", "func::FuncOp"> {
            "give f32 parameters an f32 master copy in the optimizer state "
            "too (offload keeps it on the host)">,
     Option<"optimizer", "optimizer", "std::string", "\"adam\"",
-           "adam, adamw, sgd, lamb, onebit-adam or zero-one-adam">,
+           "adam, adamw, sgd, lamb, onebit-adam, zero-one-adam or "
+           "onebit-lamb">,
     Option<"lr", "lr", "double", "1e-3", "learning rate">,
     Option<"beta1", "beta1", "double", "0.9", "Adam's first-moment decay">,
     Option<"beta2", "beta2", "double", "0.999", "Adam's second-moment decay">,
@@ -276,8 +277,8 @@ def OptimizerPass : Pass<"ds-optimizer", "func::FuncOp"> {
            "ZeRO stages 1-2: updated shards gathered by one collective, in "
            "elements (DeepSpeed's allgather_bucket_size)">,
     Option<"freezeStep", "freeze-step", "int64_t", "100000",
-           "onebit-adam: the last warm-up step; later steps exchange the "
-           "momentum compressed to 1 bit per element">,
+           "onebit-adam, onebit-lamb: the last warm-up step; later steps "
+           "exchange the momentum compressed to 1 bit per element">,
     Option<"varFreezeStep", "var-freeze-step", "int64_t", "100000",
            "zero-one-adam: the last step that may update the variance; "
            "later steps are local steps">,
@@ -288,6 +289,16 @@ def OptimizerPass : Pass<"ds-optimizer", "func::FuncOp"> {
            "doubles">,
     Option<"localStepClipper", "local-step-clipper", "int64_t", "16",
            "zero-one-adam: the largest local-step interval">,
+    Option<"coeffBeta", "coeff-beta", "double", "0.9",
+           "onebit-lamb: the decay of the warm-up's running average of the "
+           "trust ratio, frozen after the freeze step">,
+    Option<"factorMax", "factor-max", "double", "4.0",
+           "onebit-lamb: the largest factor of the frozen trust ratio">,
+    Option<"factorMin", "factor-min", "double", "0.5",
+           "onebit-lamb: the smallest factor of the frozen trust ratio">,
+    Option<"factorThreshold", "factor-threshold", "double", "0.1",
+           "onebit-lamb: the largest relative change of the factor per "
+           "step">,
   ];
 }
 

@@ -8,6 +8,7 @@
 #define DS_RUNTIME_CPU_KERNELS_H
 
 #include "../Kernel.h"
+#include "ds/Support/OneBit.h"
 
 #include <cmath>
 #include <cstring>
@@ -44,6 +45,7 @@ void registerResizeKernels(KernelRegistry &r);      // Resize.cpp (spatial)
 void registerOneBitKernels(KernelRegistry &r);      // OneBitAdam.cpp (issue 26)
 void registerCompressedGatherKernels(KernelRegistry &r); // CompressedGather.cpp
 void registerZeroOneKernels(KernelRegistry &r);     // ZeroOneAdam.cpp (issue 26)
+void registerOneBitLambKernels(KernelRegistry &r);  // OneBitLamb.cpp (issue 26)
 void registerFusedKernels(KernelRegistry &r);       // Fused.cpp (fusion)
 void registerAttentionKernels(KernelRegistry &r);   // Attention.cpp (speed)
 
@@ -67,6 +69,22 @@ inline bool checkShards(KernelContext &ctx, const TensorView &whole,
                     "-element tensor is not " + std::to_string(world) +
                     " shards of " + std::to_string(count));
   return true;
+}
+
+/// A compressed optimizer's error-feedback buffers (`op`'s `worker` and
+/// `server` elements): the padding of `n` elements for `world` ranks
+/// (ds::onebit::paddedSize) and its world-th part; a plan compiled for
+/// another world size fails here, naming the sizes.
+inline bool checkOneBitErrors(KernelContext &ctx, const std::string &op,
+                              int64_t n, int64_t worker, int64_t server,
+                              int world) {
+  if (worker == ::ds::onebit::paddedSize(n, world) && server * world == worker)
+    return true;
+  return ctx.fail(op + ": error buffers of " + std::to_string(worker) +
+                  " and " + std::to_string(server) +
+                  " elements are not the padding of " + std::to_string(n) +
+                  " elements for " + std::to_string(world) +
+                  " ranks (the plan was compiled for another world size)");
 }
 
 /// An optimizer's operands: f32 of the parameter's size, a scalar step

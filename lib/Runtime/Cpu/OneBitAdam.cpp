@@ -38,14 +38,9 @@ bool checkOneBit(KernelContext &ctx, int world) {
     if (ctx.in[i].numel() != n)
       return ctx.fail("onebit_adam: gradient and moments must have the "
                       "parameter's size");
-  int64_t padded = ctx.in[4].numel();
-  if (padded != ::ds::onebit::paddedSize(n, world) ||
-      ctx.in[5].numel() * world != padded)
-    return ctx.fail("onebit_adam: error buffers of " + std::to_string(padded) +
-                    " and " + std::to_string(ctx.in[5].numel()) +
-                    " elements are not the padding of " + std::to_string(n) +
-                    " elements for " + std::to_string(world) +
-                    " ranks (the plan was compiled for another world size)");
+  if (!checkOneBitErrors(ctx, "onebit_adam", n, ctx.in[4].numel(),
+                         ctx.in[5].numel(), world))
+    return false;
   for (int i = 0; i < 5; ++i) {
     const TensorView &in = ctx.in[i < 1 ? 0 : i + 1];
     TensorView &out = ctx.out[i];
@@ -115,11 +110,8 @@ bool kOneBitAdam(KernelContext &ctx) {
   if (!frozen) {
     // Warm-up: Adam on the gradient's mean over the ranks.
     std::vector<float> g(G, G + n);
-    if (world > 1) {
-      comm->collectiveBytes += static_cast<uint64_t>(n) * sizeof(float);
-      if (!comm->allReduce(g.data(), n, DType::F32, /*mean=*/true, err))
-        return ctx.fail(err);
-    }
+    if (world > 1 && !onebit::meanAllReduce(*comm, g.data(), n, err))
+      return ctx.fail(err);
     for (int64_t i = 0; i < n; ++i) {
       M[i] = M[i] * b1 + g[i] * a1;
       V[i] = V[i] * b2 + a2 * g[i] * g[i];

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Kernels.h"
+#include "Lamb.h"
 #include "Vec.h"
 
 #include <algorithm>
@@ -111,6 +112,31 @@ DS_CLONES void adamRange(const AdamCoefficients &k, const float *P,
 }
 } // namespace
 
+double lambStep(const LambCoefficients &k, const float *P, const float *G,
+                const float *M, const float *V, float *Po, float *Mo,
+                float *Vo, int64_t n) {
+  std::vector<float> u(n);
+  double pNorm = 0, uNorm = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    float m = M[i] * k.b1 + G[i] * k.a1;
+    float v = V[i] * k.b2 + k.a2 * G[i] * G[i];
+    Mo[i] = m;
+    Vo[i] = v;
+    u[i] = (m / k.bc1) / (std::sqrt(v) / k.bc2Sqrt + k.eps) + k.wd * P[i];
+    pNorm += double(P[i]) * P[i];
+    uNorm += double(u[i]) * u[i];
+  }
+  pNorm = std::sqrt(pNorm);
+  uNorm = std::sqrt(uNorm);
+  double trust = pNorm > 0 && uNorm > 0
+                     ? std::clamp(pNorm / uNorm, k.minCoeff, k.maxCoeff)
+                     : 1.0;
+  float scale = static_cast<float>(k.lr * trust);
+  for (int64_t i = 0; i < n; ++i)
+    Po[i] = P[i] - scale * u[i];
+  return trust;
+}
+
 bool kAdam(KernelContext &ctx) {
   if (!checkOptimizer(ctx, 2))
     return false;
@@ -144,31 +170,11 @@ bool kAdam(KernelContext &ctx) {
         *Vo = ctx.out[2].as<float>();
   if (ctx.attrs.getInt("lamb", 0)) {
     // Lamb: Adam's direction plus decoupled decay, scaled per tensor by the
-    // trust ratio ||p|| / ||u|| in [min_coeff, max_coeff] (DeepSpeed's
-    // FusedLamb; 0.01 and 10 by default).
-    int64_t n = pin.numel();
-    std::vector<float> u(n);
-    float bc1F = static_cast<float>(bc1);
-    double pNorm = 0, uNorm = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      float m = M[i] * b1 + G[i] * a1;
-      float v = V[i] * b2 + a2 * G[i] * G[i];
-      Mo[i] = m;
-      Vo[i] = v;
-      u[i] = (m / bc1F) / (std::sqrt(v) / bc2Sqrt + eps) + wdF * P[i];
-      pNorm += double(P[i]) * P[i];
-      uNorm += double(u[i]) * u[i];
-    }
-    pNorm = std::sqrt(pNorm);
-    uNorm = std::sqrt(uNorm);
-    double trust = pNorm > 0 && uNorm > 0
-                       ? std::clamp(pNorm / uNorm,
-                                    ctx.attrs.getFloat("min_coeff", 0.01),
-                                    ctx.attrs.getFloat("max_coeff", 10.0))
-                       : 1.0;
-    float scale = static_cast<float>(lr * trust);
-    for (int64_t i = 0; i < n; ++i)
-      Po[i] = P[i] - scale * u[i];
+    // trust ratio (DeepSpeed's FusedLamb; Lamb.h).
+    LambCoefficients k{b1, a1, b2, a2, static_cast<float>(bc1), bc2Sqrt, eps,
+                       wdF, lr, ctx.attrs.getFloat("min_coeff", 0.01),
+                       ctx.attrs.getFloat("max_coeff", 10.0)};
+    lambStep(k, P, G, M, V, Po, Mo, Vo, pin.numel());
     return true;
   }
   AdamCoefficients k{stepSize, bc2Sqrt, b1, b2, a1, a2, eps, wdF, decay,

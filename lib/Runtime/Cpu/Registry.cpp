@@ -29,7 +29,8 @@ const KernelRegistry &cpuKernels() {
        registerResizeKernels,
        registerOneBitKernels, registerFusedKernels,
        registerAttentionKernels,
-       registerZeroOneKernels, registerCompressedGatherKernels});
+       registerZeroOneKernels, registerCompressedGatherKernels,
+       registerOneBitLambKernels});
   return registry;
 }
 

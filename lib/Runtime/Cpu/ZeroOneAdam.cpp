@@ -45,15 +45,9 @@ bool checkZeroOne(KernelContext &ctx, int world) {
     if (ctx.in[i].numel() != n)
       return ctx.fail("zero_one_adam: gradient, moments and momentum "
                       "accumulator must have the parameter's size");
-  int64_t padded = ctx.in[4].numel();
-  if (padded != ::ds::onebit::paddedSize(n, world) ||
-      ctx.in[5].numel() * world != padded)
-    return ctx.fail("zero_one_adam: error buffers of " +
-                    std::to_string(padded) + " and " +
-                    std::to_string(ctx.in[5].numel()) +
-                    " elements are not the padding of " + std::to_string(n) +
-                    " elements for " + std::to_string(world) +
-                    " ranks (the plan was compiled for another world size)");
+  if (!checkOneBitErrors(ctx, "zero_one_adam", n, ctx.in[4].numel(),
+                         ctx.in[5].numel(), world))
+    return false;
   if (ctx.in[7].dtype != DType::I64 || ctx.in[7].numel() != 5 ||
       ctx.out[6].dtype != DType::I64)
     return ctx.fail("zero_one_adam: counters must be 5 i64");
@@ -154,11 +148,9 @@ bool kZeroOneAdam(KernelContext &ctx) {
     // and v, plain Adam), else its compressed mean (m only).
     std::vector<float> g(G, G + n);
     bool variance = (t + 1) % have.varInterval == 0;
-    if (variance && world > 1) {
-      comm->collectiveBytes += static_cast<uint64_t>(n) * sizeof(float);
-      if (!comm->allReduce(g.data(), n, DType::F32, /*mean=*/true, err))
-        return ctx.fail(err);
-    }
+    if (variance && world > 1 &&
+        !onebit::meanAllReduce(*comm, g.data(), n, err))
+      return ctx.fail(err);
     if (!variance && !exchange(g.data()))
       return ctx.fail(err);
     for (int64_t i = 0; i < n; ++i) {

@@ -133,6 +133,23 @@ inline bool readBack(KernelContext &ctx, void *dst, const void *src,
   return true;
 }
 
+/// Copies `bytes` from the host to the device, waiting for the stream.
+inline bool fromHost(KernelContext &ctx, void *d, const void *h,
+                     size_t bytes) {
+  if (cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, gStream) !=
+          cudaSuccess ||
+      cudaStreamSynchronize(gStream) != cudaSuccess)
+    return launched(ctx);
+  return true;
+}
+
+/// `n` floats of the device read back into `h` (resized).
+inline bool toHost(KernelContext &ctx, std::vector<float> &h, const float *d,
+                   int64_t n) {
+  h.resize(static_cast<size_t>(n));
+  return readBack(ctx, h.data(), d, static_cast<size_t>(n) * sizeof(float));
+}
+
 inline bool isFloatType(DType t) {
   return t == DType::F32 || t == DType::F16 || t == DType::BF16;
 }
@@ -244,6 +261,7 @@ void registerResizeKernels(KernelRegistry &r);      // Resize.cu (spatial)
 void registerFusedKernels(KernelRegistry &r);       // Fused.cu (fusion)
 void registerAttentionKernels(KernelRegistry &r);   // Attention.cu (speed)
 void registerZeroOneKernels(KernelRegistry &r);     // ZeroOneAdam.cu (issue 26)
+void registerOneBitLambKernels(KernelRegistry &r);  // OneBitLamb.cu (issue 26)
 
 } // namespace ds::rt::cuda
 

@@ -36,7 +36,7 @@ const KernelRegistry &cudaKernels() {
        registerTopKKernels, registerEmbeddingBagKernels, registerResizeKernels,
        registerFusedKernels,
        registerAttentionKernels,
-       registerZeroOneKernels});
+       registerZeroOneKernels, registerOneBitLambKernels});
   return registry;
 }
 

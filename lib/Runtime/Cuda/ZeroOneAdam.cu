@@ -72,20 +72,6 @@ __global__ void zoSyncAfter(float *P, float *M, float *U, const float *V,
   }
 }
 
-bool toHost(KernelContext &ctx, std::vector<float> &h, const float *d,
-            int64_t n) {
-  h.resize(static_cast<size_t>(n));
-  return readBack(ctx, h.data(), d, static_cast<size_t>(n) * sizeof(float));
-}
-
-bool fromHost(KernelContext &ctx, void *d, const void *h, size_t bytes) {
-  if (cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, gStream) !=
-          cudaSuccess ||
-      cudaStreamSynchronize(gStream) != cudaSuccess)
-    return launched(ctx);
-  return true;
-}
-
 /// The exchange of `x` (n floats on the device) through the host: its
 /// mean (an all-reduce) or its compressed mean with the error buffers.
 bool hostExchange(KernelContext &ctx, float *x, int64_t n, bool compressed,
@@ -98,8 +84,7 @@ bool hostExchange(KernelContext &ctx, float *x, int64_t n, bool compressed,
   if (!toHost(ctx, hx, x, n))
     return false;
   if (!compressed) {
-    comm->collectiveBytes += static_cast<uint64_t>(n) * sizeof(float);
-    if (!comm->allReduce(hx.data(), n, DType::F32, /*mean=*/true, err))
+    if (!onebit::meanAllReduce(*comm, hx.data(), n, err))
       return ctx.fail(err);
     return fromHost(ctx, x, hx.data(), hx.size() * sizeof(float));
   }

@@ -83,6 +83,12 @@ bool compressedAllReduce(Communicator &comm, float *m, int64_t n,
   return true;
 }
 
+bool meanAllReduce(Communicator &comm, float *x, int64_t n,
+                   std::string &err) {
+  comm.collectiveBytes += static_cast<uint64_t>(n) * sizeof(float);
+  return comm.allReduce(x, n, DType::F32, /*mean=*/true, err);
+}
+
 bool compressedReduceScatter(Communicator &comm, const float *input,
                              int64_t chunk, float *workerError, float *out,
                              std::string &err) {

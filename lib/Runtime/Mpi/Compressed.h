@@ -36,6 +36,11 @@ inline float signAt(const uint8_t *packed, int64_t i) {
   return (packed[i >> 3] >> (7 - (i & 7))) & 1 ? 1.0f : -1.0f;
 }
 
+/// The warm-up's exchange of the compressed optimizers: `x` (n f32)
+/// replaced by its mean over `comm` (an all-reduce), its 4n bytes added to
+/// comm.collectiveBytes.
+bool meanAllReduce(Communicator &comm, float *x, int64_t n, std::string &err);
+
 /// The compressed all-reduce (mean) of `m` (n elements) over `comm`, as
 /// DeepSpeed's compressed_allreduce: `m` padded with zeros to the
 /// worker error's `padded` elements (ds::onebit::paddedSize) is

@@ -112,17 +112,20 @@ void addCollectives(const pb::Plan &p, pb::Instruction &ins, int64_t group) {
     return;
   }
   case pb::KIND_ONEBIT_ADAM:      // docs/compression.md
-  case pb::KIND_ZERO_ONE_ADAM: { // (0/1 Adam: 9 inputs)
+  case pb::KIND_ZERO_ONE_ADAM:   // (0/1 Adam: 9 inputs)
+  case pb::KIND_ONEBIT_LAMB: {   // (1-bit LAMB: 9, worker error 6th)
     // The warm-up's all-reduce of the gradient; after the freeze, the
     // compressed exchange of the padded momentum (its worker error's size).
     // 0/1 Adam runs one or the other or neither per step.
     if (ins.inputs_size() != (ins.kind() == pb::KIND_ONEBIT_ADAM ? 7 : 9))
       return;
+    int workerError = ins.kind() == pb::KIND_ONEBIT_LAMB ? 5 : 4;
     int64_t world = std::max<int64_t>(1, p.world_size());
     add(pb::COLLECTIVE_ALL_REDUCE, g, bufferBytes(p, ins.inputs(1)));
     add(pb::COLLECTIVE_COMPRESSED_ALL_REDUCE, g,
         ::ds::onebit::exchangeBytes(
-            static_cast<int64_t>(bufferBytes(p, ins.inputs(4)) / 4), world));
+            static_cast<int64_t>(bufferBytes(p, ins.inputs(workerError)) / 4),
+            world));
     return;
   }
   case pb::KIND_COMPRESSED_REDUCE_SCATTER: { // ZeRO 1-3, docs/compression.md

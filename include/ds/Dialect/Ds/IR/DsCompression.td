@@ -264,4 +264,69 @@ def Ds_ZeroOneAdamOp : Op<Ds_Dialect, "zero_one_adam",
   let cppNamespace = "::mlir::ds";
 }
 
+// 1-bit LAMB (docs/compression.md; lib/Dialect/Ds/IR/DsOneBitLamb.cpp).
+def Ds_OneBitLambOp : Op<Ds_Dialect, "onebit_lamb",
+    [Ds_OptimizerStep, DeclareOpInterfaceMethods<Ds_CostOpInterface>]> {
+  let summary = "one step of DeepSpeed's 1-bit LAMB with its own exchange";
+  let description = [{
+    One parameter's step of DeepSpeed's `OneBitLamb` (Li et al. 2021),
+    with the data-parallel exchange inside (`grad` is this rank's own
+    gradient). With `t` = `step`:
+
+    - `t <= freeze_step` (warm-up): Lamb without bias correction on the
+      gradient's mean over the ranks (an all-reduce): `m = b1 m + (1-b1)
+      g`, `v = b2 v + (1-b2) g^2`, `u = m / (sqrt(v) + eps) + wd p`, the
+      trust ratio `c = ||p|| / ||u||` clamped to [`min_coeff`,
+      `max_coeff`] (1 when a norm is 0), `p -= lr c u`. Where `c != 1`
+      the frozen coefficient `coeffs[0]` takes `coeff_beta coeffs[0] +
+      (1 - coeff_beta) c`.
+    - `t > freeze_step`: `v` is frozen. At the first such step
+      `v_fresh = v` and the last factor `coeffs[1]` is 1. `m = b1 m +
+      (1-b1) grad` with the local gradient, then `m` is replaced by its
+      compressed all-reduce (as `ds.onebit_adam`'s, with the worker and
+      server errors). The gradient the exchanged momentum implies,
+      `(m - b1 m_prev) / (1-b1)`, updates `v_fresh` as `v` would be; the
+      factor `max_i (sqrt(v) + eps) / (sqrt(v_fresh) + eps)` (mixed with
+      1 by the share of the update that is not weight decay when `wd > 0`)
+      is clamped to [`factor_min`, `factor_max`] and to within
+      `factor_threshold` of the last factor, and `p -= lr coeffs[0]
+      factor u` with `u = m / (sqrt(v) + eps) + wd p`.
+
+    `worker_error` holds the padded length (a multiple of N lcm(N, 8) for N
+    ranks), `server_error` its N-th part; `coeffs` is two f32: the frozen
+    Lamb coefficient and the last factor. The op communicates, so it is
+    not pure.
+  }];
+  let arguments = (ins Ds_FloatTensor:$param, Ds_FloatTensor:$grad,
+                       Ds_FloatTensor:$exp_avg, Ds_FloatTensor:$exp_avg_sq,
+                       Ds_FloatTensor:$exp_avg_sq_fresh,
+                       Ds_FloatTensor:$worker_error,
+                       Ds_FloatTensor:$server_error,
+                       Ds_FloatTensor:$coeffs,
+                       StaticShapeTensorOf<[I64]>:$step, F64Attr:$lr,
+                       F64Attr:$beta1, F64Attr:$beta2, F64Attr:$eps,
+                       F64Attr:$weight_decay,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$freeze_step,
+                       F64Attr:$max_coeff, F64Attr:$min_coeff,
+                       F64Attr:$coeff_beta, F64Attr:$factor_max,
+                       F64Attr:$factor_min, F64Attr:$factor_threshold,
+                       DefaultValuedAttr<StrAttr, "\"constant\"">:$schedule,
+                       DefaultValuedAttr<I64Attr, "0">:$warmup_steps,
+                       DefaultValuedAttr<I64Attr, "0">:$total_steps,
+                       DefaultValuedAttr<F64Attr, "0.0">:$min_lr);
+  let results = (outs Ds_FloatTensor:$new_param, Ds_FloatTensor:$new_exp_avg,
+                      Ds_FloatTensor:$new_exp_avg_sq,
+                      Ds_FloatTensor:$new_exp_avg_sq_fresh,
+                      Ds_FloatTensor:$new_worker_error,
+                      Ds_FloatTensor:$new_server_error,
+                      Ds_FloatTensor:$new_coeffs);
+  let assemblyFormat = [{
+    $param `,` $grad `,` $exp_avg `,` $exp_avg_sq `,` $exp_avg_sq_fresh `,`
+      $worker_error `,` $server_error `,` $coeffs `,` $step attr-dict `:`
+      functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+  let cppNamespace = "::mlir::ds";
+}
+
 #endif // DS_DIALECT_DS_IR_DSCOMPRESSION_TD

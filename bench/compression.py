@@ -1,0 +1,166 @@
+#!/usr/bin/python3
+"""The compressed optimizers (docs/compression.md) against their plain
+twins on N CPU ranks (mpirun), on the bundled GPT (export_gpt.py --dynamic,
+2x32 tokens per rank):
+
+1. bytes handed to collectives per step (ds-run's count, which it checks
+   against the plan's) and step time (ds-run's time_ms, median of the
+   steps after the freeze), plain against compressed: AdamW (no bias
+   correction) against 1-bit Adam, the same against 0/1 Adam, Lamb (no
+   bias correction) against 1-bit LAMB;
+2. 200-step loss curves of AdamW, 1-bit Adam and 0/1 Adam (a few points
+   and the mean of the last 8 steps, one pass over the 8 batches);
+3. the planner on GPT-2 small over 3 nodes x 1 device at 100 and 10 Gbps
+   (ds-opt --cluster): its predicted step for each optimizer. Its cost
+   model does not know the compressed collectives (the exchange runs
+   inside the onebit_adam/onebit_lamb kernels, which it times as compute
+   only), so the compressed step is estimated as the planner's step plus
+   the report's compressed ring bytes per rank at the link's bandwidth.
+
+usage: compression.py BUILD_BIN WORKDIR [RANKS] [MPIRUN]"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN, WORK = sys.argv[1], sys.argv[2]
+N = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+MPIRUN = (sys.argv[4] if len(sys.argv) > 4 else
+          "mpirun --oversubscribe --allow-run-as-root").split()
+w = lambda f: os.path.join(WORK, f)
+os.makedirs(WORK, exist_ok=True)
+PY = "/usr/bin/python3"
+FREEZE = 20
+# 0/1 Adam's policy of test/E2E/zero-one-adam.test (beta2 0.995, which it
+# needs on this toy: docs/compression.md).
+ZO = ["--var-freeze-step=20", "--var-update-scaler=16",
+      "--local-step-scaler=4", "--local-step-clipper=8"]
+OPT = {
+    "adamw": ["--optimizer=adamw", "--bias-correction=false"],
+    "adamw-b2": ["--optimizer=adamw", "--bias-correction=false", "--beta2=0.995"],
+    "onebit-adam": ["--optimizer=onebit-adam", f"--freeze-step={FREEZE}"],
+    "zero-one-adam": ["--optimizer=zero-one-adam", "--beta2=0.995", *ZO],
+    "lamb": ["--optimizer=lamb", "--bias-correction=false"],
+    "onebit-lamb": ["--optimizer=onebit-lamb", f"--freeze-step={FREEZE}"],
+}
+
+
+def tool(name):
+    return os.path.join(BIN, name)
+
+
+def compile_plan(onnx, name, extra=()):
+    out = subprocess.run([tool("ds-opt"), onnx, "--input-shape=idx:2x32",
+                          "--input-shape=targets:2x32", f"--world-size={N}",
+                          *OPT[name], *extra, "--report=json",
+                          "-o", w(name + ".plan")],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def train(name, steps):
+    log = w(name + ".json")
+    subprocess.run(MPIRUN + ["-np", str(N), tool("ds-run"), w(name + ".plan"),
+                             "--steps", str(steps), "--data", w("data.npz"),
+                             "--log-json", log, "--threads", "1"],
+                   check=True, capture_output=True, text=True, timeout=900)
+    steps = [json.loads(l) for l in open(log)]
+    assert all(s["collective_bytes"] == s["planned_collective_bytes"] for s in steps), \
+        name + ": ds-run's bytes differ from the plan's"
+    return steps
+
+
+def main():
+    onnx = w("gpt_dyn.onnx")
+    if not os.path.exists(onnx):
+        subprocess.run([PY, os.path.join(ROOT, "examples/gpt/export_gpt.py"),
+                        "--dynamic", "-o", onnx], check=True,
+                       capture_output=True)
+    rng = np.random.RandomState(0)
+    rows = 8 * 2 * N  # 8 global batches of arithmetic sequences (the tests')
+    start = rng.randint(0, 128, size=(rows, 1))
+    stride = rng.randint(1, 8, size=(rows, 1))
+    seq = (start + stride * np.arange(33)[None, :]) % 128
+    np.savez(w("data.npz"), idx=seq[:, :32], targets=seq[:, 1:])
+
+    print(f"== 1. bytes per step and step time on {N} CPU ranks "
+          f"(GPT example, 2x32 tokens per rank; after step {FREEZE})")
+    runs = {}
+    for name in OPT:
+        compile_plan(onnx, name)
+        runs[name] = train(name, 200 if name in ("adamw", "adamw-b2", "onebit-adam",
+                                                  "zero-one-adam") else 40)
+    print(f"{'optimizer':<15}{'bytes/step':>12}{'step ms':>10}")
+    figures = {}
+    for name, steps in runs.items():
+        after = steps[FREEZE:]
+        b = statistics.mean(s["collective_bytes"] for s in after)
+        ms = statistics.median(s["time_ms"] for s in after)
+        figures[name] = (b, ms)
+        print(f"{name:<15}{b:>12.0f}{ms:>10.2f}")
+    for plain, comp in (("adamw", "onebit-adam"), ("adamw-b2", "zero-one-adam"),
+                        ("lamb", "onebit-lamb")):
+        (pb, pm), (cb, cm) = figures[plain], figures[comp]
+        print(f"{comp} against {plain}: {pb / cb:.1f}x fewer bytes, "
+              f"step time x{cm / pm:.2f}")
+
+    print("== 2. 200-step loss curves (mean of 8 steps around each point; "
+          "8 batches per pass)")
+    points = [8, 25, 50, 100, 150, 200]
+    print(f"{'optimizer':<15}" + "".join(f"{'step ' + str(p):>11}" for p in points))
+    for name in ("adamw", "onebit-adam", "adamw-b2", "zero-one-adam"):
+        losses = [s["loss"] for s in runs[name]]
+        row = [statistics.mean(losses[p - 8:p]) for p in points]
+        print(f"{name:<15}" + "".join(f"{x:>11.4f}" for x in row))
+
+    print("== 3. the planner: GPT-2 small (1x64 tokens per rank), 3 nodes x 1 "
+          "device (h100-80g figures), inter-node 100 and 10 Gbps")
+    gpt2 = w("gpt2-small.onnx")
+    if not os.path.exists(gpt2):
+        subprocess.run([PY, os.path.join(ROOT, "examples/gpt/export_gpt.py"),
+                        "--size", "gpt2-small", "--dynamic", "-o", gpt2],
+                       check=True, capture_output=True)
+    for gbps in (100, 10):
+        cluster = {"name": f"3x1-{gbps}gbps", "nodes": 3, "devices_per_node": 1,
+                   "device": {"kind": "gpu", "memory": 85899345920,
+                              "flops": {"fp32": 6.7e13},
+                              "memory_bandwidth": 3.35e12},
+                   "inter_node": {"bandwidth": gbps * 1e9 / 8, "latency": 1e-5},
+                   "kernels": {"launch_overhead": 5e-6}}
+        cfile = w(f"cluster-{gbps}.json")
+        json.dump(cluster, open(cfile, "w"))
+        pred = {}
+        for name in ("adamw", "onebit-adam", "lamb", "onebit-lamb"):
+            out = subprocess.run(
+                [tool("ds-opt"), gpt2, "--input-shape=idx:1x64",
+                 "--input-shape=targets:1x64", "--world-size=3", *OPT[name],
+                 f"--cluster={cfile}", "--report=json", "-o", w("g2.plan")],
+                check=True, capture_output=True, text=True).stdout
+            r = json.loads(out)
+            c = r["collectives"]
+            ring = c["ring_bytes_per_rank"]
+            cring = c.get("compressed_ring_bytes_per_rank", ring)
+            pred[name] = (r["predicted"]["step_time_s"], ring, cring)
+        bw = gbps * 1e9 / 8
+        for plain, comp in (("adamw", "onebit-adam"), ("lamb", "onebit-lamb")):
+            ps, ring, _ = pred[plain]
+            cs, _, cring = pred[comp]
+            # The simulator times collectives of the collective family
+            # only: the exchange inside onebit_adam/onebit_lamb is not
+            # timed, so its step is the compute alone; the estimate adds
+            # the compressed ring bytes at the link's bandwidth.
+            est = cs + cring / bw
+            print(f"{gbps} Gbps, {comp} against {plain}: planner's step "
+                  f"{ps * 1e3:.2f} ms against {cs * 1e3:.2f} ms without the "
+                  f"exchange (not timed); ring bytes per rank {ring:.0f} -> "
+                  f"{cring:.0f}, at the link's bandwidth {ring / bw * 1e3:.2f} ms "
+                  f"-> {cring / bw * 1e3:.2f} ms; estimated step "
+                  f"{est * 1e3:.2f} ms: x{ps / est:.1f} faster")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+//===- DsOneBitLamb.cpp - 1-bit LAMB's update op --------------------------===//
+//
+// Part of the ds project.
+//
+// `ds.onebit_lamb` (DsCompression.td): its verifier and cost. Its error
+// buffers are padded as 1-bit Adam's (ds::onebit::paddedSize); its fresh
+// variance has the parameter's type and its coefficients are two f32.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ds/Dialect/Ds/IR/DsCompression.h"
+
+using namespace mlir;
+using namespace mlir::ds;
+
+LogicalResult OneBitLambOp::verify() {
+  Type t = getParam().getType();
+  for (Value v : {getGrad(), getExpAvg(), getExpAvgSq(), getExpAvgSqFresh()})
+    if (v.getType() != t)
+      return emitOpError("parameter, gradient, moments and fresh variance "
+                         "must have one type");
+  if (!cast<RankedTensorType>(t).getElementType().isF32())
+    return emitOpError("expects f32 parameters and state, got ") << t;
+  if (failed(detail::verifyOneBitErrors(*this, t, getWorkerError().getType(),
+                                       getServerError().getType())))
+    return failure();
+  auto coeffs = cast<RankedTensorType>(getCoeffs().getType());
+  if (coeffs.getNumElements() != 2 || !coeffs.getElementType().isF32())
+    return emitOpError("coeffs must be 2 f32, got ") << coeffs;
+  if (cast<ShapedType>(getStep().getType()).getNumElements() != 1)
+    return emitOpError("step must be a scalar");
+  // Results: the operands' types but the gradient's and the step's.
+  for (unsigned i = 0; i < getNumResults(); ++i)
+    if (getResult(i).getType() != getOperand(i < 1 ? 0 : i + 1).getType())
+      return emitOpError("result ") << i << " must have its state's type";
+  if (getLr().convertToDouble() < 0 || getWeightDecay().convertToDouble() < 0)
+    return emitOpError("learning rate and weight decay must not be negative");
+  double fmin = getFactorMin().convertToDouble(),
+         fmax = getFactorMax().convertToDouble(),
+         cmin = getMinCoeff().convertToDouble(),
+         cmax = getMaxCoeff().convertToDouble(),
+         beta = getCoeffBeta().convertToDouble(),
+         threshold = getFactorThreshold().convertToDouble();
+  if (!(fmin > 0 && fmin <= fmax) || !(cmin > 0 && cmin <= cmax) ||
+      !(beta >= 0 && beta < 1) || !(threshold >= 0))
+    return emitOpError("expects 0 < factor_min <= factor_max, 0 < min_coeff "
+                       "<= max_coeff, 0 <= coeff_beta < 1 and "
+                       "factor_threshold >= 0");
+  return success();
+}
+
+/// Lamb's 14 per element, the fresh variance and the factor (about 8 per
+/// element), plus the compression's sign, scale and error (about 4 per
+/// padded element, twice).
+int64_t OneBitLambOp::getFlops() {
+  return 22 * detail::numElements(getParam().getType()) +
+         8 * detail::numElements(getWorkerError().getType());
+}
