@@ -115,6 +115,9 @@ static const KernelSignature kSignatures[] = {
     {"onebit_adam", 7, 7, 5, 5}, // Cpu/OneBitAdam.cpp
     {"onebit_adam_local", 5, 5, 3, 3},
     {"compressed_reduce_scatter", 3, 3, 2, 2},
+    // ZeRO++ (Cpu/ZeroPP.cpp): the result and the records' workspace
+    {"quantized_all_gather", 1, 1, 2, 2},
+    {"quantized_reduce_scatter", 1, 1, 2, 2},
     {"zero_one_adam", 9, 9, 7, 7}, // Cpu/ZeroOneAdam.cpp
     {"sgd", 4, 6, 2, 3},
     {"onnx_update", 5, 6, 2, 3},

@@ -43,6 +43,7 @@ void registerTopKKernels(KernelRegistry &r);        // TopK.cpp (misc family)
 void registerResizeKernels(KernelRegistry &r);      // Resize.cpp (spatial)
 void registerOneBitKernels(KernelRegistry &r);      // OneBitAdam.cpp (issue 26)
 void registerZeroOneKernels(KernelRegistry &r);     // ZeroOneAdam.cpp (issue 26)
+void registerZeroPPKernels(KernelRegistry &r);      // ZeroPP.cpp (ZeRO++)
 void registerFusedKernels(KernelRegistry &r);       // Fused.cpp (fusion)
 void registerAttentionKernels(KernelRegistry &r);   // Attention.cpp (speed)
 

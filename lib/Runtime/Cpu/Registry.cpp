@@ -26,7 +26,7 @@ const KernelRegistry &cpuKernels() {
        registerPoolingKernels, registerTopKKernels, registerResizeKernels,
        registerOneBitKernels, registerFusedKernels,
        registerAttentionKernels,
-       registerZeroOneKernels});
+       registerZeroOneKernels, registerZeroPPKernels});
   return registry;
 }
 

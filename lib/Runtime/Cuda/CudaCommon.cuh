@@ -244,6 +244,7 @@ void registerResizeKernels(KernelRegistry &r);      // Resize.cu (spatial)
 void registerFusedKernels(KernelRegistry &r);       // Fused.cu (fusion)
 void registerAttentionKernels(KernelRegistry &r);   // Attention.cu (speed)
 void registerZeroOneKernels(KernelRegistry &r);     // ZeroOneAdam.cu (issue 26)
+void registerZeroPPKernels(KernelRegistry &r);      // ZeroPP.cu (ZeRO++)
 
 } // namespace ds::rt::cuda
 

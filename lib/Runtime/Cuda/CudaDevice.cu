@@ -33,7 +33,7 @@ const KernelRegistry &cudaKernels() {
        registerCollectiveKernels, registerConvKernels, registerPoolingKernels,
        registerTopKKernels, registerResizeKernels, registerFusedKernels,
        registerAttentionKernels,
-       registerZeroOneKernels});
+       registerZeroOneKernels, registerZeroPPKernels});
   return registry;
 }
 
