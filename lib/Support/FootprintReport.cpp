@@ -281,14 +281,19 @@ void reportZeroPP(std::string &out, const Footprint &f) {
     out += line;
   }
   if (f.devicesPerNode > 0 && f.world > 1) {
-    double unq = f.crossNodeBytesUnquantized();
     std::snprintf(line, sizeof line,
                   "  by node (%d ranks per node): %.0f bytes per rank stay "
-                  "in the node, %.0f cross nodes (%.0f without ZeRO++'s "
-                  "quantization, %.2fx)\n",
-                  f.devicesPerNode, f.intraNodeBytes(), f.crossNodeBytes(),
-                  unq, f.crossNodeBytes() > 0 ? unq / f.crossNodeBytes() : 0.0);
+                  "in the node, %.0f cross nodes",
+                  f.devicesPerNode, f.intraNodeBytes(), f.crossNodeBytes());
     out += line;
+    double unq = f.crossNodeBytesUnquantized();
+    if (f.quantizedAllGathers + f.quantizedReduceScatters > 0) {
+      std::snprintf(line, sizeof line,
+                    " (%.0f without ZeRO++'s quantization, %.2fx)", unq,
+                    f.crossNodeBytes() > 0 ? unq / f.crossNodeBytes() : 0.0);
+      out += line;
+    }
+    out += "\n";
   }
 }
 

@@ -10,14 +10,14 @@
 // RUN: not ds-opt %S/Inputs/two-layers.mlir --ds-autodiff '--ds-zero=world-size=2 stage=2 quantize-gradients=true gradient-bits=2' 2>&1 | FileCheck %s --check-prefix=BITS
 // RUN: not ds-opt %S/Inputs/two-layers.mlir --ds-autodiff '--ds-zero=world-size=2 stage=2 quantize-gradients=true comm-dtype=bf16' 2>&1 | FileCheck %s --check-prefix=QGBF16
 
-// qwZ: both passes gather the bucket (w's 6 and v's 5 elements per rank)
+// qwZ (8 bits, the default, is not printed): both passes gather the bucket (w's 6 and v's 5 elements per rank)
 // quantized; the reduce-scatter stays plain; Adam updates the f32 shards.
 // QW-LABEL: func.func @forward
 // QW-SAME: %arg1: tensor<6xf32> {ds.full_shape = array<i64: 4, 3>, ds.param = "w", ds.trainable}
 // QW: %[[C:.*]] = ds.concat %arg1, %arg2 {axis = 0 : i64} : (tensor<6xf32>, tensor<5xf32>) -> tensor<11xf32>
-// QW-NEXT: ds.quantized_all_gather %[[C]] {bits = 8 : i64, block_size = 4 : i64, group = 0 : i64} : tensor<11xf32> -> tensor<22xf32>
+// QW-NEXT: ds.quantized_all_gather %[[C]] {block_size = 4 : i64, group = 0 : i64} : tensor<11xf32> -> tensor<22xf32>
 // QW: ds.loss_grad
-// QW: ds.quantized_all_gather %{{.*}} {bits = 8 : i64, block_size = 4 : i64, group = 0 : i64} : tensor<11xf32> -> tensor<22xf32>
+// QW: ds.quantized_all_gather %{{.*}} {block_size = 4 : i64, group = 0 : i64} : tensor<11xf32> -> tensor<22xf32>
 // QW: ds.reduce_scatter %{{.*}} {group = 0 : i64, reduction = "mean"} : tensor<22xf32> -> tensor<11xf32>
 // QW: ds.adam %arg1,
 // QW: ds.adam %arg2,
@@ -33,7 +33,7 @@
 
 // BOTH-LABEL: func.func @forward
 // BOTH-COUNT-2: ds.quantized_all_gather
-// BOTH: ds.quantized_reduce_scatter %{{.*}} {bits = 8 : i64
+// BOTH: ds.quantized_reduce_scatter %{{.*}} {block_size = 2048 : i64
 // BOTH-NOT: ds.all_gather
 // BOTH-NOT: ds.reduce_scatter
 

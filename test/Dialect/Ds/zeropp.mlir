@@ -6,7 +6,8 @@
 
 // CHECK-LABEL: func.func @gather
 func.func @gather(%s: tensor<6xf32>, %h: tensor<6xbf16>) -> (tensor<24xf32>, tensor<24xbf16>) {
-  // CHECK: ds.quantized_all_gather %{{.*}} {bits = 8 : i64, block_size = 4 : i64, group = 0 : i64} : tensor<6xf32> -> tensor<24xf32>
+  // 8 bits, the default, is not printed.
+  // CHECK: ds.quantized_all_gather %{{.*}} {block_size = 4 : i64, group = 0 : i64} : tensor<6xf32> -> tensor<24xf32>
   %w = ds.quantized_all_gather %s {block_size = 4 : i64, bits = 8 : i64, group = 0 : i64} : tensor<6xf32> -> tensor<24xf32>
   // The default is 8 bits; 16-bit shards are gathered as they are.
   // CHECK: ds.quantized_all_gather %{{.*}} {block_size = 2048 : i64, group = 0 : i64} : tensor<6xbf16> -> tensor<24xbf16>
