@@ -16,7 +16,7 @@
 #ifndef DS_RUNTIME_QUANTIZERECORD_H
 #define DS_RUNTIME_QUANTIZERECORD_H
 
-#include "Kernel.h"
+#include "Cpu/Kernels.h"
 #include "ds/Support/Quantize.h"
 
 #include <algorithm>
@@ -49,6 +49,25 @@ inline bool checkWorkspace(KernelContext &ctx, int64_t part, int64_t records,
     return ctx.fail("the quantized records need a workspace of " +
                     std::to_string(need) + " bytes, the plan gave " +
                     std::to_string(ws.numel() * dtypeSize(ws.dtype)));
+  return true;
+}
+
+/// The operands of a quantized all-gather (`gather`: a shard of `part`
+/// elements gathered from `world` ranks) or reduce-scatter (`world` chunks
+/// of `part` elements), its attributes and its workspace, checked; `record`
+/// gets the bytes of one record.
+inline bool checkQuantizedCollective(KernelContext &ctx, bool gather,
+                                     int world, int64_t &part, int64_t &block,
+                                     int &bits, uint64_t &record) {
+  const TensorView &in = ctx.in[0], &out = ctx.out[0];
+  if (!gather && (in.dtype != DType::F32 || out.dtype != DType::F32))
+    return ctx.fail("quantized_reduce_scatter sums in f32: its input and "
+                    "result must be f32");
+  if (!checkShards(ctx, gather ? out : in, gather ? in : out, world, part) ||
+      !readQuantization(ctx, block, bits) ||
+      !checkWorkspace(ctx, part, gather ? world + 1 : 2 * world, block, bits))
+    return false;
+  record = ::ds::quant::recordBytes(part, block, bits);
   return true;
 }
 
@@ -97,7 +116,7 @@ void writeRecord(Load load, int64_t n, int64_t block, int bits,
     float amax = 0.0f;
     for (int64_t i = lo; i < hi; ++i) {
       float a = std::fabs(load(i));
-      if (!(a <= amax)) // NaN wins too
+      if (!std::isnan(amax) && !(a <= amax)) // a NaN stays once seen
         amax = a;
     }
     float s = std::isfinite(amax) ? amax / static_cast<float>(qmax(bits))

@@ -27,11 +27,10 @@ bool kQuantizedAllGather(KernelContext &ctx) {
   int world = ctx.comm ? ctx.comm->size() : 1;
   int64_t shard, block;
   int bits;
-  if (!checkShards(ctx, out, in, world, shard) ||
-      !quant::readQuantization(ctx, block, bits) ||
-      !quant::checkWorkspace(ctx, shard, world + 1, block, bits))
+  uint64_t record;
+  if (!quant::checkQuantizedCollective(ctx, true, world, shard, block, bits,
+                                       record))
     return false;
-  uint64_t record = ::ds::quant::recordBytes(shard, block, bits);
   uint8_t *mine = ctx.out[1].as<uint8_t>(), *all = mine + record;
   quant::writeRecord([&](int64_t i) { return static_cast<float>(
                                           loadD(in.data, in.dtype, i)); },
@@ -67,14 +66,10 @@ bool kQuantizedReduceScatter(KernelContext &ctx) {
   int world = ctx.comm ? ctx.comm->size() : 1;
   int64_t chunk, block;
   int bits;
-  if (in.dtype != DType::F32 || out.dtype != DType::F32)
-    return ctx.fail("quantized_reduce_scatter sums in f32: its input and "
-                    "result must be f32");
-  if (!checkShards(ctx, in, out, world, chunk) ||
-      !quant::readQuantization(ctx, block, bits) ||
-      !quant::checkWorkspace(ctx, chunk, 2 * world, block, bits))
+  uint64_t record;
+  if (!quant::checkQuantizedCollective(ctx, false, world, chunk, block, bits,
+                                       record))
     return false;
-  uint64_t record = ::ds::quant::recordBytes(chunk, block, bits);
   uint8_t *sent = ctx.out[1].as<uint8_t>(), *got = sent + world * record;
   const float *x = in.as<float>();
   for (int j = 0; j < world; ++j)

@@ -37,13 +37,14 @@ __global__ void blockScales(const void *x, int dt, int64_t base, int64_t n,
     float amax = 0.0f;
     for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
       float a = fabsf(static_cast<float>(load(x, dt, base + i)));
-      if (!(a <= amax))
+      if (!isnan(amax) && !(a <= amax)) // a NaN stays once seen
         amax = a;
     }
     part[threadIdx.x] = amax;
     __syncthreads();
     for (int w = blockDim.x / 2; w > 0; w /= 2) {
-      if (threadIdx.x < w && !(part[threadIdx.x + w] <= part[threadIdx.x]))
+      if (threadIdx.x < w && !isnan(part[threadIdx.x]) &&
+          !(part[threadIdx.x + w] <= part[threadIdx.x]))
         part[threadIdx.x] = part[threadIdx.x + w];
       __syncthreads();
     }
@@ -159,11 +160,10 @@ bool kQuantizedAllGather(KernelContext &ctx) {
   int world = ctx.comm ? ctx.comm->size() : 1;
   int64_t shard, block;
   int bits;
-  if (!checkShards(ctx, out, in, world, shard) ||
-      !quant::readQuantization(ctx, block, bits) ||
-      !quant::checkWorkspace(ctx, shard, world + 1, block, bits))
+  uint64_t record;
+  if (!quant::checkQuantizedCollective(ctx, true, world, shard, block, bits,
+                                       record))
     return false;
-  uint64_t record = ::ds::quant::recordBytes(shard, block, bits);
   uint8_t *mine = ctx.out[1].as<uint8_t>(), *all = mine + record;
   if (!writeRecord(ctx, in, 0, shard, block, bits, mine))
     return false;
@@ -183,14 +183,10 @@ bool kQuantizedReduceScatter(KernelContext &ctx) {
   int world = ctx.comm ? ctx.comm->size() : 1;
   int64_t chunk, block;
   int bits;
-  if (in.dtype != DType::F32 || out.dtype != DType::F32)
-    return ctx.fail("quantized_reduce_scatter sums in f32: its input and "
-                    "result must be f32");
-  if (!checkShards(ctx, in, out, world, chunk) ||
-      !quant::readQuantization(ctx, block, bits) ||
-      !quant::checkWorkspace(ctx, chunk, 2 * world, block, bits))
+  uint64_t record;
+  if (!quant::checkQuantizedCollective(ctx, false, world, chunk, block, bits,
+                                       record))
     return false;
-  uint64_t record = ::ds::quant::recordBytes(chunk, block, bits);
   uint8_t *sent = ctx.out[1].as<uint8_t>(), *got = sent + world * record;
   for (int j = 0; j < world; ++j)
     if (!writeRecord(ctx, in, j * chunk, chunk, block, bits,
