@@ -17,6 +17,7 @@
 #define DS_RUNTIME_QUANTIZERECORD_H
 
 #include "Cpu/Kernels.h"
+#include "ds/Runtime/Comm.h"
 #include "ds/Support/Quantize.h"
 
 #include <algorithm>
@@ -52,22 +53,33 @@ inline bool checkWorkspace(KernelContext &ctx, int64_t part, int64_t records,
   return true;
 }
 
-/// The operands of a quantized all-gather (`gather`: a shard of `part`
-/// elements gathered from `world` ranks) or reduce-scatter (`world` chunks
-/// of `part` elements), its attributes and its workspace, checked; `record`
-/// gets the bytes of one record.
+/// A quantized collective's sizes: its ranks, the elements of a shard (the
+/// gather) or chunk (the reduce-scatter), the block, the bits and the bytes
+/// of one record.
+struct QuantizedSizes {
+  int world = 1;
+  int64_t part = 0, block = 0;
+  int bits = 8;
+  uint64_t record = 0;
+};
+
+/// The operands of a quantized all-gather (`gather`: a shard gathered from
+/// every rank) or reduce-scatter (a chunk per rank), its attributes and
+/// its workspace, checked; `q` gets the sizes.
 inline bool checkQuantizedCollective(KernelContext &ctx, bool gather,
-                                     int world, int64_t &part, int64_t &block,
-                                     int &bits, uint64_t &record) {
+                                     QuantizedSizes &q) {
   const TensorView &in = ctx.in[0], &out = ctx.out[0];
+  q.world = ctx.comm ? ctx.comm->size() : 1;
   if (!gather && (in.dtype != DType::F32 || out.dtype != DType::F32))
     return ctx.fail("quantized_reduce_scatter sums in f32: its input and "
                     "result must be f32");
-  if (!checkShards(ctx, gather ? out : in, gather ? in : out, world, part) ||
-      !readQuantization(ctx, block, bits) ||
-      !checkWorkspace(ctx, part, gather ? world + 1 : 2 * world, block, bits))
+  if (!checkShards(ctx, gather ? out : in, gather ? in : out, q.world,
+                   q.part) ||
+      !readQuantization(ctx, q.block, q.bits) ||
+      !checkWorkspace(ctx, q.part, gather ? q.world + 1 : 2 * q.world,
+                      q.block, q.bits))
     return false;
-  record = ::ds::quant::recordBytes(part, block, bits);
+  q.record = ::ds::quant::recordBytes(q.part, q.block, q.bits);
   return true;
 }
 

@@ -24,13 +24,12 @@ namespace ds::rt {
 bool kQuantizedAllGather(KernelContext &ctx) {
   const TensorView &in = ctx.in[0];
   TensorView &out = ctx.out[0];
-  int world = ctx.comm ? ctx.comm->size() : 1;
-  int64_t shard, block;
-  int bits;
-  uint64_t record;
-  if (!quant::checkQuantizedCollective(ctx, true, world, shard, block, bits,
-                                       record))
+  quant::QuantizedSizes q;
+  if (!quant::checkQuantizedCollective(ctx, true, q))
     return false;
+  const int world = q.world, bits = q.bits;
+  const int64_t shard = q.part, block = q.block;
+  const uint64_t record = q.record;
   uint8_t *mine = ctx.out[1].as<uint8_t>(), *all = mine + record;
   quant::writeRecord([&](int64_t i) { return static_cast<float>(
                                           loadD(in.data, in.dtype, i)); },
@@ -63,13 +62,12 @@ bool kQuantizedAllGather(KernelContext &ctx) {
 bool kQuantizedReduceScatter(KernelContext &ctx) {
   const TensorView &in = ctx.in[0];
   TensorView &out = ctx.out[0];
-  int world = ctx.comm ? ctx.comm->size() : 1;
-  int64_t chunk, block;
-  int bits;
-  uint64_t record;
-  if (!quant::checkQuantizedCollective(ctx, false, world, chunk, block, bits,
-                                       record))
+  quant::QuantizedSizes q;
+  if (!quant::checkQuantizedCollective(ctx, false, q))
     return false;
+  const int world = q.world, bits = q.bits;
+  const int64_t chunk = q.part, block = q.block;
+  const uint64_t record = q.record;
   uint8_t *sent = ctx.out[1].as<uint8_t>(), *got = sent + world * record;
   const float *x = in.as<float>();
   for (int j = 0; j < world; ++j)

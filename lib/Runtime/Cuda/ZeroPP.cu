@@ -157,13 +157,12 @@ bool hostExchange(KernelContext &ctx, const uint8_t *mine, uint8_t *all,
 bool kQuantizedAllGather(KernelContext &ctx) {
   const TensorView &in = ctx.in[0];
   TensorView &out = ctx.out[0];
-  int world = ctx.comm ? ctx.comm->size() : 1;
-  int64_t shard, block;
-  int bits;
-  uint64_t record;
-  if (!quant::checkQuantizedCollective(ctx, true, world, shard, block, bits,
-                                       record))
+  quant::QuantizedSizes q;
+  if (!quant::checkQuantizedCollective(ctx, true, q))
     return false;
+  const int world = q.world, bits = q.bits;
+  const int64_t shard = q.part, block = q.block;
+  const uint64_t record = q.record;
   uint8_t *mine = ctx.out[1].as<uint8_t>(), *all = mine + record;
   if (!writeRecord(ctx, in, 0, shard, block, bits, mine))
     return false;
@@ -180,13 +179,12 @@ bool kQuantizedAllGather(KernelContext &ctx) {
 bool kQuantizedReduceScatter(KernelContext &ctx) {
   const TensorView &in = ctx.in[0];
   TensorView &out = ctx.out[0];
-  int world = ctx.comm ? ctx.comm->size() : 1;
-  int64_t chunk, block;
-  int bits;
-  uint64_t record;
-  if (!quant::checkQuantizedCollective(ctx, false, world, chunk, block, bits,
-                                       record))
+  quant::QuantizedSizes q;
+  if (!quant::checkQuantizedCollective(ctx, false, q))
     return false;
+  const int world = q.world, bits = q.bits;
+  const int64_t chunk = q.part, block = q.block;
+  const uint64_t record = q.record;
   uint8_t *sent = ctx.out[1].as<uint8_t>(), *got = sent + world * record;
   for (int j = 0; j < world; ++j)
     if (!writeRecord(ctx, in, j * chunk, chunk, block, bits,
