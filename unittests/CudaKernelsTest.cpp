@@ -662,7 +662,7 @@ TEST(Cuda, EveryKernelTested) {
       "sp_reduce_scatter",
       // 1-bit Adam (docs/compression.md) runs on the CPU backend first.
       "onebit_adam", "onebit_adam_local", "compressed_reduce_scatter",
-      "compressed_all_gather", "quantized_all_gather"};
+      "compressed_all_gather", "onebit_quantized_all_gather"};
   size_t twins = 0;
   for (const std::string &k : kernelNames()) {
     if (std::find(cpuOnly.begin(), cpuOnly.end(), k) != cpuOnly.end())

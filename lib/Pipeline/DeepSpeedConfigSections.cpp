@@ -335,10 +335,9 @@ bool config::readZero(Reader &r, const std::string &key, const Value &v) {
       {"sub_group_size", {K::NoOp, "ds updates each tensor separately"}},
       {"round_robin_gradients",
        {K::NoOp, "it orders DeepSpeed's offload copies; ds plans its own"}},
-      {"zero_quantized_weights", {K::OffOnly, "ZeRO++ is not built yet"}},
       {"zero_quantized_nontrainable_weights",
-       {K::OffOnly, "ZeRO++ is not built yet"}},
-      {"zero_quantized_gradients", {K::OffOnly, "ZeRO++ is not built yet"}},
+       {K::OffOnly, "ds quantizes the gathers of trainable parameters only "
+                    "(ZeRO++'s qwZ, zero_quantized_weights)"}},
       {"elastic_checkpoint", {K::NoOp, "checkpoints re-partition anyway"}},
       {"ignore_unused_parameters", {K::NoOp, "the graph has no unused ones"}},
       {"load_from_fp32_weights", {K::NoOp, "checkpoints keep the masters"}},
@@ -368,6 +367,8 @@ bool config::readZero(Reader &r, const std::string &key, const Value &v) {
                                     "cpu_offload",
                                     "cpu_offload_params",
                                     "zero_hpz_partition_size",
+                                    "zero_quantized_weights",
+                                    "zero_quantized_gradients",
                                     "mics_shard_size"};
   if (!o || !r.checkKeys(*o, key, valid, known))
     return false;

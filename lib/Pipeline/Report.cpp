@@ -190,6 +190,8 @@ compileRecord(const TrainingOptions &o, const MemoryChoices &c,
   r["optimizer"] = o.optimizerName;
   r["precision"] = o.precision;
   r["comm_dtype"] = o.effectiveCommDtype();
+  if (o.devicesPerNode > 0) // the report's intra/cross-node split
+    r["devices_per_node"] = std::to_string(o.devicesPerNode);
   if (o.precision == "fp16") {
     r["loss_scale"] = std::to_string(o.lossScale);
     r["initial_scale_power"] = std::to_string(o.initialScalePower);

@@ -129,6 +129,10 @@ void mlir::ds::addTrainingPasses(OpPassManager &pm, const TrainingOptions &o,
     dp.commDtype = o.effectiveCommDtype();
     dp.prefetchBucketSize = o.prefetchBucketSize;
     dp.accumSteps = o.gradAccum;
+    dp.quantizeWeights = o.quantizeWeights;
+    dp.quantizeGradients = o.quantizeGradients;
+    dp.quantizeBlockSize = o.quantizeBlockSize;
+    dp.gradientBits = o.quantizeGradientBits;
     pm.addNestedPass<func::FuncOp>(createZeroPass(dp));
   }
   if (training) {

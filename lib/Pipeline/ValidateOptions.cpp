@@ -309,6 +309,50 @@ llvm::Error checkOneBitLamb(const TrainingOptions &o) {
                 "data-parallel ranks)");
   return llvm::Error::success();
 }
+
+/// ZeRO++ (docs/zeropp.md): qwZ at ZeRO-3, qgZ at ZeRO 1-3 with f32
+/// gradient communication, on data-parallel ranks; hpZ is not built (the
+/// config key is refused by the config reader).
+llvm::Error checkZeroPP(const TrainingOptions &o) {
+  if (o.devicesPerNode < 0)
+    return fail("--devices-per-node must not be negative, got " +
+                llvm::Twine(o.devicesPerNode));
+  if (!o.quantizeWeights && !o.quantizeGradients)
+    return llvm::Error::success();
+  if (o.quantizeBlockSize < 1)
+    return fail("--quantize-block-size must be at least 1, got " +
+                llvm::Twine(o.quantizeBlockSize));
+  if (o.quantizeGradientBits != 8 && o.quantizeGradientBits != 4)
+    return fail("--quantize-gradient-bits must be 8 or 4, got " +
+                llvm::Twine(o.quantizeGradientBits));
+  if (o.quantizeWeights && o.zeroStage != 3)
+    return fail("--quantize-weights needs --zero=3 (ZeRO++'s qwZ quantizes "
+                "ZeRO-3's parameter gathers), got --zero=" +
+                llvm::Twine(o.zeroStage));
+  if (o.quantizeGradients && o.zeroStage == 0)
+    return fail("--quantize-gradients needs --zero=1, 2 or 3 (ZeRO++'s qgZ "
+                "quantizes the gradients' reduce-scatter)");
+  if (o.quantizeGradients && o.effectiveCommDtype() != "fp32")
+    return fail("--quantize-gradients with --comm-dtype=" +
+                o.effectiveCommDtype() +
+                " is not supported yet (qgZ quantizes f32 gradients)");
+  std::string what =
+      o.optimizerName == "onebit-adam" || o.optimizerName == "zero-one-adam" ||
+              o.optimizerName == "onebit-lamb"
+          ? "--optimizer=" + o.optimizerName
+      : o.pipelineParallel > 1
+          ? "--pipeline-parallel=" + std::to_string(o.pipelineParallel)
+      : o.tensorParallel > 1
+          ? "--tensor-parallel=" + std::to_string(o.tensorParallel)
+      : o.offloadOptimizer != "none"
+          ? "--offload-optimizer=" + o.offloadOptimizer
+      : o.offloadParam != "none" ? "--offload-param=" + o.offloadParam
+                                 : std::string();
+  if (!what.empty())
+    return fail("ZeRO++ (--quantize-weights, --quantize-gradients) with " +
+                what + " is not supported yet");
+  return llvm::Error::success();
+}
 } // namespace
 
 llvm::Error mlir::ds::validateTrainingOptions(TrainingOptions &options) {
@@ -325,6 +369,8 @@ llvm::Error mlir::ds::validateTrainingOptions(TrainingOptions &options) {
   if (llvm::Error e = checkZeroOneAdam(options))
     return e;
   if (llvm::Error e = checkOneBitLamb(options))
+    return e;
+  if (llvm::Error e = checkZeroPP(options))
     return e;
   return checkSteps(options);
 }

@@ -118,7 +118,10 @@ static const KernelSignature kSignatures[] = {
     {"onebit_adam_local", 5, 5, 3, 3},
     {"compressed_reduce_scatter", 3, 3, 2, 2},
     {"compressed_all_gather", 4, 4, 2, 2}, // Cpu/CompressedGather.cpp
-    {"quantized_all_gather", 2, 2, 1, 1},
+    {"onebit_quantized_all_gather", 2, 2, 1, 1},
+    // ZeRO++ (Cpu/ZeroPP.cpp): the result and the records' workspace
+    {"quantized_all_gather", 1, 1, 2, 2},
+    {"quantized_reduce_scatter", 1, 1, 2, 2},
     {"zero_one_adam", 9, 9, 7, 7}, // Cpu/ZeroOneAdam.cpp
     {"onebit_lamb", 9, 9, 7, 7},   // Cpu/OneBitLamb.cpp
     {"sgd", 4, 6, 2, 3},

@@ -263,6 +263,40 @@ void reportOffload(std::string &out, const Footprint &f) {
 
 /// Collectives per run, their overlap, and the ring traffic beside the
 /// formula's.
+/// ZeRO++'s quantized collectives and the traffic split by node
+/// (docs/zeropp.md).
+void reportZeroPP(std::string &out, const Footprint &f) {
+  char line[512];
+  if (f.quantizedAllGathers + f.quantizedReduceScatters > 0) {
+    std::snprintf(
+        line, sizeof line,
+        "  ZeRO++: %d quantized all-gather hand %llu bytes (plain: %llu), "
+        "%d quantized reduce-scatter %llu bytes (plain: %llu)\n",
+        f.quantizedAllGathers,
+        static_cast<unsigned long long>(f.quantizedAllGatherBytes),
+        static_cast<unsigned long long>(f.unquantizedAllGatherBytes),
+        f.quantizedReduceScatters,
+        static_cast<unsigned long long>(f.quantizedReduceScatterBytes),
+        static_cast<unsigned long long>(f.unquantizedReduceScatterBytes));
+    out += line;
+  }
+  if (f.devicesPerNode > 0 && f.world > 1) {
+    std::snprintf(line, sizeof line,
+                  "  by node (%d ranks per node): %.0f bytes per rank stay "
+                  "in the node, %.0f cross nodes",
+                  f.devicesPerNode, f.intraNodeBytes(), f.crossNodeBytes());
+    out += line;
+    double unq = f.crossNodeBytesUnquantized();
+    if (f.quantizedAllGathers + f.quantizedReduceScatters > 0) {
+      std::snprintf(line, sizeof line,
+                    " (%.0f without ZeRO++'s quantization, %.2fx)", unq,
+                    f.crossNodeBytes() > 0 ? unq / f.crossNodeBytes() : 0.0);
+      out += line;
+    }
+    out += "\n";
+  }
+}
+
 void reportCollectives(std::string &out, const Footprint &f,
                        const Formulas &formulas) {
   const double psi = static_cast<double>(f.psi), n = f.world;
@@ -316,6 +350,7 @@ void reportCollectives(std::string &out, const Footprint &f,
     out += line;
   }
   formulaRow(out, "ring traffic per rank", f.ringBytes(), fRing, ringRule);
+  reportZeroPP(out, f);
   if (f.freezeStep >= 0) { // 1-bit Adam (docs/compression.md)
     std::snprintf(
         line, sizeof line,
@@ -495,6 +530,21 @@ std::string formatFootprintJson(const Footprint &f) {
   kv("reduce_scatter", f.reduceScatters);
   kv("reduce_scatter_bytes", f.reduceScatterBytes);
   kv("async", f.asyncCollectives);
+  if (f.quantizedAllGathers + f.quantizedReduceScatters > 0) { // ZeRO++
+    kv("quantized_all_gather", f.quantizedAllGathers);
+    kv("quantized_all_gather_bytes", f.quantizedAllGatherBytes);
+    kv("unquantized_all_gather_bytes", f.unquantizedAllGatherBytes);
+    kv("quantized_reduce_scatter", f.quantizedReduceScatters);
+    kv("quantized_reduce_scatter_bytes", f.quantizedReduceScatterBytes);
+    kv("unquantized_reduce_scatter_bytes", f.unquantizedReduceScatterBytes);
+  }
+  if (f.devicesPerNode > 0 && f.world > 1) {
+    kv("devices_per_node", f.devicesPerNode);
+    kv("intra_node_bytes_per_rank", f.intraNodeBytes());
+    kv("cross_node_bytes_per_rank", f.crossNodeBytes());
+    kv("cross_node_bytes_per_rank_unquantized",
+       f.crossNodeBytesUnquantized());
+  }
   if (f.freezeStep >= 0) { // 1-bit Adam: the figures after the freeze
     kv("freeze_step", f.freezeStep);
     kv("compressed_all_reduce", f.compressedAllReduces);

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 #include <map>
 #include <set>
@@ -57,6 +58,35 @@ double Footprint::compressedRingBytes() const {
   return ringBytes() - warmupRing + part * static_cast<double>(compressedBytes);
 }
 
+namespace {
+/// The share of a data-parallel collective's ring traffic that crosses
+/// nodes: N-d of the N-1 other ranks are on other nodes.
+double crossShare(const Footprint &f) {
+  int d = std::min(f.devicesPerNode, f.world);
+  return f.world > 1 ? static_cast<double>(f.world - d) / (f.world - 1) : 0;
+}
+} // namespace
+
+double Footprint::crossNodeBytes() const {
+  return devicesPerNode > 0 ? ringBytes() * crossShare(*this) : -1;
+}
+
+double Footprint::intraNodeBytes() const {
+  return devicesPerNode > 0 ? ringBytes() - crossNodeBytes() : -1;
+}
+
+double Footprint::crossNodeBytesUnquantized() const {
+  if (devicesPerNode <= 0 || world <= 1)
+    return -1;
+  double part = static_cast<double>(world - 1) / world;
+  double extra =
+      static_cast<double>(unquantizedAllGatherBytes) -
+      static_cast<double>(quantizedAllGatherBytes) +
+      static_cast<double>(unquantizedReduceScatterBytes) -
+      static_cast<double>(quantizedReduceScatterBytes);
+  return (ringBytes() + part * extra) * crossShare(*this);
+}
+
 int bufferLocation(const plan::Plan &p, uint32_t id) {
   const plan::Buffer &b = p.buffers(id);
   if (b.space() == plan::HOST_ARENA)
@@ -77,6 +107,8 @@ void addOptions(const plan::Plan &p, Footprint &f) {
   if (auto it = p.options().find("comm_dtype");
       it != p.options().end() && !it->second.empty())
     f.commDtype = it->second;
+  if (auto it = p.options().find("devices_per_node"); it != p.options().end())
+    f.devicesPerNode = std::atoi(it->second.c_str());
   if (auto it = p.options().find("offload_optimizer"); it != p.options().end())
     f.offloadOptimizer = it->second;
   if (auto it = p.options().find("offload_param"); it != p.options().end())
@@ -247,14 +279,24 @@ void addCollectivesAndOptimizer(const plan::Plan &p,
         ++f.allGathers;
         f.allGatherBytes += c.bytes();
         if (ins.kind() == plan::KIND_COMPRESSED_ALL_GATHER ||
-            ins.kind() == plan::KIND_QUANTIZED_ALL_GATHER) {
+            ins.kind() == plan::KIND_ONEBIT_QUANTIZED_ALL_GATHER) {
           f.warmupOnlyBytes += c.bytes(); // the warm-up's parameters
           f.warmupOnlyAllGatherBytes += c.bytes();
+        }
+        if (ins.kind() == plan::KIND_QUANTIZED_ALL_GATHER) { // ZeRO++ qwZ
+          ++f.quantizedAllGathers;
+          f.quantizedAllGatherBytes += c.bytes();
+          f.unquantizedAllGatherBytes += bytesOf(p, ins.outputs(0));
         }
         break;
       case plan::COLLECTIVE_REDUCE_SCATTER:
         ++f.reduceScatters;
         f.reduceScatterBytes += c.bytes();
+        if (ins.kind() == plan::KIND_QUANTIZED_REDUCE_SCATTER) { // qgZ
+          ++f.quantizedReduceScatters;
+          f.quantizedReduceScatterBytes += c.bytes();
+          f.unquantizedReduceScatterBytes += bytesOf(p, ins.inputs(0));
+        }
         if (ins.kind() == plan::KIND_COMPRESSED_REDUCE_SCATTER) {
           f.warmupOnlyBytes += c.bytes(); // the warm-up's gradient bucket
           f.warmupOnlyReduceScatterBytes += c.bytes();

@@ -15,7 +15,7 @@
 // updates this rank's partition; ZeRO's parameter all-gathers become
 // compressed ones too: the int8 update delta (with error feedback) of a
 // replicated parameter (`ds.compressed_all_gather`, stages 1-2) and the
-// int8 gathers of a stage-3 shard (`ds.quantized_all_gather`).
+// int8 gathers of a stage-3 shard (`ds.onebit_quantized_all_gather`).
 //
 //===----------------------------------------------------------------------===//
 
@@ -42,7 +42,7 @@ Operation *findBucketExchange(Value grad) {
 
 /// ZeRO-3: the gathers of the bucket(s) that hold partitioned parameter
 /// `shard` (ZeRO's `ds.all_gather` of one shard or of a concat of shards)
-/// become `ds.quantized_all_gather`, plain until the freeze; each piece's
+/// become `ds.onebit_quantized_all_gather`, plain until the freeze; each piece's
 /// valid count is its parameter's whole size (ds.full_shape).
 void quantizeGathers(BlockArgument shard, Value step, int64_t freezeStep) {
   auto func = dyn_cast<func::FuncOp>(shard.getOwner()->getParentOp());
@@ -81,7 +81,7 @@ void quantizeGathers(BlockArgument shard, Value step, int64_t freezeStep) {
     if (pieces.size() != parts.size())
       continue; // not only parameter shards: the plain gather stays
     OpBuilder b(ag);
-    auto q = QuantizedAllGatherOp::create(
+    auto q = OneBitQuantizedAllGatherOp::create(
         b, ag.getLoc(), ag.getResult().getType(), in, step,
         b.getI64IntegerAttr(freezeStep), b.getDenseI64ArrayAttr(pieces),
         b.getDenseI64ArrayAttr(valid));

@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ds/Transforms/Sharding.h"
+#include "ds/Dialect/Ds/IR/DsZeroPP.h"
 
 namespace mlir::ds {
 
@@ -85,16 +86,23 @@ Value reshape(OpBuilder &b, Location loc, Value v, ArrayRef<int64_t> shape) {
 
 SmallVector<Value> gatherBucket(OpBuilder &b, Location loc, ValueRange shards,
                                 ArrayRef<RankedTensorType> types,
-                                int64_t world) {
+                                int64_t world, Quantization quant) {
   SmallVector<int64_t> sizes;
   for (Value s : shards)
     sizes.push_back(cast<RankedTensorType>(s.getType()).getDimSize(0));
   Value flat = concat(b, loc, shards, 0);
   auto flatType = cast<RankedTensorType>(flat.getType());
   int64_t total = flatType.getDimSize(0);
-  Value gathered = AllGatherOp::create(
-      b, loc, RankedTensorType::get({total * world}, flatType.getElementType()),
-      flat, b.getI64IntegerAttr(0));
+  auto wholeType =
+      RankedTensorType::get({total * world}, flatType.getElementType());
+  Value gathered =
+      quant ? QuantizedAllGatherOp::create(
+                  b, loc, wholeType, flat, b.getI64IntegerAttr(quant.blockSize),
+                  b.getI64IntegerAttr(quant.bits), b.getI64IntegerAttr(0))
+                  .getResult()
+            : AllGatherOp::create(b, loc, wholeType, flat,
+                                  b.getI64IntegerAttr(0))
+                  .getResult();
   SmallVector<Value> out;
   if (shards.size() == 1)
     return {unpadReshape(b, loc, gathered, types[0])};
@@ -108,7 +116,8 @@ SmallVector<Value> gatherBucket(OpBuilder &b, Location loc, ValueRange shards,
 }
 
 SmallVector<Value> reduceScatterBucket(OpBuilder &b, Location loc,
-                                       ValueRange values, int64_t world) {
+                                       ValueRange values, int64_t world,
+                                       Quantization quant) {
   SmallVector<Value> grids;
   SmallVector<int64_t> sizes;
   for (Value v : values) {
@@ -124,9 +133,17 @@ SmallVector<Value> reduceScatterBucket(OpBuilder &b, Location loc,
   for (int64_t s : sizes)
     total += s;
   Value flat = reshape(b, loc, grid, {total * world});
-  Value mine = ReduceScatterOp::create(
-      b, loc, RankedTensorType::get({total}, gridType.getElementType()), flat,
-      b.getStringAttr("mean"), b.getI64IntegerAttr(0));
+  auto mineType = RankedTensorType::get({total}, gridType.getElementType());
+  Value mine =
+      quant ? QuantizedReduceScatterOp::create(
+                  b, loc, mineType, flat, b.getStringAttr("mean"),
+                  b.getI64IntegerAttr(quant.blockSize),
+                  b.getI64IntegerAttr(quant.bits), b.getI64IntegerAttr(0))
+                  .getResult()
+            : ReduceScatterOp::create(b, loc, mineType, flat,
+                                      b.getStringAttr("mean"),
+                                      b.getI64IntegerAttr(0))
+                  .getResult();
   return split(b, loc, mine, sizes, 0);
 }
 

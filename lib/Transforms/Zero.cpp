@@ -17,13 +17,16 @@
 // (a frozen one gets no gradient, so nothing is reduced for it). Values
 // computed from parameters alone (a transposed weight) that the backward
 // pass reads are recomputed there from the second gather instead of being
-// kept alive.
+// kept alive. ZeRO++ (docs/zeropp.md): with quantize-weights the stage-3
+// gathers are `ds.quantized_all_gather` (qwZ), with quantize-gradients the
+// stage 1-3 reductions `ds.quantized_reduce_scatter` (qgZ).
 //
 //===----------------------------------------------------------------------===//
 
 #include "GradAccumulate.h"
 #include "ds/Transforms/Passes.h"
 #include "ds/Transforms/Sharding.h"
+#include "ds/Dialect/Ds/IR/DsZeroPP.h"
 #include "mlir/IR/IRMapping.h"
 
 #include "llvm/ADT/StringSet.h"
@@ -125,10 +128,29 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
     if (commDtype != "fp32" && commDtype != "bf16" && commDtype != "fp16")
       return func.emitError("unknown communication type '")
              << commDtype << "' (choose fp32, bf16 or fp16)";
+    if ((quantizeWeights || quantizeGradients) && quantizeBlockSize < 1)
+      return func.emitError("quantize-block-size must be at least 1");
+    if (quantizeGradients && gradientBits != 8 && gradientBits != 4)
+      return func.emitError("gradient-bits must be 8 or 4, got ")
+             << static_cast<int64_t>(gradientBits);
+    if (quantizeWeights && stage != 3)
+      return func.emitError("quantize-weights needs ZeRO stage 3 (it "
+                            "quantizes the parameter gathers)");
+    if (quantizeGradients && (stage == 0 || commDtype != "fp32"))
+      return func.emitError("quantize-gradients needs ZeRO stage 1-3 and "
+                            "fp32 gradient communication");
     OpBuilder b(func.getContext());
     return commDtype == "bf16"   ? Type(b.getBF16Type())
            : commDtype == "fp16" ? Type(b.getF16Type())
                                  : Type(b.getF32Type());
+  }
+
+  /// qgZ's quantization of the gradient reduce-scatters, or none.
+  Quantization gradientQuantization() {
+    Quantization q;
+    if (quantizeGradients)
+      q = {quantizeBlockSize, gradientBits};
+    return q;
   }
 
   /// The loss: its mean over ranks, once the step is done.
@@ -209,7 +231,8 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
       values.push_back(inCommType(b, ret->getOperand(i)));
     SmallVector<Value> reduced =
         stage == 0 ? allReduceBucket(b, last.getLoc(), values)
-                   : reduceScatterBucket(b, last.getLoc(), values, worldSize);
+                   : reduceScatterBucket(b, last.getLoc(), values, worldSize,
+                                         gradientQuantization());
     deferUnpack(next, ret);
     for (auto [i, v] : llvm::zip(bucket, reduced)) {
       // Back to the gradient's type when the collective's is narrower (a
@@ -232,7 +255,9 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
   /// the collective can overlap the rest of the backward pass
   /// (dsrt-overlap-comm waits just before the first use).
   static void deferUnpack(Operation *next, Operation *ret) {
-    Operation *collective = lastOpBefore<ReduceScatterOp, AllReduceOp>(next);
+    Operation *collective =
+        lastOpBefore<ReduceScatterOp, QuantizedReduceScatterOp, AllReduceOp>(
+            next);
     if (!collective || next == ret)
       return;
     moveOpsBetween(collective, next, ret);
@@ -369,9 +394,13 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
     llvm::SmallPtrSet<Operation *, 16> users;
     for (ShardedParam *p : bucket)
       users.insert(p->arg.user_begin(), p->arg.user_end());
-    SmallVector<Value> wholes =
-        gatherBucket(b, bucket.front()->arg.getLoc(), shards, types, worldSize);
-    moveOpsBetween(lastOpBefore<AllGatherOp>(start), start, use);
+    Quantization quant;
+    if (quantizeWeights)
+      quant = {quantizeBlockSize, 8};
+    SmallVector<Value> wholes = gatherBucket(
+        b, bucket.front()->arg.getLoc(), shards, types, worldSize, quant);
+    moveOpsBetween(lastOpBefore<AllGatherOp, QuantizedAllGatherOp>(start),
+                   start, use);
     for (auto [p, whole] : llvm::zip(bucket, wholes)) {
       // The uses in this pass, not the bucket's own concat or gather.
       p->arg.replaceUsesWithIf(whole, [&](OpOperand &operand) {

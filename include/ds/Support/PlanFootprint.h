@@ -85,6 +85,23 @@ struct Footprint {
   uint64_t collectiveBytes() const {
     return allReduceBytes + allGatherBytes + reduceScatterBytes;
   }
+  /// ZeRO++ (docs/zeropp.md): the quantized all-gathers (qwZ) and
+  /// reduce-scatters (qgZ) among the above, the bytes they hand (their
+  /// records) and the bytes plain collectives of the same tensors would.
+  int quantizedAllGathers = 0, quantizedReduceScatters = 0;
+  uint64_t quantizedAllGatherBytes = 0, quantizedReduceScatterBytes = 0;
+  uint64_t unquantizedAllGatherBytes = 0, unquantizedReduceScatterBytes = 0;
+  /// Ranks per node (--devices-per-node; 0: unknown), consecutive ranks
+  /// sharing one: each rank's ring traffic split into the bytes that stay
+  /// in its node and those that cross nodes (a collective over N ranks
+  /// exchanges (N-1)/N of its bytes with the other ranks, d-1 of them in
+  /// the node for d ranks per node, N-d outside). -1 when not split.
+  int devicesPerNode = 0;
+  double intraNodeBytes() const;
+  double crossNodeBytes() const;
+  /// The same with every quantized collective plain (the reduction ZeRO++
+  /// brings shows against it).
+  double crossNodeBytesUnquantized() const;
   /// 1-bit Adam (docs/compression.md): the step after which the momentum
   /// is exchanged compressed (-1: no such optimizer), the bytes of the
   /// collectives that run only until then (the gradients' all-reduce) and

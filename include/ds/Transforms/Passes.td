@@ -182,6 +182,12 @@ def ZeroPass : Pass<"ds-zero", "func::FuncOp"> {
     of the bucket's first parameter (later parameters of the bucket are
     prefetched). A size of 1 gives one collective per tensor.
 
+    ZeRO++ (docs/zeropp.md): `quantize-weights` turns stage 3's gathers
+    into `ds.quantized_all_gather` (block-wise int8, the shards themselves
+    stay f32), `quantize-gradients` turns the gradients' reduce-scatters
+    into `ds.quantized_reduce_scatter` (int8 or int4 by all-to-all, summed
+    in f32).
+
     Marks the function `ds.world_size` and `ds.zero_stage`.
   }];
   let options = [
@@ -203,6 +209,17 @@ def ZeroPass : Pass<"ds-zero", "func::FuncOp"> {
            "micro-batches per step; a pipeline stage (`ds.pipeline`) with "
            "more than one at ZeRO stages 0-2 accumulates its gradients "
            "locally and reduces them once per step">,
+    Option<"quantizeWeights", "quantize-weights", "bool", "false",
+           "stage 3: gather parameters as block-wise int8 "
+           "(`ds.quantized_all_gather`, ZeRO++'s qwZ)">,
+    Option<"quantizeGradients", "quantize-gradients", "bool", "false",
+           "stages 1-3: reduce-scatter gradients as block-wise integers by "
+           "all-to-all, summed in f32 (`ds.quantized_reduce_scatter`, "
+           "ZeRO++'s qgZ)">,
+    Option<"quantizeBlockSize", "quantize-block-size", "int64_t", "2048",
+           "elements per quantization block (one f32 scale each)">,
+    Option<"gradientBits", "gradient-bits", "int64_t", "8",
+           "bits of a quantized gradient element: 8 or 4">,
   ];
 }
 

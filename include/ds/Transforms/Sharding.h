@@ -31,18 +31,29 @@ Value flattenPadded(OpBuilder &b, Location loc, Value v, int64_t world);
 Value unpadReshape(OpBuilder &b, Location loc, Value flat,
                    RankedTensorType type);
 
+/// ZeRO++'s quantization of a collective (docs/zeropp.md): none when
+/// `blockSize` is 0, else blocks of `blockSize` elements at `bits` bits.
+struct Quantization {
+  int64_t blockSize = 0;
+  int64_t bits = 8;
+  explicit operator bool() const { return blockSize > 0; }
+};
+
 /// One all-gather for several shards (a bucket): the shards are
 /// concatenated, gathered, and split back per tensor; returns each tensor
-/// whole, with the `types` given. One shard needs no concatenation.
+/// whole, with the `types` given. One shard needs no concatenation. With
+/// `quant` the gather is a `ds.quantized_all_gather` (ZeRO++'s qwZ).
 SmallVector<Value> gatherBucket(OpBuilder &b, Location loc, ValueRange shards,
                                 ArrayRef<RankedTensorType> types,
-                                int64_t world);
+                                int64_t world, Quantization quant = {});
 
 /// One reduce-scatter (mean) for several tensors: each is flattened and
 /// padded, laid out so that rank r's part of every tensor is contiguous,
-/// reduced, and split into this rank's shard of each.
+/// reduced, and split into this rank's shard of each. With `quant` the
+/// reduction is a `ds.quantized_reduce_scatter` (ZeRO++'s qgZ).
 SmallVector<Value> reduceScatterBucket(OpBuilder &b, Location loc,
-                                       ValueRange values, int64_t world);
+                                       ValueRange values, int64_t world,
+                                       Quantization quant = {});
 
 /// One all-reduce (mean) for several tensors, flattened and concatenated;
 /// returns each reduced with its own type.

@@ -12,6 +12,9 @@
 
 #include "Lowering.h"
 
+#include "ds/Dialect/Ds/IR/DsZeroPP.h"
+#include "ds/Support/Quantize.h"
+
 namespace mlir::ds::lowering {
 namespace {
 
@@ -43,6 +46,39 @@ struct SequenceParallelLowering
   }
 };
 
+/// ZeRO++'s quantized all-gather and reduce-scatter (docs/zeropp.md): the
+/// kernel of the op's name with its packed records in a workspace, an
+/// extra f32 output (records are whole 4-byte words) that the memory plan
+/// places like any other buffer (include/ds/Support/Quantize.h sizes it).
+struct QuantizedCollectiveLowering
+    : LoweringOf<QuantizedAllGatherOp, QuantizedReduceScatterOp> {
+  LogicalResult lower(Operation *op, LoweringState &state) const override {
+    FailureOr<KernelCall> call = prepareKernelCall(op, state);
+    if (failed(call))
+      return failure();
+    uint64_t bytes;
+    if (auto g = dyn_cast<QuantizedAllGatherOp>(op)) {
+      int64_t shard = detail::numElements(g.getInput().getType());
+      bytes = ::ds::quant::gatherWorkspaceBytes(
+          shard, detail::numElements(g.getType()) / shard, g.getBlockSize(),
+          static_cast<int>(g.getBits()));
+    } else {
+      auto rs = cast<QuantizedReduceScatterOp>(op);
+      int64_t chunk = detail::numElements(rs.getType());
+      bytes = ::ds::quant::reduceScatterWorkspaceBytes(
+          chunk, detail::numElements(rs.getInput().getType()) / chunk,
+          rs.getBlockSize(), static_cast<int>(rs.getBits()));
+    }
+    OpBuilder &b = state.builder;
+    call->outs.push_back(dsrt::AllocOp::create(
+        b, op->getLoc(),
+        MemRefType::get({static_cast<int64_t>(bytes / 4)}, b.getF32Type()),
+        IntegerAttr()));
+    emitKernelCall(op, *call, state);
+    return success();
+  }
+};
+
 /// The other collectives: the kernel of the op's name, except tensor
 /// parallelism's `ds.tp_all_reduce`, the sum over its group.
 struct CollectiveLowering : LoweringOf<CollectiveOpInterface> {
@@ -63,6 +99,7 @@ struct CollectiveLowering : LoweringOf<CollectiveOpInterface> {
 
 void populateCollectiveLowerings(OpLowerings &lowerings) {
   lowerings.push_back(std::make_unique<SequenceParallelLowering>());
+  lowerings.push_back(std::make_unique<QuantizedCollectiveLowering>());
   lowerings.push_back(std::make_unique<CollectiveLowering>());
 }
 

@@ -6,7 +6,7 @@
 // (docs/compression.md), plain until the freeze step and compressed after
 // it: `compressed_all_gather` (stages 1-2) sends each partition's update
 // delta as block-wise int8 with the owner's error feedback, and every
-// rank adds it to its copy; `quantized_all_gather` (stage 3) sends the
+// rank adds it to its copy; `onebit_quantized_all_gather` (stage 3) sends the
 // shards as block-wise int8.
 //
 //===----------------------------------------------------------------------===//
@@ -87,7 +87,7 @@ bool kCompressedAllGather(KernelContext &ctx) {
 /// another, and the step; the result every rank's, in rank order.
 bool kQuantizedAllGather(KernelContext &ctx) {
   if (ctx.in.size() != 2 || ctx.out.size() != 1)
-    return ctx.fail("quantized_all_gather expects 2 operands and 1 result");
+    return ctx.fail("onebit_quantized_all_gather expects 2 operands and 1 result");
   int world = ctx.comm ? ctx.comm->size() : 1;
   const TensorView &in = ctx.in[0];
   TensorView &out = ctx.out[0];
@@ -99,7 +99,7 @@ bool kQuantizedAllGather(KernelContext &ctx) {
   if (in.dtype != DType::F32 || out.dtype != DType::F32 ||
       total != in.numel() || out.numel() != total * world ||
       valid.size() != pieces.size())
-    return ctx.fail("quantized_all_gather: an f32 input of " +
+    return ctx.fail("onebit_quantized_all_gather: an f32 input of " +
                     std::to_string(in.numel()) + " elements in " +
                     std::to_string(pieces.size()) + " pieces of " +
                     std::to_string(total) + " and a result of " +
@@ -123,7 +123,7 @@ bool kQuantizedAllGather(KernelContext &ctx) {
 
 void registerCompressedGatherKernels(KernelRegistry &r) {
   r.add("compressed_all_gather", kCompressedAllGather);
-  r.add("quantized_all_gather", kQuantizedAllGather);
+  r.add("onebit_quantized_all_gather", kQuantizedAllGather);
 }
 
 } // namespace ds::rt

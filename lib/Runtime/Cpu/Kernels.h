@@ -46,6 +46,7 @@ void registerOneBitKernels(KernelRegistry &r);      // OneBitAdam.cpp (issue 26)
 void registerCompressedGatherKernels(KernelRegistry &r); // CompressedGather.cpp
 void registerZeroOneKernels(KernelRegistry &r);     // ZeroOneAdam.cpp (issue 26)
 void registerOneBitLambKernels(KernelRegistry &r);  // OneBitLamb.cpp (issue 26)
+void registerZeroPPKernels(KernelRegistry &r);      // ZeroPP.cpp (ZeRO++)
 void registerFusedKernels(KernelRegistry &r);       // Fused.cpp (fusion)
 void registerAttentionKernels(KernelRegistry &r);   // Attention.cpp (speed)
 

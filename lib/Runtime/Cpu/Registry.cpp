@@ -30,7 +30,7 @@ const KernelRegistry &cpuKernels() {
        registerOneBitKernels, registerFusedKernels,
        registerAttentionKernels,
        registerZeroOneKernels, registerCompressedGatherKernels,
-       registerOneBitLambKernels});
+       registerOneBitLambKernels, registerZeroPPKernels});
   return registry;
 }
 

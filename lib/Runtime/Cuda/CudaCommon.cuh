@@ -262,6 +262,7 @@ void registerFusedKernels(KernelRegistry &r);       // Fused.cu (fusion)
 void registerAttentionKernels(KernelRegistry &r);   // Attention.cu (speed)
 void registerZeroOneKernels(KernelRegistry &r);     // ZeroOneAdam.cu (issue 26)
 void registerOneBitLambKernels(KernelRegistry &r);  // OneBitLamb.cu (issue 26)
+void registerZeroPPKernels(KernelRegistry &r);      // ZeroPP.cu (ZeRO++)
 
 } // namespace ds::rt::cuda
 

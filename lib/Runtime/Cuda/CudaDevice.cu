@@ -36,7 +36,8 @@ const KernelRegistry &cudaKernels() {
        registerTopKKernels, registerEmbeddingBagKernels, registerResizeKernels,
        registerFusedKernels,
        registerAttentionKernels,
-       registerZeroOneKernels, registerOneBitLambKernels});
+       registerZeroOneKernels, registerOneBitLambKernels,
+       registerZeroPPKernels});
   return registry;
 }
 

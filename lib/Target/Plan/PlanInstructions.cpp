@@ -16,6 +16,7 @@
 #include "ds/Dialect/DsRt/IR/DsRtOps.h"
 #include "ds/Support/KernelKinds.h"
 #include "ds/Support/OneBit.h"
+#include "ds/Support/Quantize.h"
 #include "ds/Support/PlanTimeline.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
@@ -80,7 +81,8 @@ uint64_t bufferBytes(const pb::Plan &p, uint32_t id) {
 }
 
 /// The collectives `ins` runs over `group` (its `group` parameter).
-void addCollectives(const pb::Plan &p, pb::Instruction &ins, int64_t group) {
+void addCollectives(const pb::Plan &p, DictionaryAttr params,
+                    pb::Instruction &ins, int64_t group) {
   auto add = [&](pb::CollectiveKind kind, pb::Group g, uint64_t bytes) {
     pb::Collective *c = ins.add_collectives();
     c->set_kind(kind);
@@ -141,7 +143,7 @@ void addCollectives(const pb::Plan &p, pb::Instruction &ins, int64_t group) {
     return;
   }
   case pb::KIND_COMPRESSED_ALL_GATHER:   // ZeRO 1-2, docs/compression.md
-  case pb::KIND_QUANTIZED_ALL_GATHER: { // ZeRO 3
+  case pb::KIND_ONEBIT_QUANTIZED_ALL_GATHER: { // ZeRO 3
     // The warm-up's all-gather; after the freeze, the packed signs and
     // scales of the update delta, or the int8 pieces and block scales.
     int64_t world = std::max<int64_t>(1, p.world_size());
@@ -155,6 +157,30 @@ void addCollectives(const pb::Plan &p, pb::Instruction &ins, int64_t group) {
       if (a.name() == "pieces")
         add(pb::COLLECTIVE_COMPRESSED_ALL_GATHER, g,
             ::ds::onebit::quantizedGatherBytes(a.ints().values(), world));
+    return;
+  }
+  case pb::KIND_QUANTIZED_ALL_GATHER:        // ZeRO++, docs/zeropp.md
+  case pb::KIND_QUANTIZED_REDUCE_SCATTER: { // (records, Support/Quantize.h)
+    if (ins.inputs_size() != 1 || ins.outputs_size() != 2)
+      return;
+    bool gather = ins.kind() == pb::KIND_QUANTIZED_ALL_GATHER;
+    int64_t block = intParam(params, "block_size").value_or(1);
+    int bits = static_cast<int>(intParam(params, "bits").value_or(8));
+    auto elements = [&](uint32_t id) {
+      int64_t n = 1;
+      if (id < static_cast<uint32_t>(p.buffers_size()))
+        for (int64_t d : p.buffers(id).shape())
+          n *= d;
+      return n;
+    };
+    // Elements: the shard gathered, or the chunk reduced to; N = the
+    // whole tensor over it.
+    int64_t in = elements(ins.inputs(0)), out = elements(ins.outputs(0));
+    int64_t part = gather ? in : out;
+    int64_t world = part > 0 ? (gather ? out : in) / part : 1;
+    add(gather ? pb::COLLECTIVE_ALL_GATHER : pb::COLLECTIVE_REDUCE_SCATTER, g,
+        gather ? ::ds::quant::gatherBytes(part, world, block, bits)
+               : ::ds::quant::reduceScatterBytes(part, world, block, bits));
     return;
   }
   default:
@@ -206,7 +232,7 @@ void mlir::ds::plan_writer::addTypedFields(const pb::Plan &p,
   ins.set_vocab(intParam(params, "vocab").value_or(0));
   if (::ds::isOptimizer(ins.kind()))
     addOptimizer(params, *ins.mutable_optimizer());
-  addCollectives(p, ins, intParam(params, "group").value_or(0));
+  addCollectives(p, params, ins, intParam(params, "group").value_or(0));
 }
 
 LogicalResult mlir::ds::plan_writer::addCosts(Operation *op,

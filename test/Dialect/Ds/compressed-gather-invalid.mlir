@@ -1,5 +1,5 @@
 // The verifier rules of ds.compressed_all_gather and
-// ds.quantized_all_gather.
+// ds.onebit_quantized_all_gather.
 // RUN: ds-opt %s -split-input-file -verify-diagnostics
 
 func.func @not_chunks(%p: tensor<13xf32>, %b: tensor<40xf32>, %t: tensor<i64>) {
@@ -28,7 +28,7 @@ func.func @long_error(%p: tensor<13xf32>, %b: tensor<39xf32>, %t: tensor<i64>) {
 
 func.func @pieces_sum(%s: tensor<18xf32>, %t: tensor<i64>) {
   // expected-error @+1 {{pieces of 17 elements, an input of 18 and a result of 54 are not one rank's part of a gather}}
-  %g = ds.quantized_all_gather %s, %t {freeze_step = 2 : i64, pieces = array<i64: 12, 5>, valid = array<i64: 36, 15>} : (tensor<18xf32>, tensor<i64>) -> tensor<54xf32>
+  %g = ds.onebit_quantized_all_gather %s, %t {freeze_step = 2 : i64, pieces = array<i64: 12, 5>, valid = array<i64: 36, 15>} : (tensor<18xf32>, tensor<i64>) -> tensor<54xf32>
   return
 }
 
@@ -36,7 +36,7 @@ func.func @pieces_sum(%s: tensor<18xf32>, %t: tensor<i64>) {
 
 func.func @valid_count(%s: tensor<18xf32>, %t: tensor<i64>) {
   // expected-error @+1 {{valid count 16 is not within its piece's 15 gathered elements}}
-  %g = ds.quantized_all_gather %s, %t {freeze_step = 2 : i64, pieces = array<i64: 13, 5>, valid = array<i64: 37, 16>} : (tensor<18xf32>, tensor<i64>) -> tensor<54xf32>
+  %g = ds.onebit_quantized_all_gather %s, %t {freeze_step = 2 : i64, pieces = array<i64: 13, 5>, valid = array<i64: 37, 16>} : (tensor<18xf32>, tensor<i64>) -> tensor<54xf32>
   return
 }
 
@@ -44,6 +44,6 @@ func.func @valid_count(%s: tensor<18xf32>, %t: tensor<i64>) {
 
 func.func @counts(%s: tensor<18xf32>, %t: tensor<i64>) {
   // expected-error @+1 {{expects one valid count per piece, got 2 pieces and 1 counts}}
-  %g = ds.quantized_all_gather %s, %t {freeze_step = 2 : i64, pieces = array<i64: 13, 5>, valid = array<i64: 37>} : (tensor<18xf32>, tensor<i64>) -> tensor<54xf32>
+  %g = ds.onebit_quantized_all_gather %s, %t {freeze_step = 2 : i64, pieces = array<i64: 13, 5>, valid = array<i64: 37>} : (tensor<18xf32>, tensor<i64>) -> tensor<54xf32>
   return
 }

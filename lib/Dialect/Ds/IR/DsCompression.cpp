@@ -4,7 +4,7 @@
 //
 // `ds.onebit_adam`, `ds.compressed_reduce_scatter`,
 // `ds.onebit_adam_local`, `ds.compressed_all_gather` and
-// `ds.quantized_all_gather` (DsCompression.td): their verifiers and costs.
+// `ds.onebit_quantized_all_gather` (DsCompression.td): their verifiers and costs.
 // The padded lengths of ZeRO-0's error-feedback buffers follow DeepSpeed's
 // OnebitAdam: the tensor is padded to a multiple of N lcm(N, 8) elements.
 //
@@ -150,7 +150,7 @@ int64_t CompressedAllGatherOp::getFlops() {
          2 * detail::numElements(getResult().getType());
 }
 
-LogicalResult QuantizedAllGatherOp::verify() {
+LogicalResult OneBitQuantizedAllGatherOp::verify() {
   auto in = cast<RankedTensorType>(getInput().getType());
   auto out = cast<RankedTensorType>(getResult().getType());
   if (!in.getElementType().isF32() || in.getRank() != 1 ||
@@ -185,7 +185,7 @@ LogicalResult QuantizedAllGatherOp::verify() {
 
 /// Quantizing (max, divide, round: 3 per input element) and dequantizing
 /// (1 per gathered element).
-int64_t QuantizedAllGatherOp::getFlops() {
+int64_t OneBitQuantizedAllGatherOp::getFlops() {
   return 3 * detail::numElements(getInput().getType()) +
          detail::numElements(getResult().getType());
 }

@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ds/Dialect/Ds/IR/DsCompression.h"
+#include "ds/Dialect/Ds/IR/DsZeroPP.h"
 #include "ds/Dialect/Ds/IR/DsShapes.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
@@ -24,6 +25,9 @@ void DsDialect::initialize() {
       ,
 #define GET_OP_LIST
 #include "ds/Dialect/Ds/IR/DsCompression.cpp.inc"
+      ,
+#define GET_OP_LIST
+#include "ds/Dialect/Ds/IR/DsZeroPP.cpp.inc"
       >();
   detail::attachVJPModels(*getContext());
   detail::attachSplitAxisModels(*getContext());

@@ -168,7 +168,7 @@ def Ds_CompressedAllGatherOp : Op<Ds_Dialect, "compressed_all_gather",
   let cppNamespace = "::mlir::ds";
 }
 
-def Ds_QuantizedAllGatherOp : Op<Ds_Dialect, "quantized_all_gather",
+def Ds_OneBitQuantizedAllGatherOp : Op<Ds_Dialect, "onebit_quantized_all_gather",
     [DeclareOpInterfaceMethods<Ds_CostOpInterface>]> {
   let summary = "an all-gather of parameter shards that sends block-wise "
                 "int8 values after a freeze step";
