@@ -85,7 +85,7 @@ bool kCompressedAllGather(KernelContext &ctx) {
 
 /// Operands: this rank's shards of a bucket's parameters, one after
 /// another, and the step; the result every rank's, in rank order.
-bool kQuantizedAllGather(KernelContext &ctx) {
+bool kOneBitQuantizedAllGather(KernelContext &ctx) {
   if (ctx.in.size() != 2 || ctx.out.size() != 1)
     return ctx.fail("onebit_quantized_all_gather expects 2 operands and 1 result");
   int world = ctx.comm ? ctx.comm->size() : 1;
@@ -123,7 +123,7 @@ bool kQuantizedAllGather(KernelContext &ctx) {
 
 void registerCompressedGatherKernels(KernelRegistry &r) {
   r.add("compressed_all_gather", kCompressedAllGather);
-  r.add("onebit_quantized_all_gather", kQuantizedAllGather);
+  r.add("onebit_quantized_all_gather", kOneBitQuantizedAllGather);
 }
 
 } // namespace ds::rt
