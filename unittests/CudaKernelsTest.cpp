@@ -521,6 +521,50 @@ TEST(Cuda, ZeroOneAdam) {
   }
 }
 
+TEST(Cuda, OneBitLamb) {
+  // One rank: the warm-up (Lamb, steps 1-4) and the frozen steps after
+  // freeze_step 4 (no exchange on one rank; the factor and its bounds).
+  auto f = [](uint32_t seed) { return random(DType::F32, {300}, seed, true); };
+  for (int64_t t : {1, 3, 4, 5, 6, 9}) {
+    EXPECT_LE(compare("onebit_lamb",
+                      {f(111), f(112), f(113), f(114), f(115),
+                       empty(DType::F32, {304}), empty(DType::F32, {304}),
+                       random(DType::F32, {2}, 116, true),
+                       ints(DType::I64, {}, {t})},
+                      {empty(DType::F32, {300}), empty(DType::F32, {300}),
+                       empty(DType::F32, {300}), empty(DType::F32, {300}),
+                       empty(DType::F32, {304}), empty(DType::F32, {304}),
+                       empty(DType::F32, {2})},
+                      {F("lr", 1e-2), F("weight_decay", 0.01),
+                       I("freeze_step", 4), F("factor_threshold", 0.1)}),
+              1e-5)
+        << "step " << t;
+  }
+}
+
+TEST(Cuda, QuantizedCollectives) {
+  // ZeRO++ on one rank: 100 elements in blocks of 32 (4 scales + 100
+  // int8 values = 116-byte records; the workspace holds two), as i32
+  // words so that the records compare exactly; then 4 bits (52 bytes of
+  // nibbles, padded to words).
+  for (int bits : {8, 4}) {
+    // Two records: 2 x 116 bytes at 8 bits, 2 x (16 + 52) at 4.
+    int64_t words = bits == 8 ? 58 : 34;
+    EXPECT_EQ(compare("quantized_all_gather",
+                      {random(DType::F32, {100}, 117)},
+                      {empty(DType::F32, {100}), empty(DType::I32, {words})},
+                      {I("block_size", 32), I("bits", bits)}),
+              0)
+        << bits << " bits";
+    EXPECT_EQ(compare("quantized_reduce_scatter",
+                      {random(DType::F32, {100}, 118)},
+                      {empty(DType::F32, {100}), empty(DType::I32, {words})},
+                      {I("block_size", 32), I("bits", bits)}),
+              0)
+        << bits << " bits";
+  }
+}
+
 TEST(Cuda, OneRankCollectives) {
   // Without a communicator each collective is its rank's copy.
   EXPECT_EQ(compare("all_reduce", {random(DType::F32, {9}, 95)}, {empty(DType::F32, {9})}), 0);
@@ -651,7 +695,8 @@ TEST(Cuda, EveryKernelTested) {
       "max_pool", "max_pool_grad", "avg_pool", "avg_pool_grad", "topk",
       "topk_grad", "resize", "resize_grad", "fused_elementwise",
       "fused_attention", "fused_attention_grad",
-      "zero_one_adam", "embedding_bag", "embedding_bag_grad"};
+      "zero_one_adam", "embedding_bag", "embedding_bag_grad", "onebit_lamb",
+      "quantized_all_gather", "quantized_reduce_scatter"};
   // Pipeline and tensor parallelism run on the CPU backend only so far
   // (the CUDA backend refuses stage and tensor-parallel plans): their
   // kernels have no CUDA twin yet.
