@@ -161,10 +161,14 @@ bool timedAfter(const KernelCall *prev, double prevSeconds,
   return true;
 }
 
-/// Calls of one instruction on several copies of its operands, in turn:
-/// together more than twice the last-level cache, so that each call finds
-/// its operands out of cache, as a step's kernel mostly does (the kernels
-/// between two uses of a buffer touch far more than the cache holds).
+/// Calls of one instruction as a step makes them. Operands of at most a
+/// quarter of the last-level cache are used in cache: in a step the
+/// kernel before has just written them (an elementwise kernel on 1 MiB ran
+/// about 3x faster in the GPT and BERT steps than on operands out of
+/// cache, a GEMM about 1.25x; docs/benchmarks.md, "Quiet-machine figures
+/// after the sixth session's merges"). Larger ones rotate over copies that
+/// together exceed twice the last-level cache, so that each call finds its
+/// operands out of cache.
 struct Rotation {
   CalibrationTensors tensors;
   std::vector<KernelCall> calls;
@@ -178,6 +182,10 @@ bool rotationOf(const plan::Instruction &ins,
                 const std::vector<plan::Buffer> &bufs, double bytes,
                 Rotation &r, std::string &err) {
   double llc = static_cast<double>(lastLevelCache());
+  if (bytes <= llc / 4) { // in cache, as its producer just left them
+    r.calls.resize(1);
+    return callOf(ins, bufs, r.tensors, r.calls[0], err);
+  }
   int copies = static_cast<int>(std::clamp(
       std::ceil(2 * llc / std::max(bytes, 1.0)), 1.0,
       std::min(64.0, std::max(1.0, std::floor(512e6 / std::max(bytes, 1.0))))));
