@@ -114,6 +114,24 @@ inline int unpackValue(const uint8_t *values, int64_t k, int bits) {
   return nib >= 8 ? nib - 16 : nib;
 }
 
+/// The scale of the elements `load(i)`, lo <= i < hi: max|x| / qmax (0
+/// for none); an inf or NaN among them keeps a non-finite scale.
+template <typename Load>
+float blockScale(Load load, int64_t lo, int64_t hi, int bits) {
+  float amax = 0.0f;
+  for (int64_t i = lo; i < hi; ++i) {
+    float a = std::fabs(load(i));
+    if (!std::isnan(amax) && !(a <= amax)) // a NaN stays once seen
+      amax = a;
+  }
+  return std::isfinite(amax) ? amax / static_cast<float>(qmax(bits)) : amax;
+}
+
+/// x' = q s; NaN for a block whose scale is not finite.
+inline float dequantizeValue(int q, float s) {
+  return std::isfinite(s) ? static_cast<float>(q) * s : NAN;
+}
+
 /// Writes the record of the n elements `load(i)` (i < n) to `rec`
 /// (ds::quant::recordBytes(n, block, bits) bytes).
 template <typename Load>
@@ -125,14 +143,7 @@ void writeRecord(Load load, int64_t n, int64_t block, int bits,
   std::memset(values, 0, ::ds::quant::valueBytes(n, bits));
   for (int64_t b = 0; b < nb; ++b) {
     int64_t lo = b * block, hi = std::min(n, lo + block);
-    float amax = 0.0f;
-    for (int64_t i = lo; i < hi; ++i) {
-      float a = std::fabs(load(i));
-      if (!std::isnan(amax) && !(a <= amax)) // a NaN stays once seen
-        amax = a;
-    }
-    float s = std::isfinite(amax) ? amax / static_cast<float>(qmax(bits))
-                                  : amax;
+    float s = blockScale(load, lo, hi, bits);
     scales[b] = s;
     for (int64_t i = lo; i < hi; ++i)
       packValue(values, i, quantizeValue(load(i), s, bits), bits);
@@ -147,11 +158,7 @@ void readRecord(const uint8_t *rec, int64_t n, int64_t block, int bits,
   const float *scales = reinterpret_cast<const float *>(rec);
   const uint8_t *values = rec + 4 * nb;
   for (int64_t i = 0; i < n; ++i) {
-    float s = scales[i / block];
-    float x = std::isfinite(s)
-                  ? static_cast<float>(unpackValue(values, i, bits)) * s
-                  : NAN;
-    store(i, x);
+    store(i, dequantizeValue(unpackValue(values, i, bits), scales[i / block]));
   }
 }
 

@@ -2,7 +2,7 @@
 // gathers into ds.quantized_all_gather (the shards themselves stay f32
 // arguments updated by Adam), qgZ the gradient reduce-scatters into
 // ds.quantized_reduce_scatter; both together; and the refusals.
-// RUN: ds-opt %S/Inputs/two-layers.mlir --ds-autodiff '--ds-zero=world-size=2 stage=3 quantize-weights=true quantize-block-size=4' --ds-optimizer | FileCheck %s --check-prefix=QW
+// RUN: ds-opt %S/Inputs/two-layers.mlir --ds-autodiff '--ds-zero=world-size=2 stage=3 quantize-weights=true quantize-block-size=4' --ds-optimizer | FileCheck %s
 // RUN: ds-opt %S/Inputs/two-layers.mlir --ds-autodiff '--ds-zero=world-size=2 stage=2 quantize-gradients=true gradient-bits=4' --ds-optimizer | FileCheck %s --check-prefix=QG
 // RUN: ds-opt %S/Inputs/two-layers.mlir --ds-autodiff '--ds-zero=world-size=2 stage=3 quantize-weights=true quantize-gradients=true' --ds-optimizer | FileCheck %s --check-prefix=BOTH
 // RUN: not ds-opt %S/Inputs/two-layers.mlir --ds-autodiff '--ds-zero=world-size=2 stage=2 quantize-weights=true' 2>&1 | FileCheck %s --check-prefix=QW2
@@ -12,17 +12,17 @@
 
 // qwZ (8 bits, the default, is not printed): both passes gather the bucket (w's 6 and v's 5 elements per rank)
 // quantized; the reduce-scatter stays plain; Adam updates the f32 shards.
-// QW-LABEL: func.func @forward
-// QW-SAME: %arg1: tensor<6xf32> {ds.full_shape = array<i64: 4, 3>, ds.param = "w", ds.trainable}
-// QW: %[[C:.*]] = ds.concat %arg1, %arg2 {axis = 0 : i64} : (tensor<6xf32>, tensor<5xf32>) -> tensor<11xf32>
-// QW-NEXT: ds.quantized_all_gather %[[C]] {block_size = 4 : i64, group = 0 : i64} : tensor<11xf32> -> tensor<22xf32>
-// QW: ds.loss_grad
-// QW: ds.quantized_all_gather %{{.*}} {block_size = 4 : i64, group = 0 : i64} : tensor<11xf32> -> tensor<22xf32>
-// QW: ds.reduce_scatter %{{.*}} {group = 0 : i64, reduction = "mean"} : tensor<22xf32> -> tensor<11xf32>
-// QW: ds.adam %arg1,
-// QW: ds.adam %arg2,
-// QW-NOT: ds.all_gather
-// QW-NOT: ds.quantized_reduce_scatter
+// CHECK-LABEL: func.func @forward
+// CHECK-SAME: %arg1: tensor<6xf32> {ds.full_shape = array<i64: 4, 3>, ds.param = "w", ds.trainable}
+// CHECK: %[[C:.*]] = ds.concat %arg1, %arg2 {axis = 0 : i64} : (tensor<6xf32>, tensor<5xf32>) -> tensor<11xf32>
+// CHECK-NEXT: ds.quantized_all_gather %[[C]] {block_size = 4 : i64, group = 0 : i64} : tensor<11xf32> -> tensor<22xf32>
+// CHECK: ds.loss_grad
+// CHECK: ds.quantized_all_gather %{{.*}} {block_size = 4 : i64, group = 0 : i64} : tensor<11xf32> -> tensor<22xf32>
+// CHECK: ds.reduce_scatter %{{.*}} {group = 0 : i64, reduction = "mean"} : tensor<22xf32> -> tensor<11xf32>
+// CHECK: ds.adam %arg1,
+// CHECK: ds.adam %arg2,
+// CHECK-NOT: ds.all_gather
+// CHECK-NOT: ds.quantized_reduce_scatter
 
 // qgZ at stage 2, 4 bits, the default block of 2048.
 // QG-LABEL: func.func @forward

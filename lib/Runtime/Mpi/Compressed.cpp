@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Mpi/Compressed.h"
+#include "QuantizeRecord.h"
 #include "ds/Runtime/Comm.h"
 #include "ds/Support/OneBit.h"
 
@@ -121,21 +122,19 @@ namespace ds::rt::onebit {
 
 namespace {
 /// One piece of `c` elements (the first `real` of them not padding) as
-/// int8 values and f32 block scales, at `dst`.
+/// int8 values and f32 block scales, at `dst`: ZeRO++'s quantization rule
+/// (QuantizeRecord.h) in this piece's layout (the values, then the scales).
 void quantizePiece(const float *x, int64_t c, int64_t real, uint8_t *dst) {
   const int64_t block = ::ds::onebit::kQuantBlock;
   auto *q = reinterpret_cast<int8_t *>(dst);
   uint8_t *scales = dst + c;
+  auto load = [x](int64_t k) { return x[k]; };
   for (int64_t b0 = 0, bi = 0; b0 < c; b0 += block, ++bi) {
     int64_t end = std::min(c, b0 + block);
-    float absMax = 0.0f;
-    for (int64_t k = b0; k < std::min(end, real); ++k)
-      absMax = std::max(absMax, std::fabs(x[k]));
-    float s = absMax / 127.0f;
-    for (int64_t k = b0; k < end; ++k) {
-      float v = k < real && s > 0.0f ? std::nearbyint(x[k] / s) : 0.0f;
-      q[k] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
-    }
+    float s = quant::blockScale(load, b0, std::min(end, real), 8);
+    for (int64_t k = b0; k < end; ++k)
+      q[k] = static_cast<int8_t>(k < real ? quant::quantizeValue(x[k], s, 8)
+                                          : 0);
     std::memcpy(scales + 4 * bi, &s, sizeof s);
   }
 }
@@ -147,7 +146,7 @@ void dequantizePiece(const uint8_t *src, int64_t c, float *out) {
   for (int64_t k = 0; k < c; ++k) {
     float s;
     std::memcpy(&s, src + c + 4 * (k / block), sizeof s);
-    out[k] = static_cast<float>(q[k]) * s;
+    out[k] = quant::dequantizeValue(q[k], s);
   }
 }
 } // namespace
