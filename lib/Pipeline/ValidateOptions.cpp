@@ -201,6 +201,21 @@ llvm::Error checkSteps(const TrainingOptions &o) {
   return llvm::Error::success();
 }
 
+/// Accumulation the compressed optimizers do not run under, as its flags
+/// (empty if none): --grad-accum; with pipelines a stage sums its
+/// micro-batches' gradients and exchanges them once per step, which needs
+/// data-parallel ranks (docs/compression.md, "With pipelines").
+std::string compressedAccumProblem(const TrainingOptions &o) {
+  if (o.gradAccum <= 1 ||
+      (o.pipelineParallel > 1 && o.dataParallelSize() > 1))
+    return "";
+  std::string m = std::to_string(o.gradAccum);
+  return o.pipelineParallel > 1
+             ? "--micro-batches=" + m +
+                   " and one data-parallel rank per pipeline stage"
+             : "--grad-accum=" + m;
+}
+
 /// 1-bit Adam (docs/compression.md): it runs at ZeRO 0-3 on the
 /// data-parallel ranks with f32 gradients; what it does not run yet is
 /// refused by name.
@@ -215,8 +230,6 @@ llvm::Error checkCompression(const TrainingOptions &o) {
   if (o.freezeStep < 0)
     return fail("--freeze-step must not be negative, got " +
                 llvm::Twine(o.freezeStep));
-  if (o.pipelineParallel > 1)
-    return limit("--pipeline-parallel=" + llvm::Twine(o.pipelineParallel));
   if (o.tensorParallel > 1)
     return limit("--tensor-parallel=" + llvm::Twine(o.tensorParallel));
   if (o.precision != "fp32" || o.effectiveCommDtype() != "fp32")
@@ -224,8 +237,8 @@ llvm::Error checkCompression(const TrainingOptions &o) {
                  o.effectiveCommDtype());
   if (o.gradClip > 0)
     return limit("--grad-clip");
-  if (o.gradAccum > 1)
-    return limit("--grad-accum=" + llvm::Twine(o.gradAccum));
+  if (std::string a = compressedAccumProblem(o); !a.empty())
+    return limit(a);
   if (o.offloadOptimizer != "none")
     return limit("--offload-optimizer=" + o.offloadOptimizer);
   if (o.offloadParam != "none")
@@ -237,15 +250,13 @@ llvm::Error checkCompression(const TrainingOptions &o) {
 /// LAMB) do not run under, as its flags; empty if none.
 std::string compressedLayoutProblem(const TrainingOptions &o) {
   return o.zeroStage > 0 ? "--zero=" + std::to_string(o.zeroStage)
-         : o.pipelineParallel > 1
-             ? "--pipeline-parallel=" + std::to_string(o.pipelineParallel)
          : o.tensorParallel > 1
              ? "--tensor-parallel=" + std::to_string(o.tensorParallel)
          : o.precision != "fp32" || o.effectiveCommDtype() != "fp32"
              ? "--precision=" + o.precision +
                    " --comm-dtype=" + o.effectiveCommDtype()
          : o.gradClip > 0  ? std::string("--grad-clip")
-         : o.gradAccum > 1 ? "--grad-accum=" + std::to_string(o.gradAccum)
+         : !compressedAccumProblem(o).empty() ? compressedAccumProblem(o)
          : o.offloadOptimizer != "none"
              ? "--offload-optimizer=" + o.offloadOptimizer
              : std::string();

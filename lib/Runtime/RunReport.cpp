@@ -77,14 +77,20 @@ void printLayout(RunContext &ctx, const TrainState &ts) {
     std::printf("pipeline of %d stages (schedule %s, %lld micro-batches per "
                 "step) x %d data-parallel x %d tensor-parallel ranks; this "
                 "is stage %d: activation stash %llu bytes at most, planned "
-                "%llu (%d cop%s of the kept bytes of %d chunk%s); figures "
-                "below are this stage's\n",
+                "%llu (%d cop%s of the kept bytes of %d chunk%s); "
+                "collectives %llu (%llu planned) bytes in the last step, "
+                "as planned in %lld of %lld steps; arena high-water %llu "
+                "(%llu planned); figures below are this stage's\n",
                 ctx.stages, ctx.scheduleName.c_str(),
                 static_cast<long long>(ts.accum), ctx.dpSize,
                 ctx.tensorParallel, ctx.stage, static_cast<ull>(ts.stashHigh),
                 static_cast<ull>(ts.plannedStash), ts.stashCopies,
                 ts.stashCopies == 1 ? "y" : "ies", ctx.virt,
-                ctx.virt == 1 ? "" : "s");
+                ctx.virt == 1 ? "" : "s", static_cast<ull>(ts.stepComm),
+                static_cast<ull>(ts.plannedComm), ts.commAsPlanned,
+                static_cast<long long>(ts.stepsDone),
+                static_cast<ull>(ctx.stats.arenaHighWater),
+                static_cast<ull>(ctx.stats.arenaPlanned));
   if (!ctx.lead)
     return;
   if (ts.accum > 1)

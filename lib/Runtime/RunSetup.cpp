@@ -173,6 +173,13 @@ Footprint plannedFootprint(const RunContext &ctx) {
     f.allReduceBytes += more.allReduceBytes;
     f.allGatherBytes += more.allGatherBytes;
     f.reduceScatterBytes += more.reduceScatterBytes;
+    // The update sections' bytes (once per step) and the compressed
+    // optimizers' phases (docs/compression.md, "With pipelines").
+    f.onceBytes += more.onceBytes;
+    f.warmupOnlyBytes += more.warmupOnlyBytes;
+    f.warmupOnlyOnceBytes += more.warmupOnlyOnceBytes;
+    f.compressedBytes += more.compressedBytes;
+    f.compressedOnceBytes += more.compressedOnceBytes;
   }
   return f;
 }

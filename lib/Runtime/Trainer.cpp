@@ -229,6 +229,7 @@ bool finishStep(RunContext &ctx, TrainState &ts, long long s, StepRun &step,
                     std::to_string(ts.stepComm) +
                     " bytes to collectives, the plan " +
                     std::to_string(ts.plannedComm));
+  ts.commAsPlanned += ts.stepComm == ts.plannedComm;
   // The step's loss: the mean over its micro-batches. The loss scaler sees
   // whether this step's gradients overflowed (the step then changed nothing
   // and does not count).

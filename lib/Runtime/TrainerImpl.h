@@ -121,6 +121,9 @@ struct TrainState {
   uint64_t stepToHost = 0, stepToDevice = 0, stepNvmeRead = 0,
            stepNvmeWrite = 0;
   uint64_t stepComm = 0, plannedComm = 0;
+  // The steps whose handed bytes equal the plan's (each pipeline stage
+  // reports its own).
+  long long commAsPlanned = 0;
   LossScaler scaler;
   // With pipeline parallelism: the activation stash, measured and planned.
   uint64_t plannedStash = 0, stashHigh = 0;

@@ -251,6 +251,7 @@ void addCollectivesAndOptimizer(const plan::Plan &p,
                         c.kind() == plan::COLLECTIVE_ALL_GATHER ||
                         c.kind() == plan::COLLECTIVE_REDUCE_SCATTER))
         f.onceBytes += c.bytes();
+      const uint64_t warmup0 = f.warmupOnlyBytes, compressed0 = f.compressedBytes;
       switch (c.kind()) {
       case plan::COLLECTIVE_ALL_REDUCE:
         ++f.allReduces;
@@ -304,6 +305,10 @@ void addCollectivesAndOptimizer(const plan::Plan &p,
         break;
       default: // pipeline sends are the pipeline report's
         break;
+      }
+      if (i >= once) { // the update section of a pipeline stage
+        f.warmupOnlyOnceBytes += f.warmupOnlyBytes - warmup0;
+        f.compressedOnceBytes += f.compressedBytes - compressed0;
       }
     }
     if (isOptimizer(ins.kind()) && ins.inputs_size() >= 2) {

@@ -19,6 +19,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "GradAccumulate.h"
 #include "OptimizerUpdate.h"
 #include "ds/Dialect/Ds/IR/DsCompression.h"
 #include "ds/Support/OneBit.h"
@@ -30,9 +31,14 @@ namespace mlir::ds::optimizer {
 namespace {
 /// The gradient bucket's reduce-scatter (or the compressed one that
 /// replaced it) a ZeRO gradient shard comes from, through the split of
-/// the bucket; null at stage 0.
+/// the bucket (and a pipeline stage's scaling and tied sum); null at
+/// stage 0.
 Operation *findBucketExchange(Value grad) {
   Operation *def = grad.getDefiningOp();
+  // A pipeline stage's mean over its micro-batches (the sum times 1/M) and
+  // a tied parameter's sum over the stages come after the exchange.
+  while (isa_and_nonnull<MulOp, TiedGradSumOp>(def))
+    def = def->getOperand(0).getDefiningOp();
   if (isa_and_nonnull<SplitOp>(def))
     def = def->getOperand(0).getDefiningOp();
   if (isa_and_nonnull<ReduceScatterOp, CompressedReduceScatterOp>(def))
@@ -106,6 +112,20 @@ Value gatherDelta(OpBuilder &b, const UpdateInput &in, int64_t freezeStep,
   return unpadReshape(b, in.loc, g.getResult(), in.paramType);
 }
 
+/// Moves the ops `v` is computed from before `point` (a pipeline stage's
+/// optimizer step: arithmetic on the step argument and constants, built
+/// after the reduce-scatters of its update section), so that an exchange
+/// built at `point` can read it.
+void hoistBefore(Value v, Operation *point) {
+  Operation *def = v.getDefiningOp();
+  if (!def || def->getBlock() != point->getBlock() ||
+      def->isBeforeInBlock(point))
+    return;
+  for (Value operand : def->getOperands())
+    hoistBefore(operand, point);
+  def->moveBefore(point);
+}
+
 /// ZeRO 1-3: the bucket's reduce-scatter becomes the compressed one (once
 /// per bucket: the first parameter updated from it keeps its worker
 /// error, `<param>.worker_error`, the bucket's length), then the update of
@@ -121,6 +141,7 @@ UpdateOutput buildOneBitAdamPartition(OpBuilder &b, const UpdateInput &in,
   if (auto rs = dyn_cast<ReduceScatterOp>(exchange)) {
     Type bucket = rs.getInput().getType();
     Value we = in.addTypedState("worker_error", bucket);
+    hoistBefore(in.step, rs);
     OpBuilder rb(rs);
     auto crs = CompressedReduceScatterOp::create(
         rb, rs.getLoc(), TypeRange{rs.getResult().getType(), bucket},
@@ -221,11 +242,11 @@ LogicalResult checkCompressedLayout(func::FuncOp func,
     return func.emitError(name + " with ")
            << what << " is not supported yet (" << scope << ")";
   };
-  if (func->hasAttr("ds.pipeline"))
-    return refuse("pipeline parallelism");
   if (func->hasAttr("ds.tensor_parallel"))
     return refuse("tensor parallelism");
-  if (hp.gradAccum > 1)
+  // A pipeline stage's micro-batch sums are exchanged once per step
+  // (GradAccumulate.h): the exchange sees one gradient, as without them.
+  if (hp.gradAccum > 1 && !accumulate::accumulatedSteps(func))
     return refuse("gradient accumulation");
   Block &body = func.getBody().front();
   for (BlockArgument arg : body.getArguments())

@@ -594,8 +594,16 @@ LogicalResult UpdateSection::build() {
         {b.getNamedAttr(attrs::kOutput, b.getStringAttr("ds.overflow"))}));
   }
   gatherUpdatedShards();
-  if (summedOver)
+  if (summedOver) {
     accumulate::zeroSums(func, b, counter.lastMicro, results, resultAttrs);
+    // The updates that do not take the micro-batch count themselves (the
+    // compressed optimizers') carry it for the plan (`accum_steps`: ds-run
+    // runs that many micro-batches per step).
+    func.walk([&](Operation *op) {
+      if (op->hasTrait<DsOptimizerStep>() && !op->hasAttr("accum_steps"))
+        op->setAttr("accum_steps", b.getI64IntegerAttr(summedOver));
+    });
+  }
   finish();
   return success();
 }

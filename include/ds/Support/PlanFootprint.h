@@ -121,9 +121,21 @@ struct Footprint {
   uint64_t warmupOnlyAllGatherBytes = 0;
   int compressedAllGathers = 0;
   uint64_t compressedAllGatherBytes = 0;
+  /// Of the warm-up-only and compressed bytes, those in a pipeline stage's
+  /// update section, which runs once per step (docs/compression.md, "With
+  /// pipelines").
+  uint64_t warmupOnlyOnceBytes = 0, compressedOnceBytes = 0;
+  /// `bytes` handed per run, `once` of them once per step: per step.
+  uint64_t perStep(uint64_t bytes, uint64_t once) const {
+    return (bytes - once) *
+               static_cast<uint64_t>(std::max<int64_t>(1, accumSteps)) +
+           once;
+  }
   /// The bytes handed to collectives by a step after the freeze.
   uint64_t collectiveBytesAfterFreeze() const {
-    return collectiveBytes() - warmupOnlyBytes + compressedBytes;
+    return collectiveBytesPerStep() -
+           perStep(warmupOnlyBytes, warmupOnlyOnceBytes) +
+           perStep(compressedBytes, compressedOnceBytes);
   }
   /// 0/1 Adam (docs/compression.md): its policy when the plan trains with
   /// it (its gradient all-reduce is in warmupOnlyBytes, its compressed
@@ -135,9 +147,10 @@ struct Footprint {
   uint64_t collectiveBytesIn(zeroone::Phase phase) const {
     switch (phase) {
     case zeroone::Phase::Variance:
-      return collectiveBytes();
+      return collectiveBytesPerStep();
     case zeroone::Phase::Local:
-      return collectiveBytes() - warmupOnlyBytes;
+      return collectiveBytesPerStep() -
+             perStep(warmupOnlyBytes, warmupOnlyOnceBytes);
     default:
       return collectiveBytesAfterFreeze();
     }
@@ -148,8 +161,7 @@ struct Footprint {
     if (zeroOne)
       return collectiveBytesIn(zeroone::phaseAt(step, *zeroOne));
     if (freezeStep >= 0 && step > freezeStep)
-      return collectiveBytesAfterFreeze() *
-             static_cast<uint64_t>(std::max<int64_t>(1, accumSteps));
+      return collectiveBytesAfterFreeze();
     return collectiveBytesPerStep();
   }
   /// Of those, the bytes of a pipeline stage's update section that runs
