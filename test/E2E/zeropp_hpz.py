@@ -105,9 +105,14 @@ def main():
     # node: the same bytes handed, none of them crossing nodes.
     rh = report["hpZ"]["collectives"]
     moved = rp["bytes_per_step"] == rh["bytes_per_step"]
+    # A gather over the N ranks crosses nodes with (N-D)/N of its bytes per
+    # rank (D = 2 per node); in the node group with none of them.
+    want = rp["cross_node_bytes_per_rank"] - rh["node_all_gather_bytes"] * (n - 2) / n
+    split = abs(rh["cross_node_bytes_per_rank"] - want) < 1
     print(f"hpZ: bytes per step {rh['bytes_per_step']} = plain's {moved}; of them "
-          f"{rh['node_all_gather_bytes']} in the node group")
-    ok &= moved
+          f"{rh['node_all_gather_bytes']} in the node group; cross-node = plain's - "
+          f"node-group bytes x (N-D)/N ({want:.0f}) {split}")
+    ok &= moved and split
     # The secondary partition's memory where the peak sees it: with one
     # gather per tensor (--prefetch-bucket-size=1) the backward's peak
     # comes while later layers' secondary slices still wait for their
