@@ -24,11 +24,10 @@ Checks and their tolerances:
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 
-import numpy as np
+from zeropp import setup
 
 
 def main():
@@ -39,15 +38,7 @@ def main():
     args = ap.parse_args()
     w = lambda f: os.path.join(args.work, f)
     n = 4
-    rng = np.random.RandomState(0)
-    rows = 8 * 2 * n
-    start = rng.randint(0, 128, size=(rows, 1))
-    stride = rng.randint(1, 8, size=(rows, 1))
-    seq = (start + stride * np.arange(33)[None, :]) % 128
-    np.savez(w("data.npz"), idx=seq[:, :32], targets=seq[:, 1:])
-    common = [args.onnx, "--input-shape=idx:2x32", "--input-shape=targets:2x32",
-              f"--world-size={n}", "--zero=3", "--optimizer=adamw", "--lr=1e-3",
-              "--devices-per-node=2"]
+    common = setup(w, args.onnx, n, 2)  # zeropp.py's data and ZeRO-3 flags
     modes = {
         "plain": [],
         "hpZ": ["--hpz-partition-size=2"],
