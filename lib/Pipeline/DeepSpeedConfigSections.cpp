@@ -389,16 +389,11 @@ bool config::readZero(Reader &r, const std::string &key, const Value &v) {
       if (*b)
         r.set(name == "cpu_offload" ? "offload-optimizer" : "offload-param",
               "cpu", zk);
-    } else if (name == "zero_hpz_partition_size" || name == "mics_shard_size") {
-      // Their off values: 1 and -1 (or 0).
+    } else if (name == "mics_shard_size") {
+      // Its off values: -1 (or 0).
       auto d = r.number(zkv.second, zk);
       if (d && *d > 1)
-        return r.fail(zk, "is not supported yet (" +
-                              std::string(name == "mics_shard_size"
-                                              ? "MiCS"
-                                              : "ZeRO++'s hierarchical "
-                                                "partitioning") +
-                              " is not built)");
+        return r.fail(zk, "is not supported yet (MiCS is not built)");
       if (!d)
         return false;
     } else if (name == "offload_optimizer" || name == "offload_param") {

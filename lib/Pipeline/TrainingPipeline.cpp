@@ -133,6 +133,7 @@ void mlir::ds::addTrainingPasses(OpPassManager &pm, const TrainingOptions &o,
     dp.quantizeGradients = o.quantizeGradients;
     dp.quantizeBlockSize = o.quantizeBlockSize;
     dp.gradientBits = o.quantizeGradientBits;
+    dp.hpzPartitionSize = o.hpzPartitionSize;
     pm.addNestedPass<func::FuncOp>(createZeroPass(dp));
   }
   if (training) {

@@ -321,14 +321,41 @@ llvm::Error checkOneBitLamb(const TrainingOptions &o) {
   return llvm::Error::success();
 }
 
+/// ZeRO++'s hpZ (docs/zeropp.md): a partition size H > 1 at ZeRO-3 that
+/// divides the data-parallel ranks and the ranks per node.
+llvm::Error checkHpZ(const TrainingOptions &o) {
+  int64_t h = o.hpzPartitionSize, n = o.dataParallelSize();
+  if (h < 1)
+    return fail("--hpz-partition-size must be at least 1, got " +
+                llvm::Twine(h));
+  if (h == 1)
+    return llvm::Error::success();
+  if (o.zeroStage != 3)
+    return fail("--hpz-partition-size=" + llvm::Twine(h) +
+                " needs --zero=3 (ZeRO++'s hpZ partitions ZeRO-3's gathered "
+                "parameters within a node), got --zero=" +
+                llvm::Twine(o.zeroStage));
+  if (n % h)
+    return fail("--hpz-partition-size=" + llvm::Twine(h) +
+                " must divide the " + llvm::Twine(n) + " data-parallel ranks");
+  if (o.devicesPerNode > 0 && o.devicesPerNode % h)
+    return fail("--hpz-partition-size=" + llvm::Twine(h) +
+                " must divide --devices-per-node=" +
+                llvm::Twine(o.devicesPerNode) +
+                " (hpZ's partition stays within a node)");
+  return llvm::Error::success();
+}
+
 /// ZeRO++ (docs/zeropp.md): qwZ at ZeRO-3, qgZ at ZeRO 1-3 with f32
-/// gradient communication, on data-parallel ranks; hpZ is not built (the
-/// config key is refused by the config reader).
+/// gradient communication, hpZ at ZeRO-3, on data-parallel ranks.
 llvm::Error checkZeroPP(const TrainingOptions &o) {
   if (o.devicesPerNode < 0)
     return fail("--devices-per-node must not be negative, got " +
                 llvm::Twine(o.devicesPerNode));
-  if (!o.quantizeWeights && !o.quantizeGradients)
+  if (llvm::Error e = checkHpZ(o))
+    return e;
+  bool hpz = o.hpzPartitionSize > 1;
+  if (!o.quantizeWeights && !o.quantizeGradients && !hpz)
     return llvm::Error::success();
   if (o.quantizeBlockSize < 1)
     return fail("--quantize-block-size must be at least 1, got " +
@@ -360,8 +387,11 @@ llvm::Error checkZeroPP(const TrainingOptions &o) {
       : o.offloadParam != "none" ? "--offload-param=" + o.offloadParam
                                  : std::string();
   if (!what.empty())
-    return fail("ZeRO++ (--quantize-weights, --quantize-gradients) with " +
-                what + " is not supported yet");
+    return fail("ZeRO++ (" +
+                llvm::Twine(o.quantizeWeights || o.quantizeGradients
+                                ? "--quantize-weights, --quantize-gradients"
+                                : "--hpz-partition-size") +
+                ") with " + what + " is not supported yet");
   return llvm::Error::success();
 }
 } // namespace

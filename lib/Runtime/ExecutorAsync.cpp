@@ -125,7 +125,7 @@ bool Executor::Impl::startTransfer(const plan::Instruction &ins,
 }
 
 bool Executor::Impl::drain(std::string &err) {
-  for (int g = -1; g <= 1; ++g) {
+  for (int g = -1; g <= 2; ++g) {
     for (auto &[key, handle] : inflight[g + 1])
       if (!device && options.comm && !group(g)->finish(handle, err))
         return false;

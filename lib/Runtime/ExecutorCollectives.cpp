@@ -4,7 +4,9 @@
 //
 // A collective names its group: every rank, the data-parallel ranks (same
 // tensor-parallel index) or the tensor-parallel ranks (same data-parallel
-// index), rank = dp * T + tp. The groups' byte counters feed the world's.
+// index), rank = dp * T + tp, or (ZeRO++'s hpZ) the hpz_partition_size
+// consecutive ranks of this rank's node. The groups' byte counters feed
+// the world's.
 // A whole parameter is gathered from the ZeRO shards and tensor-parallel
 // slices of the ranks that hold it.
 //
@@ -24,16 +26,18 @@ Communicator *Executor::Impl::group(int64_t g) const {
     return tpComm.get();
   if (g == 0 && dpComm)
     return dpComm.get();
+  if (g == 2 && nodeComm)
+    return nodeComm.get();
   return options.comm;
 }
 
 int Executor::Impl::groupOf(const Attrs &attrs) {
   int64_t g = attrs.getInt("group", 0);
-  return g == -1 || g == 1 ? static_cast<int>(g) : 0;
+  return g == -1 || g == 1 || g == 2 ? static_cast<int>(g) : 0;
 }
 
 void Executor::Impl::collectBytes() {
-  for (Communicator *c : {dpComm.get(), tpComm.get()})
+  for (Communicator *c : {dpComm.get(), tpComm.get(), nodeComm.get()})
     if (c && options.comm) {
       options.comm->collectiveBytes += c->collectiveBytes;
       c->collectiveBytes = 0;
@@ -41,12 +45,40 @@ void Executor::Impl::collectBytes() {
 }
 
 void Executor::Impl::progressCollectives() {
-  for (int g = -1; g <= 1; ++g)
+  for (int g = -1; g <= 2; ++g)
     if (!inflight[g + 1].empty())
       group(g)->progress();
 }
 
+bool Executor::Impl::formNodeGroup(std::string &err) {
+  int h = static_cast<int>(p().hpz_partition_size());
+  if (h <= 1)
+    return true;
+  int world = options.comm ? options.comm->size() : 1;
+  if (options.backend == "cuda") {
+    err = "this plan uses ZeRO++'s hpZ (--hpz-partition-size), which the "
+          "CUDA backend does not run yet; run it with --backend=cpu";
+    return false;
+  }
+  if (world % h) {
+    err = "this plan's hpZ partition size " + std::to_string(h) +
+          " does not divide the " + std::to_string(world) + " ranks running";
+    return false;
+  }
+  if (!options.comm)
+    return true;
+  int rank = options.comm->rank();
+  if (!(nodeComm = options.comm->split(rank / h, rank % h, err))) {
+    if (err.empty())
+      err = "cannot form hpZ's node groups";
+    return false;
+  }
+  return true;
+}
+
 bool Executor::Impl::formGroups(std::string &err) {
+  if (!formNodeGroup(err))
+    return false;
   uint32_t tp = p().tensor_parallel();
   if (tp <= 1 || !options.comm)
     return true;

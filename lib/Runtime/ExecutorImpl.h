@@ -94,8 +94,10 @@ struct Executor::Impl {
   // Tensor parallelism: the communicators of the groups a collective's
   // `group` names: 0 the data-parallel ranks (same tensor-parallel index),
   // 1 the tensor-parallel ranks (same data-parallel index); rank =
-  // dp * T + tp. Without tensor parallelism both are the world.
-  std::unique_ptr<Communicator> dpComm, tpComm;
+  // dp * T + tp. Without tensor parallelism both are the world. ZeRO++'s
+  // hpZ: 2 the plan's hpz_partition_size consecutive ranks of this rank's
+  // node (nodeComm).
+  std::unique_ptr<Communicator> dpComm, tpComm, nodeComm;
   ~Impl();
   std::vector<std::unique_ptr<DeviceBlock>> deviceConsts, deviceInputs;
   uint64_t paramBytes = 0;
@@ -111,8 +113,9 @@ struct Executor::Impl {
   uint64_t arenaHighWater = 0;
   uint64_t runs = 0;
   // Async collectives by output, per group (-1 all ranks, 0 data-parallel,
-  // 1 tensor-parallel): each completes on its group's communicator.
-  std::array<std::map<const void *, int>, 3> inflight;
+  // 1 tensor-parallel, 2 hpZ's node): each completes on its group's
+  // communicator.
+  std::array<std::map<const void *, int>, 4> inflight;
   KernelContext::StepState stepState;   // the loss scaler's, per run
   uint64_t skipped = 0;                 // runs whose update overflowed
   // Gradient accumulation: runs per update, and whether a micro-batch of
@@ -203,13 +206,16 @@ struct Executor::Impl {
   Communicator *group(int64_t g) const;
   static int groupOf(const Attrs &attrs);
   size_t inflightCount() const {
-    return inflight[0].size() + inflight[1].size() + inflight[2].size();
+    return inflight[0].size() + inflight[1].size() + inflight[2].size() +
+           inflight[3].size();
   }
   /// Collective bytes the group communicators counted, handed to the
   /// world's counter (which ds-run reads).
   void collectBytes();
-  /// Tensor parallelism: the data-parallel and tensor-parallel groups.
+  /// Tensor parallelism: the data-parallel and tensor-parallel groups;
+  /// ZeRO++'s hpZ: the node group.
   bool formGroups(std::string &err);
+  bool formNodeGroup(std::string &err);
   /// The instruction that writes the loss: the loss output's writer, or
   /// under data parallelism the writer of what its all-reduce averages.
   void findLossInstruction();

@@ -280,6 +280,18 @@ void reportZeroPP(std::string &out, const Footprint &f) {
         static_cast<unsigned long long>(f.unquantizedReduceScatterBytes));
     out += line;
   }
+  if (f.hpzPartitionSize > 1) {
+    std::snprintf(
+        line, sizeof line,
+        "  ZeRO++ hpZ (partition of %d ranks): secondary partition %llu "
+        "bytes per rank (arena, forward to backward), %d node-group "
+        "all-gather hand %llu bytes (within the node)\n",
+        f.hpzPartitionSize,
+        static_cast<unsigned long long>(f.hpzSecondaryBytes),
+        f.nodeAllGathers,
+        static_cast<unsigned long long>(f.nodeAllGatherBytes));
+    out += line;
+  }
   if (f.devicesPerNode > 0 && f.world > 1) {
     std::snprintf(line, sizeof line,
                   "  by node (%d ranks per node): %.0f bytes per rank stay "
@@ -537,6 +549,12 @@ std::string formatFootprintJson(const Footprint &f) {
     kv("quantized_reduce_scatter", f.quantizedReduceScatters);
     kv("quantized_reduce_scatter_bytes", f.quantizedReduceScatterBytes);
     kv("unquantized_reduce_scatter_bytes", f.unquantizedReduceScatterBytes);
+  }
+  if (f.hpzPartitionSize > 1) { // ZeRO++'s hpZ
+    kv("hpz_partition_size", f.hpzPartitionSize);
+    kv("hpz_secondary_bytes", f.hpzSecondaryBytes);
+    kv("node_all_gather", f.nodeAllGathers);
+    kv("node_all_gather_bytes", f.nodeAllGatherBytes);
   }
   if (f.devicesPerNode > 0 && f.world > 1) {
     kv("devices_per_node", f.devicesPerNode);

@@ -75,11 +75,14 @@ plan::Phase defaultPhase(plan::Kind kind, plan::Phase section) {
 plan::Group groupOf(int64_t group) {
   return group == 1    ? plan::GROUP_TENSOR
          : group == -1 ? plan::GROUP_WORLD
+         : group == 2  ? plan::GROUP_NODE
                        : plan::GROUP_DATA;
 }
 
-int groupRanks(plan::Group group, int dataParallel, int tensorParallel) {
+int groupRanks(plan::Group group, int dataParallel, int tensorParallel,
+               int nodeRanks) {
   switch (group) {
+  case plan::GROUP_NODE: return nodeRanks > 0 ? nodeRanks : dataParallel;
   case plan::GROUP_TENSOR:
   case plan::GROUP_SEQUENCE: return tensorParallel;
   case plan::GROUP_WORLD: return dataParallel * tensorParallel;

@@ -39,11 +39,27 @@ uint64_t product(const google::protobuf::RepeatedField<int64_t> &dims) {
 }
 } // namespace
 
+namespace {
+/// hpZ's node-group gathers: (H-1)/H of their bytes, all within the node.
+double nodeRingBytes(const Footprint &f) {
+  int h = f.hpzPartitionSize;
+  return h > 1 ? static_cast<double>(h - 1) / h *
+                     static_cast<double>(f.nodeAllGatherBytes)
+               : 0;
+}
+/// The ring traffic of the collectives over the N data-parallel ranks.
+double worldRingBytes(const Footprint &f) {
+  return f.ringBytes() - nodeRingBytes(f);
+}
+} // namespace
+
 double Footprint::ringBytes() const {
   if (world <= 1)
     return 0;
   double part = static_cast<double>(world - 1) / world;
-  return part * (2.0 * allReduceBytes + allGatherBytes + reduceScatterBytes);
+  return part * (2.0 * allReduceBytes + allGatherBytes + reduceScatterBytes -
+                 nodeAllGatherBytes) +
+         nodeRingBytes(*this);
 }
 
 double Footprint::compressedRingBytes() const {
@@ -68,7 +84,7 @@ double crossShare(const Footprint &f) {
 } // namespace
 
 double Footprint::crossNodeBytes() const {
-  return devicesPerNode > 0 ? ringBytes() * crossShare(*this) : -1;
+  return devicesPerNode > 0 ? worldRingBytes(*this) * crossShare(*this) : -1;
 }
 
 double Footprint::intraNodeBytes() const {
@@ -84,7 +100,7 @@ double Footprint::crossNodeBytesUnquantized() const {
       static_cast<double>(quantizedAllGatherBytes) +
       static_cast<double>(unquantizedReduceScatterBytes) -
       static_cast<double>(quantizedReduceScatterBytes);
-  return (ringBytes() + part * extra) * crossShare(*this);
+  return (worldRingBytes(*this) + part * extra) * crossShare(*this);
 }
 
 int bufferLocation(const plan::Plan &p, uint32_t id) {
@@ -245,8 +261,14 @@ void addCollectivesAndOptimizer(const plan::Plan &p,
   for (int i = 0; i < prog.instructions_size(); ++i) {
     const plan::Instruction &ins = prog.instructions(i);
     for (const plan::Collective &c : ins.collectives()) {
-      if (groupRanks(c.group(), f.world, f.tensorParallel) <= 1)
+      if (groupRanks(c.group(), f.world, f.tensorParallel,
+                     f.hpzPartitionSize) <= 1)
         continue;
+      if (c.group() == plan::GROUP_NODE &&
+          c.kind() == plan::COLLECTIVE_ALL_GATHER) { // hpZ's backward gathers
+        ++f.nodeAllGathers;
+        f.nodeAllGatherBytes += c.bytes();
+      }
       if (i >= once && (c.kind() == plan::COLLECTIVE_ALL_REDUCE ||
                         c.kind() == plan::COLLECTIVE_ALL_GATHER ||
                         c.kind() == plan::COLLECTIVE_REDUCE_SCATTER))
@@ -328,6 +350,10 @@ void addCollectivesAndOptimizer(const plan::Plan &p,
         f.accumSteps = ins.optimizer().accum_steps();
       f.grads += keptGradient(p, ins.inputs(1), writer);
     }
+    if (ins.kind() == plan::KIND_TP_ROWS && ins.outputs_size() == 1)
+      for (const plan::Attribute &a : ins.attributes())
+        if (a.name() == "group" && a.i() == 2) // hpZ's secondary partition
+          f.hpzSecondaryBytes += bytesOf(p, ins.outputs(0));
     for (uint32_t id : ins.outputs())
       writer[id] = &ins;
   }
@@ -577,6 +603,7 @@ Footprint footprint(const plan::Plan &p) {
   f.world = std::max(1, (p.world_size() == 0 ? 1 : static_cast<int>(p.world_size())) /
                             f.tensorParallel);
   f.stage = static_cast<int>(p.zero_stage());
+  f.hpzPartitionSize = static_cast<int>(p.hpz_partition_size());
   f.arena = p.programs_size() ? p.programs(0).arena_bytes() : 0;
   addOptions(p, f);
   addStorage(p, f);

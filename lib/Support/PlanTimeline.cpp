@@ -189,7 +189,8 @@ void TimelineBuilder::waitForTransfers(const plan::Instruction &ins) {
 void TimelineBuilder::addCollective(const plan::Instruction &ins,
                                     TimelineEvent &e) {
   const plan::Collective &c = ins.collectives(0);
-  int ranks = groupRanks(c.group(), dp, tp);
+  int ranks = groupRanks(c.group(), dp, tp,
+                         static_cast<int>(p.hpz_partition_size()));
   double ring = static_cast<double>(ranks - 1) / ranks;
   double moved = (c.kind() == plan::COLLECTIVE_ALL_REDUCE ? 2 : 1) * ring *
                  static_cast<double>(c.bytes());

@@ -86,7 +86,8 @@ Value reshape(OpBuilder &b, Location loc, Value v, ArrayRef<int64_t> shape) {
 
 SmallVector<Value> gatherBucket(OpBuilder &b, Location loc, ValueRange shards,
                                 ArrayRef<RankedTensorType> types,
-                                int64_t world, Quantization quant) {
+                                int64_t world, Quantization quant,
+                                int64_t group) {
   SmallVector<int64_t> sizes;
   for (Value s : shards)
     sizes.push_back(cast<RankedTensorType>(s.getType()).getDimSize(0));
@@ -98,10 +99,10 @@ SmallVector<Value> gatherBucket(OpBuilder &b, Location loc, ValueRange shards,
   Value gathered =
       quant ? QuantizedAllGatherOp::create(
                   b, loc, wholeType, flat, b.getI64IntegerAttr(quant.blockSize),
-                  b.getI64IntegerAttr(quant.bits), b.getI64IntegerAttr(0))
+                  b.getI64IntegerAttr(quant.bits), b.getI64IntegerAttr(group))
                   .getResult()
             : AllGatherOp::create(b, loc, wholeType, flat,
-                                  b.getI64IntegerAttr(0))
+                                  b.getI64IntegerAttr(group))
                   .getResult();
   SmallVector<Value> out;
   if (shards.size() == 1)

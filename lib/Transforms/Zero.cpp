@@ -19,7 +19,10 @@
 // pass reads are recomputed there from the second gather instead of being
 // kept alive. ZeRO++ (docs/zeropp.md): with quantize-weights the stage-3
 // gathers are `ds.quantized_all_gather` (qwZ), with quantize-gradients the
-// stage 1-3 reductions `ds.quantized_reduce_scatter` (qgZ).
+// stage 1-3 reductions `ds.quantized_reduce_scatter` (qgZ); with
+// hpz-partition-size H > 1 (hpZ) each forward gather leaves this rank's
+// 1/H of every parameter (a `ds.sp_slice` over group 2, the H ranks of its
+// node) and the backward gathers that within the node.
 //
 //===----------------------------------------------------------------------===//
 
@@ -56,11 +59,13 @@ void moveOpsBetween(Operation *after, Operation *end, Operation *dest) {
 }
 
 /// A ZeRO-3 parameter: its argument (now the shard), its whole type, and
-/// its first use in each pass.
+/// its first use in each pass; with hpZ, its secondary partition once the
+/// forward gathered it.
 struct ShardedParam {
   BlockArgument arg;
   RankedTensorType type; // whole
   Operation *firstFwd, *firstBwd;
+  Value secondary = nullptr;
 };
 
 struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
@@ -81,6 +86,8 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
     OpBuilder b(func.getContext());
     func->setAttr(kWorldSizeAttr, b.getI64IntegerAttr(worldSize));
     func->setAttr(kZeroStageAttr, b.getI64IntegerAttr(stage));
+    if (hpzPartitionSize > 1)
+      func->setAttr(kHpzAttr, b.getI64IntegerAttr(hpzPartitionSize));
     if (worldSize == 1 && stage == 0)
       return;
     Block &body = func.getBody().front();
@@ -136,6 +143,12 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
     if (quantizeWeights && stage != 3)
       return func.emitError("quantize-weights needs ZeRO stage 3 (it "
                             "quantizes the parameter gathers)");
+    if (hpzPartitionSize < 1 ||
+        (hpzPartitionSize > 1 &&
+         (stage != 3 || worldSize % hpzPartitionSize != 0)))
+      return func.emitError("hpz-partition-size must be 1, or at ZeRO stage "
+                            "3 divide the world size, got ")
+             << static_cast<int64_t>(hpzPartitionSize);
     if (quantizeGradients && (stage == 0 || commDtype != "fp32"))
       return func.emitError("quantize-gradients needs ZeRO stage 1-3 and "
                             "fp32 gradient communication");
@@ -361,9 +374,12 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
     };
     for (ShardedParam *p : order) {
       // One collective gathers one element type: a frozen f32 weight
-      // beside 16-bit trainable ones starts a bucket of its own.
+      // beside 16-bit trainable ones starts a bucket of its own (and with
+      // hpZ one group: a parameter without a secondary partition too).
       if (!bucket.empty() &&
-          bucket.front()->type.getElementType() != p->type.getElementType())
+          (bucket.front()->type.getElementType() !=
+               p->type.getElementType() ||
+           fromSecondary(bucket.front(), fwd) != fromSecondary(p, fwd)))
         flush();
       bucket.push_back(p);
       elements += p->type.getNumElements();
@@ -385,20 +401,25 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
                      llvm::function_ref<bool(Operation *)> inForward) {
     Operation *start = prevStart ? prevStart : use;
     OpBuilder b(start);
+    bool secondary = fromSecondary(bucket.front(), fwd);
     SmallVector<Value> shards;
     SmallVector<RankedTensorType> types;
     for (ShardedParam *p : bucket) {
-      shards.push_back(p->arg);
+      shards.push_back(secondary ? p->secondary : Value(p->arg));
       types.push_back(p->type);
     }
     llvm::SmallPtrSet<Operation *, 16> users;
     for (ShardedParam *p : bucket)
       users.insert(p->arg.user_begin(), p->arg.user_end());
     Quantization quant;
-    if (quantizeWeights)
+    if (quantizeWeights && !secondary)
       quant = {quantizeBlockSize, 8};
-    SmallVector<Value> wholes = gatherBucket(
-        b, bucket.front()->arg.getLoc(), shards, types, worldSize, quant);
+    SmallVector<Value> wholes =
+        gatherBucket(b, bucket.front()->arg.getLoc(), shards, types,
+                     secondary ? hpzPartitionSize : worldSize, quant,
+                     secondary ? kNodeGroup : 0);
+    if (fwd && hpzPartitionSize > 1)
+      keepSecondaries(b, bucket, wholes);
     moveOpsBetween(lastOpBefore<AllGatherOp, QuantizedAllGatherOp>(start),
                    start, use);
     for (auto [p, whole] : llvm::zip(bucket, wholes)) {
@@ -409,6 +430,29 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
       });
     }
     return use;
+  }
+
+  /// hpZ: the backward gathers `p` from its secondary partition.
+  static bool fromSecondary(const ShardedParam *p, bool fwd) {
+    return !fwd && p->secondary;
+  }
+
+  /// hpZ: of each parameter of `bucket` the backward reads, this rank's
+  /// 1/H of the padded whole just gathered (node rank l keeps elements
+  /// [l N S / H, (l+1) N S / H)): the node's H ranks gather it back.
+  void keepSecondaries(OpBuilder &b, ArrayRef<ShardedParam *> bucket,
+                       ArrayRef<Value> wholes) {
+    for (auto [p, whole] : llvm::zip(bucket, wholes)) {
+      if (!p->firstBwd)
+        continue;
+      Value flat = flattenPadded(b, whole.getLoc(), whole, worldSize);
+      auto t = cast<RankedTensorType>(flat.getType());
+      p->secondary = SpSliceOp::create(
+          b, whole.getLoc(),
+          RankedTensorType::get({t.getDimSize(0) / hpzPartitionSize},
+                                t.getElementType()),
+          flat, b.getI64IntegerAttr(0), b.getI64IntegerAttr(kNodeGroup));
+    }
   }
 
   /// Ops of the forward pass that depend on `param` alone (and constants)

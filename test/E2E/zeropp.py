@@ -31,6 +31,21 @@ import sys
 import numpy as np
 
 
+def setup(w, onnx, n, devices_per_node):
+    """Writes the data (8 micro-batches of 2x32 tokens per rank: strided
+    sequences) to w("data.npz"); returns ds-opt's common arguments (ZeRO-3
+    on n ranks, AdamW)."""
+    rng = np.random.RandomState(0)
+    rows = 8 * 2 * n
+    start = rng.randint(0, 128, size=(rows, 1))
+    stride = rng.randint(1, 8, size=(rows, 1))
+    seq = (start + stride * np.arange(33)[None, :]) % 128
+    np.savez(w("data.npz"), idx=seq[:, :32], targets=seq[:, 1:])
+    return [onnx, "--input-shape=idx:2x32", "--input-shape=targets:2x32",
+            f"--world-size={n}", "--zero=3", "--optimizer=adamw", "--lr=1e-3",
+            f"--devices-per-node={devices_per_node}"]
+
+
 def main():
     ap = argparse.ArgumentParser()
     for tool in ("--ds-opt", "--ds-run", "--mpirun", "--work", "--onnx"):
@@ -41,15 +56,7 @@ def main():
     args = ap.parse_args()
     w = lambda f: os.path.join(args.work, f)
     n = args.ranks
-    rng = np.random.RandomState(0)
-    rows = 8 * 2 * n
-    start = rng.randint(0, 128, size=(rows, 1))
-    stride = rng.randint(1, 8, size=(rows, 1))
-    seq = (start + stride * np.arange(33)[None, :]) % 128
-    np.savez(w("data.npz"), idx=seq[:, :32], targets=seq[:, 1:])
-    common = [args.onnx, "--input-shape=idx:2x32", "--input-shape=targets:2x32",
-              f"--world-size={n}", "--zero=3", "--optimizer=adamw", "--lr=1e-3",
-              f"--devices-per-node={args.devices_per_node}"]
+    common = setup(w, args.onnx, n, args.devices_per_node)
     modes = {
         "plain": [],
         "qwZ": ["--quantize-weights"],

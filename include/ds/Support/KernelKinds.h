@@ -93,11 +93,14 @@ inline bool startsBackward(plan::Kind kind) {
 plan::Phase defaultPhase(plan::Kind kind, plan::Phase section);
 
 /// The group of a kernel's `group` parameter (0 the data-parallel ranks,
-/// 1 the tensor-parallel ones, -1 every rank).
+/// 1 the tensor-parallel ones, -1 every rank, 2 hpZ's node group).
 plan::Group groupOf(int64_t group);
 
-/// Ranks in `group` of a plan of `dataParallel` x `tensorParallel` ranks.
-int groupRanks(plan::Group group, int dataParallel, int tensorParallel);
+/// Ranks in `group` of a plan of `dataParallel` x `tensorParallel` ranks
+/// (hpZ's node group: `nodeRanks`, the plan's hpz_partition_size; 0: not
+/// known, counted as the data-parallel ranks).
+int groupRanks(plan::Group group, int dataParallel, int tensorParallel,
+               int nodeRanks = 0);
 
 } // namespace ds
 

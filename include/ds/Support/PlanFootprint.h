@@ -97,6 +97,14 @@ struct Footprint {
   /// exchanges (N-1)/N of its bytes with the other ranks, d-1 of them in
   /// the node for d ranks per node, N-d outside). -1 when not split.
   int devicesPerNode = 0;
+  /// ZeRO++'s hpZ (docs/zeropp.md): the partition size (0 or 1: off), the
+  /// all-gathers over its node group among the above and their bytes (a
+  /// node-group collective rings (H-1)/H of them, all within the node), and
+  /// the secondary partition's bytes per rank (each rank's 1/H of every
+  /// gathered parameter, kept from the forward to the backward).
+  int hpzPartitionSize = 0;
+  int nodeAllGathers = 0;
+  uint64_t nodeAllGatherBytes = 0, hpzSecondaryBytes = 0;
   double intraNodeBytes() const;
   double crossNodeBytes() const;
   /// The same with every quantized collective plain (the reduction ZeRO++

@@ -186,9 +186,13 @@ def ZeroPass : Pass<"ds-zero", "func::FuncOp"> {
     into `ds.quantized_all_gather` (block-wise int8, the shards themselves
     stay f32), `quantize-gradients` turns the gradients' reduce-scatters
     into `ds.quantized_reduce_scatter` (int8 or int4 by all-to-all, summed
-    in f32).
+    in f32). `hpz-partition-size` H > 1 (hpZ) keeps, after each forward
+    gather, this rank's 1/H of every parameter (a secondary partition over
+    group 2, its node's H consecutive ranks) and builds the backward
+    gathers as `ds.all_gather` over group 2 from it.
 
-    Marks the function `ds.world_size` and `ds.zero_stage`.
+    Marks the function `ds.world_size` and `ds.zero_stage` (and
+    `ds.hpz_partition_size` with hpZ).
   }];
   let options = [
     Option<"worldSize", "world-size", "int64_t", "1", "data-parallel ranks">,
@@ -220,6 +224,11 @@ def ZeroPass : Pass<"ds-zero", "func::FuncOp"> {
            "elements per quantization block (one f32 scale each)">,
     Option<"gradientBits", "gradient-bits", "int64_t", "8",
            "bits of a quantized gradient element: 8 or 4">,
+    Option<"hpzPartitionSize", "hpz-partition-size", "int64_t", "1",
+           "stage 3: ZeRO++'s hpZ partition size H (1: off); each rank keeps "
+           "its 1/H slice of every forward gather (`ds.sp_slice` over group "
+           "2, the H consecutive ranks of its node) and the backward gathers "
+           "from those within the node">,
   ];
 }
 

@@ -42,10 +42,13 @@ struct Quantization {
 /// One all-gather for several shards (a bucket): the shards are
 /// concatenated, gathered, and split back per tensor; returns each tensor
 /// whole, with the `types` given. One shard needs no concatenation. With
-/// `quant` the gather is a `ds.quantized_all_gather` (ZeRO++'s qwZ).
+/// `quant` the gather is a `ds.quantized_all_gather` (ZeRO++'s qwZ). It
+/// runs over collective group `group` of `world` ranks (ZeRO++'s hpZ
+/// gathers over group 2, the node's ranks, kNodeGroup).
 SmallVector<Value> gatherBucket(OpBuilder &b, Location loc, ValueRange shards,
                                 ArrayRef<RankedTensorType> types,
-                                int64_t world, Quantization quant = {});
+                                int64_t world, Quantization quant = {},
+                                int64_t group = 0);
 
 /// One reduce-scatter (mean) for several tensors: each is flattened and
 /// padded, laid out so that rank r's part of every tensor is contiguous,
@@ -60,9 +63,14 @@ SmallVector<Value> reduceScatterBucket(OpBuilder &b, Location loc,
 SmallVector<Value> allReduceBucket(OpBuilder &b, Location loc,
                                    ValueRange values);
 
+/// The collective group of ZeRO++'s hpZ: the hpz-partition-size
+/// consecutive data-parallel ranks of this rank's node.
+inline constexpr int64_t kNodeGroup = 2;
+
 /// Function attribute names the ZeRO pass sets on @forward.
 inline constexpr llvm::StringLiteral kWorldSizeAttr = "ds.world_size";
 inline constexpr llvm::StringLiteral kZeroStageAttr = "ds.zero_stage";
+inline constexpr llvm::StringLiteral kHpzAttr = "ds.hpz_partition_size";
 /// Argument attribute of a partitioned parameter or state: its whole shape.
 inline constexpr llvm::StringLiteral kFullShapeAttr = "ds.full_shape";
 

@@ -278,6 +278,8 @@ void PlanBuilder::addHeader(func::FuncOp func, IntegerAttr arena,
     p.set_tensor_parallel(static_cast<uint32_t>(tp.getInt()));
   if (auto stage = func->getAttrOfType<IntegerAttr>("ds.zero_stage"))
     p.set_zero_stage(static_cast<uint32_t>(stage.getInt()));
+  if (auto hpz = func->getAttrOfType<IntegerAttr>("ds.hpz_partition_size"))
+    p.set_hpz_partition_size(static_cast<uint32_t>(hpz.getInt()));
   if (auto loss = func->getAttrOfType<StringAttr>("dsrt.loss"))
     p.set_loss(loss.str());
   prog = p.add_programs();
