@@ -267,10 +267,17 @@ llvm::Error checkZeroOneAdam(const TrainingOptions &o) {
     if (value < 1)
       return fail("--" + llvm::Twine(flag) + " must be at least 1, got " +
                   llvm::Twine(value));
-  std::string what = compressedLayoutProblem(o);
+  if (o.zeroStage > 2)
+    return fail("--optimizer=zero-one-adam with --zero=" +
+                llvm::Twine(o.zeroStage) +
+                " is not supported (its local steps would still gather every "
+                "partitioned parameter, docs/compression.md)");
+  TrainingOptions atZero = o; // ZeRO 1-2 run (docs/compression.md)
+  atZero.zeroStage = 0;
+  std::string what = compressedLayoutProblem(atZero);
   if (!what.empty())
     return fail("--optimizer=zero-one-adam with " + what +
-                " is not supported yet (0/1 Adam runs at ZeRO-0, f32, on "
+                " is not supported yet (0/1 Adam runs at ZeRO 0-2, f32, on "
                 "data-parallel ranks)");
   return llvm::Error::success();
 }
