@@ -117,7 +117,7 @@ static const KernelSignature kSignatures[] = {
     {"onebit_adam", 7, 7, 5, 5}, // Cpu/OneBitAdam.cpp
     {"onebit_adam_local", 5, 5, 3, 3},
     {"compressed_reduce_scatter", 3, 3, 2, 2},
-    {"compressed_all_gather", 4, 5, 2, 3}, // Cpu/CompressedGather.cpp
+    {"compressed_all_gather", 4, 4, 2, 2}, // Cpu/CompressedGather.cpp
     {"onebit_quantized_all_gather", 2, 2, 1, 1},
     // ZeRO++ (Cpu/ZeroPP.cpp): the result and the records' workspace
     {"quantized_all_gather", 1, 1, 2, 2},

@@ -234,19 +234,6 @@ uint64_t keptGradient(
   return bytesOf(p, id);
 }
 
-
-/// 0/1 Adam under ZeRO 1-2 (docs/compression.md): its gradient bucket's
-/// compressed reduce-scatter runs at every frozen step, local steps
-/// included, so its bytes are not among those the local steps skip.
-bool zeroOneExchange(const plan::Instruction &ins) {
-  if (ins.kind() != plan::KIND_COMPRESSED_REDUCE_SCATTER)
-    return false;
-  for (const plan::Attribute &a : ins.attributes())
-    if (a.name() == "local_step_scaler")
-      return true;
-  return false;
-}
-
 /// The collectives per run (those whose group has more than one rank),
 /// the optimizer, and the gradients it reads.
 void addCollectivesAndOptimizer(const plan::Plan &p,
@@ -280,10 +267,7 @@ void addCollectivesAndOptimizer(const plan::Plan &p,
         break;
       case plan::COLLECTIVE_COMPRESSED_REDUCE_SCATTER: // ZeRO 1-3, after it
         ++f.compressedReduceScatters;
-        if (zeroOneExchange(ins)) // 0/1 Adam: local steps too (below)
-          f.warmupOnlyBytes -= c.bytes();
-        else
-          f.compressedBytes += c.bytes();
+        f.compressedBytes += c.bytes();
         f.compressedReduceScatterBytes += c.bytes();
         break;
       case plan::COLLECTIVE_COMPRESSED_ALL_GATHER: // ZeRO 1-3, after it

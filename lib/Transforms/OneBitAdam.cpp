@@ -90,54 +90,30 @@ void quantizeGathers(BlockArgument shard, Value step, int64_t freezeStep) {
   }
 }
 
-/// 0/1 Adam under ZeRO 1-2: its policy on an exchange or update op, which
-/// then follows the policy's phase instead of the freeze step.
-void setZeroOnePolicy(Operation *op, const ::ds::zeroone::Policy &p) {
-  Builder b(op->getContext());
-  op->setAttr("var_freeze_step", b.getI64IntegerAttr(p.varFreezeStep));
-  op->setAttr("var_update_scaler", b.getI64IntegerAttr(p.varUpdateScaler));
-  op->setAttr("local_step_scaler", b.getI64IntegerAttr(p.localStepScaler));
-  op->setAttr("local_step_clipper", b.getI64IntegerAttr(p.localStepClipper));
-}
-
 /// ZeRO 1-2 (and stage 3's persistent parameters): the new whole parameter
 /// from this rank's new chunk `updated` of `in.param` (`ds.shard` of the
 /// flattened, padded whole `base`): `ds.compressed_all_gather` of the
 /// update delta with this rank's gather error, plain until the freeze.
-/// 0/1 Adam (`zo`) adds the chunk's sync base as state.
 Value gatherDelta(OpBuilder &b, const UpdateInput &in, int64_t freezeStep,
-                  AddStateFn addState, Value updated, UpdateOutput &out,
-                  const ::ds::zeroone::Policy *zo) {
+                  AddStateFn addState, Value updated, UpdateOutput &out) {
   Value base = in.param.getDefiningOp<ShardOp>().getInput();
   Value error = addState("gather_error");
-  Value syncBase = zo ? addState("sync_base") : Value();
-  SmallVector<Type> types{base.getType(), error.getType()};
-  if (zo)
-    types.push_back(error.getType());
   auto g = CompressedAllGatherOp::create(
-      b, in.loc, types, updated, base, error, in.step, syncBase,
-      b.getI64IntegerAttr(freezeStep),
-      b.getI64IntegerAttr(in.paramType.getNumElements()), nullptr, nullptr,
-      nullptr, nullptr);
+      b, in.loc, TypeRange{base.getType(), error.getType()}, updated, base,
+      error, in.step, b.getI64IntegerAttr(freezeStep),
+      b.getI64IntegerAttr(in.paramType.getNumElements()));
   out.newState.push_back({"gather_error", g.getNewError()});
-  if (zo) {
-    setZeroOnePolicy(g, *zo);
-    out.newState.push_back({"sync_base", g.getNewSyncBase()});
-  }
   return unpadReshape(b, in.loc, g.getResult(), in.paramType);
 }
 
 /// ZeRO 1-3: the bucket's reduce-scatter becomes the compressed one (once
 /// per bucket: the first parameter updated from it keeps its worker
 /// error, `<param>.worker_error`, the bucket's length), then the update of
-/// this rank's partition. With 0/1 Adam's policy `zo` (ZeRO 1-2) the three
-/// ops follow its phases (docs/compression.md).
+/// this rank's partition.
 UpdateOutput buildOneBitAdamPartition(OpBuilder &b, const UpdateInput &in,
                                       const Hyperparameters &hp,
-                                      AddStateFn addState, Operation *exchange,
-                                      const ::ds::zeroone::Policy *zo) {
-  int64_t freezeStep =
-      zo ? ::ds::zeroone::firstFrozenStep(*zo) - 1 : hp.freezeStep;
+                                      AddStateFn addState,
+                                      Operation *exchange) {
   Value m = addState("exp_avg");
   Value v = addState("exp_avg_sq");
   Value grad = in.grad;
@@ -148,10 +124,7 @@ UpdateOutput buildOneBitAdamPartition(OpBuilder &b, const UpdateInput &in,
     OpBuilder rb(rs);
     auto crs = CompressedReduceScatterOp::create(
         rb, rs.getLoc(), TypeRange{rs.getResult().getType(), bucket},
-        rs.getInput(), we, in.step, rb.getI64IntegerAttr(freezeStep),
-        nullptr, nullptr, nullptr, nullptr);
-    if (zo)
-      setZeroOnePolicy(crs, *zo);
+        rs.getInput(), we, in.step, rb.getI64IntegerAttr(hp.freezeStep));
     if (grad == rs.getResult())
       grad = crs.getResult();
     rs.getResult().replaceAllUsesWith(crs.getResult());
@@ -164,12 +137,9 @@ UpdateOutput buildOneBitAdamPartition(OpBuilder &b, const UpdateInput &in,
       b, in.loc, TypeRange{t, t, t}, in.param, grad, m, v, in.step,
       b.getF64FloatAttr(hp.lr), b.getF64FloatAttr(hp.beta1),
       b.getF64FloatAttr(hp.beta2), b.getF64FloatAttr(hp.eps),
-      b.getF64FloatAttr(hp.weightDecay), b.getI64IntegerAttr(freezeStep),
+      b.getF64FloatAttr(hp.weightDecay), b.getI64IntegerAttr(hp.freezeStep),
       b.getStringAttr(s.kind), b.getI64IntegerAttr(s.warmupSteps),
-      b.getI64IntegerAttr(s.totalSteps), b.getF64FloatAttr(s.minLr), nullptr,
-      nullptr, nullptr, nullptr);
-  if (zo)
-    setZeroOnePolicy(op, *zo);
+      b.getI64IntegerAttr(s.totalSteps), b.getF64FloatAttr(s.minLr));
   out.newParam = op.getNewParam();
   out.newState.insert(out.newState.begin(),
                       {{"exp_avg", op.getNewExpAvg()},
@@ -177,8 +147,8 @@ UpdateOutput buildOneBitAdamPartition(OpBuilder &b, const UpdateInput &in,
   // The parameter exchange: the update delta of a replicated parameter's
   // chunk, or the quantized gathers of a stage-3 shard.
   if (in.param.getDefiningOp<ShardOp>() && in.paramType)
-    out.newParam = gatherDelta(b, in, freezeStep, addState, out.newParam,
-                               out, zo);
+    out.newParam = gatherDelta(b, in, hp.freezeStep, addState,
+                               out.newParam, out);
   else if (auto arg = dyn_cast<BlockArgument>(in.param))
     quantizeGathers(arg, in.step, hp.freezeStep);
   return out;
@@ -195,19 +165,10 @@ std::pair<Value, Value> addOneBitErrors(OpBuilder &b, const UpdateInput &in) {
           in.addTypedState("server_error", errType(padded / in.world))};
 }
 
-std::optional<UpdateOutput>
-buildCompressedPartition(OpBuilder &b, const UpdateInput &in,
-                         const Hyperparameters &hp, AddStateFn addState,
-                         const ::ds::zeroone::Policy *zo) {
-  if (Operation *exchange = findBucketExchange(in.grad))
-    return buildOneBitAdamPartition(b, in, hp, addState, exchange, zo);
-  return std::nullopt;
-}
-
 UpdateOutput buildOneBitAdam(OpBuilder &b, const UpdateInput &in,
                              const Hyperparameters &hp, AddStateFn addState) {
-  if (auto part = buildCompressedPartition(b, in, hp, addState, nullptr))
-    return std::move(*part);
+  if (Operation *exchange = findBucketExchange(in.grad))
+    return buildOneBitAdamPartition(b, in, hp, addState, exchange);
   Value m = addState("exp_avg");
   Value v = addState("exp_avg_sq");
   auto t = cast<RankedTensorType>(in.grad.getType());

@@ -114,14 +114,6 @@ std::pair<Value, Value> addOneBitErrors(OpBuilder &b, const UpdateInput &in);
 /// padded error-feedback buffers as state.
 UpdateOutput buildOneBitAdam(OpBuilder &b, const UpdateInput &in,
                              const Hyperparameters &hp, AddStateFn addState);
-/// ZeRO 1-3: 1-bit Adam's partition update of a ZeRO gradient shard
-/// (the bucket's compressed reduce-scatter, `ds.onebit_adam_local`, the
-/// compressed parameter all-gather), following 0/1 Adam's policy when `zo`
-/// is given (ZeRO 1-2); nullopt when the gradient is not a ZeRO shard.
-std::optional<UpdateOutput>
-buildCompressedPartition(OpBuilder &b, const UpdateInput &in,
-                         const Hyperparameters &hp, AddStateFn addState,
-                         const ::ds::zeroone::Policy *zo);
 /// The layouts the compressed optimizers do not run under yet (pipelines,
 /// tensor parallelism, accumulation, fp16 loss scaling, non-f32
 /// gradients): one error "<name> with X is not supported yet (<scope>)".

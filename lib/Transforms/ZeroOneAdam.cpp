@@ -21,9 +21,6 @@ namespace mlir::ds::optimizer {
 
 UpdateOutput buildZeroOneAdam(OpBuilder &b, const UpdateInput &in,
                               const Hyperparameters &hp, AddStateFn addState) {
-  // ZeRO 1-2: 1-bit Adam's partition ops, following the policy's phases.
-  if (auto part = buildCompressedPartition(b, in, hp, addState, &hp.zeroOne))
-    return std::move(*part);
   Value m = addState("exp_avg");
   Value v = addState("exp_avg_sq");
   auto t = cast<RankedTensorType>(in.grad.getType());
@@ -61,25 +58,9 @@ LogicalResult prepareZeroOneAdam(func::FuncOp func,
     return func.emitError("zero-one-adam: var-freeze-step must not be "
                           "negative and var-update-scaler, local-step-scaler "
                           "and local-step-clipper must be at least 1");
-  const char *scope = "0/1 Adam runs at ZeRO 0-2, f32, on data-parallel ranks";
-  auto stage = func->getAttrOfType<IntegerAttr>(kZeroStageAttr);
-  if (!stage || stage.getInt() == 0)
-    return prepareAtZeroZero(func, hp, "zero-one-adam", scope);
-  if (stage.getInt() > 2)
-    return func.emitError("zero-one-adam with ZeRO stage ")
-           << stage.getInt()
-           << " is not supported (its local steps would still gather every "
-              "partitioned parameter; docs/compression.md)";
-  // ZeRO 1-2: the updates take over the bucket reduce-scatters and the
-  // parameter all-gathers (OneBitAdam.cpp), phase by phase.
-  if (failed(checkCompressedLayout(func, hp, "zero-one-adam", scope)))
-    return failure();
-  func.emitWarning("zero-one-adam with ZeRO stage ")
-      << stage.getInt()
-      << ": each rank's local steps move its own partition only, and the "
-         "synchronisations send each partition's accumulated steps as int8 "
-         "(docs/compression.md)";
-  return success();
+  return prepareAtZeroZero(
+      func, hp, "zero-one-adam",
+      "0/1 Adam runs at ZeRO-0, f32, on data-parallel ranks");
 }
 
 } // namespace mlir::ds::optimizer

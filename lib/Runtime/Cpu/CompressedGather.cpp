@@ -12,12 +12,10 @@
 //===----------------------------------------------------------------------===//
 
 #include "Kernels.h"
-#include "ZeroOnePhase.h"
 #include "Mpi/Compressed.h"
 #include "ds/Runtime/Comm.h"
 
 #include <cstring>
-#include <vector>
 
 namespace ds::rt {
 
@@ -43,61 +41,12 @@ bool plainGather(KernelContext &ctx, const TensorView &in, TensorView &out) {
 }
 } // namespace
 
-/// 0/1 Adam under ZeRO 1-2 (docs/compression.md): the phase's exchange of
-/// this rank's updated chunk `in`; `sync` is this rank's chunk as every
-/// rank last received it (taken from `base` at the first frozen step).
-bool zeroOneGather(KernelContext &ctx, ::ds::zeroone::Phase phase, int64_t t,
-                   const TensorView &in, const TensorView &base,
-                   float *error, float *sync, TensorView &out) {
-  namespace zo = ::ds::zeroone;
-  int64_t chunk = in.numel();
-  int rank = ctx.comm ? ctx.comm->rank() : 0;
-  const float *own = base.as<float>() + rank * chunk;
-  zo::Policy p = *zeroOnePolicy(ctx.attrs);
-  if (t == zo::firstFrozenStep(p))
-    std::memcpy(sync, own, chunk * sizeof(float));
-  if (phase == zo::Phase::Variance)
-    return plainGather(ctx, in, out);
-  if (phase == zo::Phase::Local) {
-    // No exchange: this rank's own chunk moves, the others stay as the
-    // last synchronisation left them.
-    if (base.data != out.data)
-      std::memcpy(out.data, base.data, base.numel() * sizeof(float));
-    std::memmove(out.as<float>() + rank * chunk, in.data,
-                chunk * sizeof(float));
-    return true;
-  }
-  // A compressed-gradient step: the delta from the (identical) replicas;
-  // a synchronisation: the steps since the last one, from the sync base,
-  // which every other rank holds as this chunk of its replica.
-  bool syncStep = phase == zo::Phase::Sync;
-  std::vector<float> from;
-  const float *b = base.as<float>();
-  if (syncStep) {
-    from.assign(b, b + base.numel());
-    std::memcpy(from.data() + rank * chunk, sync, chunk * sizeof(float));
-    b = from.data();
-  }
-  std::string err;
-  if (!onebit::compressedAllGather(*ctx.comm, in.as<float>(), b, chunk,
-                                   ctx.attrs.getInt("valid", base.numel()),
-                                   error, out.as<float>(), err))
-    return ctx.fail(err);
-  if (syncStep || t >= zo::firstFrozenStep(p))
-    std::memcpy(sync, out.as<float>() + rank * chunk, chunk * sizeof(float));
-  return true;
-}
-
 /// Operands: this rank's updated chunk (c), the whole padded parameter
-/// before the update (N c), the gather error (c), the step, and with 0/1
-/// Adam's policy the sync base (c); results the whole after the update,
-/// the new error and sync base (in place).
+/// before the update (N c), the gather error (c), the step; results the
+/// whole after the update and the new error (in place).
 bool kCompressedAllGather(KernelContext &ctx) {
-  bool zeroOne = ctx.attrs.has("local_step_scaler");
-  size_t ins = zeroOne ? 5 : 4, outs = zeroOne ? 3 : 2;
-  if (ctx.in.size() != ins || ctx.out.size() != outs)
-    return ctx.fail("compressed_all_gather expects " + std::to_string(ins) +
-                    " operands and " + std::to_string(outs) + " results");
+  if (ctx.in.size() != 4 || ctx.out.size() != 2)
+    return ctx.fail("compressed_all_gather expects 4 operands and 2 results");
   int world = ctx.comm ? ctx.comm->size() : 1;
   const TensorView &in = ctx.in[0], &base = ctx.in[1];
   TensorView &out = ctx.out[0];
@@ -119,26 +68,9 @@ bool kCompressedAllGather(KernelContext &ctx) {
   float *error = ctx.out[1].as<float>();
   if (ctx.in[2].data != ctx.out[1].data)
     std::memcpy(error, ctx.in[2].data, chunk * sizeof(float));
-  if (zeroOne) {
-    if (ctx.in[4].dtype != DType::F32 || ctx.in[4].numel() != chunk ||
-        ctx.out[2].numel() != chunk)
-      return ctx.fail("compressed_all_gather: the sync base must be f32 of "
-                      "the chunk's " + std::to_string(chunk) + " elements");
-    if (ctx.in[4].data != ctx.out[2].data)
-      std::memcpy(ctx.out[2].data, ctx.in[4].data, chunk * sizeof(float));
-  }
   if (world == 1) {
     std::memcpy(out.data, in.data, chunk * sizeof(float));
     return true;
-  }
-  if (zeroOne) {
-    int64_t t = loadI(ctx.in[3].data, ctx.in[3].dtype, 0);
-    auto phase = zeroOnePhase(ctx.attrs, t);
-    if (!phase)
-      return ctx.fail("compressed_all_gather: 0/1 Adam's policy is out of "
-                      "range");
-    return zeroOneGather(ctx, *phase, t, in, base, error,
-                         ctx.out[2].as<float>(), out);
   }
   if (!frozen)
     return plainGather(ctx, in, out);

@@ -16,7 +16,6 @@
 #include "Mpi/Compressed.h"
 #include "ds/Runtime/Comm.h"
 #include "ds/Support/OneBit.h"
-#include "ZeroOnePhase.h"
 
 #include <cmath>
 #include <cstring>
@@ -152,9 +151,6 @@ bool kOneBitAdamLocal(KernelContext &ctx) {
       std::memcpy(ctx.out[i].data, in.data, n * sizeof(float));
   }
   OneBitStep s = readStep(ctx, t);
-  // 0/1 Adam under ZeRO 1-2: v moves at the policy's variance steps only.
-  if (auto phase = zeroOnePhase(ctx.attrs, t))
-    s.frozen = *phase != ::ds::zeroone::Phase::Variance;
   const float *G = ctx.in[1].as<float>();
   float *P = ctx.out[0].as<float>(), *M = ctx.out[1].as<float>(),
         *V = ctx.out[2].as<float>();
@@ -193,14 +189,9 @@ bool kCompressedReduceScatter(KernelContext &ctx) {
     std::memcpy(we, ctx.in[1].data, in.numel() * sizeof(float));
   float *out = ctx.out[0].as<float>();
   std::string err;
-  // 0/1 Adam under ZeRO 1-2: the policy's phase decides; a local step
-  // keeps this rank's own chunk of its local gradient.
-  auto phase = zeroOnePhase(ctx.attrs, t);
-  bool plain = phase ? *phase == ::ds::zeroone::Phase::Variance
-                     : t <= ctx.attrs.getInt("freeze_step", 100000);
   if (world == 1) {
     std::memcpy(out, in.data, chunk * sizeof(float));
-  } else if (plain) {
+  } else if (t <= ctx.attrs.getInt("freeze_step", 100000)) {
     // The warm-up: the plain reduce-scatter, counted as reduce_scatter's.
     comm->collectiveBytes += in.numel() * sizeof(float);
     if (!comm->reduceScatter(in.data, out, chunk, DType::F32, true, err))

@@ -140,17 +140,6 @@ LogicalResult CompressedAllGatherOp::verify() {
            << in;
   if (cast<ShapedType>(getStep().getType()).getNumElements() != 1)
     return emitOpError("step must be a scalar");
-  // 0/1 Adam (ZeRO 1-2): its policy, the sync base and its new value come
-  // together, the base of the input's type.
-  bool policy = getLocalStepScaler().has_value();
-  if (policy != bool(getSyncBase()) || policy != bool(getNewSyncBase()))
-    return emitOpError("a 0/1 Adam policy (local_step_scaler), a sync_base "
-                       "operand and its new value come together");
-  if (policy && (getSyncBase().getType() != in ||
-                 getNewSyncBase().getType() != in))
-    return emitOpError("sync_base and its new value must have the input's "
-                       "type ")
-           << in;
   return success();
 }
 

@@ -85,21 +85,10 @@ def Ds_CompressedReduceScatterOp : Op<Ds_Dialect, "compressed_reduce_scatter",
     No all-gather follows: each rank updates its partition and ZeRO's
     all-gather of the parameters runs as before. The op communicates, so
     it is not pure; 0/1 Adam and 1-bit LAMB can use it the same way.
-
-    With 0/1 Adam's policy (`var_freeze_step`, `var_update_scaler`,
-    `local_step_scaler`, `local_step_clipper`; include/ds/Support/ZeroOne.h)
-    the phase of `step` decides instead of `freeze_step`: the plain
-    reduce-scatter at variance steps, the compressed one at
-    compressed-gradient steps and synchronisations, and nothing at local
-    steps, whose result is this rank's own chunk of its local `input`.
   }];
   let arguments = (ins Ds_FloatTensor:$input, Ds_FloatTensor:$worker_error,
                        StaticShapeTensorOf<[I64]>:$step,
-                       ConfinedAttr<I64Attr, [IntNonNegative]>:$freeze_step,
-                       OptionalAttr<I64Attr>:$var_freeze_step,
-                       OptionalAttr<I64Attr>:$var_update_scaler,
-                       OptionalAttr<I64Attr>:$local_step_scaler,
-                       OptionalAttr<I64Attr>:$local_step_clipper);
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$freeze_step);
   let results = (outs Ds_FloatTensor:$result,
                       Ds_FloatTensor:$new_worker_error);
   let assemblyFormat = [{
@@ -120,9 +109,6 @@ def Ds_OneBitAdamLocalOp : Op<Ds_Dialect, "onebit_adam_local",
     `step`: `m = b1 m + (1-b1) g`; `v = b2 v + (1-b2) g^2` while
     `t <= freeze_step`, frozen afterwards; `p -= lr (m / (sqrt(v) + eps) +
     weight_decay p)` (no bias correction, as `ds.onebit_adam`).
-    With 0/1 Adam's policy (`var_freeze_step` and the scalers, as
-    `ds.compressed_reduce_scatter`'s) `v` is updated at the policy's
-    variance steps only (0/1 Adam under ZeRO 1-2, docs/compression.md).
   }];
   let arguments = (ins Ds_FloatTensor:$param, Ds_FloatTensor:$grad,
                        Ds_FloatTensor:$exp_avg, Ds_FloatTensor:$exp_avg_sq,
@@ -133,11 +119,7 @@ def Ds_OneBitAdamLocalOp : Op<Ds_Dialect, "onebit_adam_local",
                        DefaultValuedAttr<StrAttr, "\"constant\"">:$schedule,
                        DefaultValuedAttr<I64Attr, "0">:$warmup_steps,
                        DefaultValuedAttr<I64Attr, "0">:$total_steps,
-                       DefaultValuedAttr<F64Attr, "0.0">:$min_lr,
-                       OptionalAttr<I64Attr>:$var_freeze_step,
-                       OptionalAttr<I64Attr>:$var_update_scaler,
-                       OptionalAttr<I64Attr>:$local_step_scaler,
-                       OptionalAttr<I64Attr>:$local_step_clipper);
+                       DefaultValuedAttr<F64Attr, "0.0">:$min_lr);
   let results = (outs Ds_FloatTensor:$new_param, Ds_FloatTensor:$new_exp_avg,
                       Ds_FloatTensor:$new_exp_avg_sq);
   let assemblyFormat = [{
@@ -170,32 +152,16 @@ def Ds_CompressedAllGatherOp : Op<Ds_Dialect, "compressed_all_gather",
       `base[chunk j] + q_j s_j` on every rank, its owner included, so the
       replicas stay identical.
 
-    With 0/1 Adam's policy (the attributes of
-    `ds.compressed_reduce_scatter`) and `sync_base` (this rank's chunk as
-    every rank last received it, `c` elements): the plain all-gather at
-    variance steps, the int8 delta above at compressed-gradient steps;
-    at the first frozen step `sync_base` takes `base[chunk r]`; at local
-    steps nothing is exchanged and only this rank's chunk of the result
-    is `input`; at synchronisations the delta is `input - sync_base` (the
-    steps accumulated since the last one), chunk r of every rank's result
-    and `new_sync_base` become `sync_base + q s`.
-
     The op communicates, so it is not pure.
   }];
   let arguments = (ins Ds_FloatTensor:$input, Ds_FloatTensor:$base,
                        Ds_FloatTensor:$error,
                        StaticShapeTensorOf<[I64]>:$step,
-                       Optional<Ds_FloatTensor>:$sync_base,
                        ConfinedAttr<I64Attr, [IntNonNegative]>:$freeze_step,
-                       ConfinedAttr<I64Attr, [IntPositive]>:$valid,
-                       OptionalAttr<I64Attr>:$var_freeze_step,
-                       OptionalAttr<I64Attr>:$var_update_scaler,
-                       OptionalAttr<I64Attr>:$local_step_scaler,
-                       OptionalAttr<I64Attr>:$local_step_clipper);
-  let results = (outs Ds_FloatTensor:$result, Ds_FloatTensor:$new_error,
-                      Optional<Ds_FloatTensor>:$new_sync_base);
+                       ConfinedAttr<I64Attr, [IntPositive]>:$valid);
+  let results = (outs Ds_FloatTensor:$result, Ds_FloatTensor:$new_error);
   let assemblyFormat = [{
-    $input `,` $base `,` $error `,` $step (`,` $sync_base^)? attr-dict `:`
+    $input `,` $base `,` $error `,` $step attr-dict `:`
       functional-type(operands, results)
   }];
   let hasVerifier = 1;
