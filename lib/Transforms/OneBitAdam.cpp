@@ -262,27 +262,33 @@ LogicalResult prepareAtZeroZero(func::FuncOp func, const Hyperparameters &hp,
   return success();
 }
 
-LogicalResult prepareOneBitAdam(func::FuncOp func, const Hyperparameters &hp) {
-  if (failed(checkCompressedLayout(
-          func, hp, "onebit-adam",
-          "1-bit Adam runs at ZeRO 0-3, f32, on data-parallel ranks")))
+LogicalResult prepareAtAnyStage(func::FuncOp func, const Hyperparameters &hp,
+                                StringRef name, StringRef scope,
+                                StringRef gathers) {
+  if (failed(checkCompressedLayout(func, hp, name, scope)))
     return failure();
   auto stage = func->getAttrOfType<IntegerAttr>(kZeroStageAttr);
   if (stage && stage.getInt() > 0) {
     // ZeRO 1-3: the updates take over the reduce-scatters. DeepSpeed has no
-    // 1-bit Adam under ZeRO; ds's differs from its ZeRO-0 algorithm, and
-    // says so once.
-    func.emitWarning("onebit-adam with ZeRO stage ")
+    // compressed optimizer under ZeRO; ds's differs from its ZeRO-0
+    // algorithm, and says so once.
+    func.emitWarning(name + " with ZeRO stage ")
         << stage.getInt()
         << ": after the freeze each gradient bucket's reduce-scatter is "
            "compressed (error feedback per partition), not the momentum as "
-           "at ZeRO-0, and the parameter all-gathers too (int8 update "
-           "deltas of replicated parameters, int8 stage-3 shards; "
-           "docs/compression.md)";
+           "at ZeRO-0, and the parameter all-gathers too ("
+        << gathers << "docs/compression.md)";
     return success();
   }
   takeOutGradientReduces(func);
   return success();
+}
+
+LogicalResult prepareOneBitAdam(func::FuncOp func, const Hyperparameters &hp) {
+  return prepareAtAnyStage(
+      func, hp, "onebit-adam",
+      "1-bit Adam runs at ZeRO 0-3, f32, on data-parallel ranks",
+      "int8 update deltas of replicated parameters, int8 stage-3 shards; ");
 }
 
 void takeOutGradientReduces(func::FuncOp func) {

@@ -112,25 +112,9 @@ LogicalResult prepareOneBitLamb(func::FuncOp func, const Hyperparameters &hp) {
     return func.emitError("onebit-lamb: expects 0 < factor-min <= "
                           "factor-max, 0 < lamb-min-coeff <= lamb-max-coeff, "
                           "0 <= coeff-beta < 1 and factor-threshold >= 0");
-  if (failed(checkCompressedLayout(
-          func, hp, "onebit-lamb",
-          "1-bit LAMB runs at ZeRO 0-3, f32, on data-parallel ranks")))
-    return failure();
-  auto stage = func->getAttrOfType<IntegerAttr>(kZeroStageAttr);
-  if (stage && stage.getInt() > 0) {
-    // ZeRO 1-3: the updates take over the reduce-scatters (as 1-bit
-    // Adam's); DeepSpeed has no 1-bit LAMB under ZeRO, and ds says once
-    // how its exchange differs from the ZeRO-0 algorithm.
-    func.emitWarning("onebit-lamb with ZeRO stage ")
-        << stage.getInt()
-        << ": after the freeze each gradient bucket's reduce-scatter is "
-           "compressed (error feedback per partition), not the momentum as "
-           "at ZeRO-0, and the parameter all-gathers too "
-           "(docs/compression.md)";
-    return success();
-  }
-  takeOutGradientReduces(func);
-  return success();
+  return prepareAtAnyStage(
+      func, hp, "onebit-lamb",
+      "1-bit LAMB runs at ZeRO 0-3, f32, on data-parallel ranks", "");
 }
 
 } // namespace mlir::ds::optimizer

@@ -3,9 +3,9 @@
 // Part of the ds project.
 //
 // `ds.onebit_lamb` and `ds.onebit_lamb_local` (DsCompression.td): their
-// verifiers and costs. Its error
-// buffers are padded as 1-bit Adam's (ds::onebit::paddedSize); its fresh
-// variance has the parameter's type and its coefficients are two f32.
+// verifiers and costs. The first's error buffers are padded as 1-bit
+// Adam's (ds::onebit::paddedSize); both ops' fresh variance has the
+// parameter's type and their coefficients are two f32.
 //
 //===----------------------------------------------------------------------===//
 
@@ -37,36 +37,44 @@ LogicalResult verifyHyper(OpTy op) {
   return success();
 }
 
-/// Coefficients of two f32 and a scalar step.
+/// The parameter, gradient, moments and fresh variance: one f32 type.
 template <typename OpTy>
-LogicalResult verifyCoeffsAndStep(OpTy op) {
+LogicalResult verifyStateTypes(OpTy op) {
+  Type t = op.getParam().getType();
+  for (Value v : {op.getGrad(), op.getExpAvg(), op.getExpAvgSq(),
+                  op.getExpAvgSqFresh()})
+    if (v.getType() != t)
+      return op.emitOpError("parameter, gradient, moments and fresh "
+                            "variance must have one type");
+  if (!cast<RankedTensorType>(t).getElementType().isF32())
+    return op.emitOpError("expects f32 parameters and state, got ") << t;
+  return success();
+}
+
+/// Coefficients of two f32, a scalar step, results of the operands' types
+/// but the gradient's and the step's, and the hyper-parameters.
+template <typename OpTy>
+LogicalResult verifyRest(OpTy op) {
   auto coeffs = cast<RankedTensorType>(op.getCoeffs().getType());
   if (coeffs.getNumElements() != 2 || !coeffs.getElementType().isF32())
     return op.emitOpError("coeffs must be 2 f32, got ") << coeffs;
   if (cast<ShapedType>(op.getStep().getType()).getNumElements() != 1)
     return op.emitOpError("step must be a scalar");
-  return success();
+  for (unsigned i = 0; i < op->getNumResults(); ++i)
+    if (op->getResult(i).getType() !=
+        op->getOperand(i < 1 ? 0 : i + 1).getType())
+      return op.emitOpError("result ") << i << " must have its state's type";
+  return verifyHyper(op);
 }
 } // namespace
 
 LogicalResult OneBitLambOp::verify() {
   Type t = getParam().getType();
-  for (Value v : {getGrad(), getExpAvg(), getExpAvgSq(), getExpAvgSqFresh()})
-    if (v.getType() != t)
-      return emitOpError("parameter, gradient, moments and fresh variance "
-                         "must have one type");
-  if (!cast<RankedTensorType>(t).getElementType().isF32())
-    return emitOpError("expects f32 parameters and state, got ") << t;
-  if (failed(detail::verifyOneBitErrors(*this, t, getWorkerError().getType(),
+  if (failed(verifyStateTypes(*this)) ||
+      failed(detail::verifyOneBitErrors(*this, t, getWorkerError().getType(),
                                        getServerError().getType())))
     return failure();
-  if (failed(verifyCoeffsAndStep(*this)))
-    return failure();
-  // Results: the operands' types but the gradient's and the step's.
-  for (unsigned i = 0; i < getNumResults(); ++i)
-    if (getResult(i).getType() != getOperand(i < 1 ? 0 : i + 1).getType())
-      return emitOpError("result ") << i << " must have its state's type";
-  return verifyHyper(*this);
+  return verifyRest(*this);
 }
 
 /// Lamb's 14 per element, the fresh variance and the factor (about 8 per
@@ -78,24 +86,13 @@ int64_t OneBitLambOp::getFlops() {
 }
 
 LogicalResult OneBitLambLocalOp::verify() {
-  Type t = getParam().getType();
-  for (Value v : {getGrad(), getExpAvg(), getExpAvgSq(), getExpAvgSqFresh()})
-    if (v.getType() != t)
-      return emitOpError("parameter, gradient, moments and fresh variance "
-                         "must have one type");
-  if (!cast<RankedTensorType>(t).getElementType().isF32())
-    return emitOpError("expects f32 parameters and state, got ") << t;
-  if (failed(verifyCoeffsAndStep(*this)))
+  if (failed(verifyStateTypes(*this)))
     return failure();
-  // Results: the operands' types but the gradient's and the step's.
-  for (unsigned i = 0; i < getNumResults(); ++i)
-    if (getResult(i).getType() != getOperand(i < 1 ? 0 : i + 1).getType())
-      return emitOpError("result ") << i << " must have its state's type";
-  return verifyHyper(*this);
+  return verifyRest(*this);
 }
 
 /// Lamb's 14 per element, the fresh variance and the factor (about 8 per
-/// element); the all-gather of four partial sums is negligible.
+/// element); the all-gather of three partial figures is negligible.
 int64_t OneBitLambLocalOp::getFlops() {
   return 22 * detail::numElements(getParam().getType());
 }
