@@ -8,7 +8,11 @@
 // (Mpi/Compressed.cpp). Operands: param, this rank's gradient, exp_avg,
 // exp_avg_sq, exp_avg_sq_fresh, worker error, server error, coeffs (the
 // frozen Lamb coefficient and the last factor), step; results the new
-// values of all but the gradient and the step (in place).
+// values of all but the gradient and the step (in place). Under ZeRO 1-3
+// (`ds.onebit_lamb_local`) the kernel has 7 operands: this rank's
+// partition, its exchanged gradient and state, no error buffers; the
+// whole tensor's norms and the factor's maximum come from an all-gather
+// of each rank's partial figures (combineOverRanks, Lamb.h).
 //
 //===----------------------------------------------------------------------===//
 
