@@ -107,8 +107,13 @@ void setAttr(ds::plan::Instruction &ins, const char *name, double v,
     a->set_f(v);
 }
 
-void runAgainstReference(const Hyper &h, int64_t steps) {
+/// `local`: the ZeRO 1-3 form of the kernel (7 operands) on one rank's
+/// partition of 32 elements of which the tensor's 29 are valid (the rest
+/// padding, which must stay 0 and take no part in the factor's maximum);
+/// on one rank its exchanged gradient is the gradient itself.
+void runAgainstReference(const Hyper &h, int64_t steps, bool local = false) {
   const int64_t n = 29, padded = ds::onebit::paddedSize(n, 1);
+  const int64_t len = local ? 32 : n;
   ds::plan::Instruction ins;
   setAttr(ins, "lr", h.lr);
   setAttr(ins, "beta1", h.b1);
@@ -122,22 +127,38 @@ void runAgainstReference(const Hyper &h, int64_t steps) {
   setAttr(ins, "factor_min", h.factorMin);
   setAttr(ins, "factor_threshold", h.threshold);
   setAttr(ins, "freeze_step", static_cast<double>(h.freeze), true);
+  if (local)
+    setAttr(ins, "valid", static_cast<double>(n), true);
   std::mt19937 rng(11);
   std::normal_distribution<float> normal;
-  std::vector<float> p(n), m(n, 0), v(n, 0), vf(n, 0), we(padded, 0),
-      se(padded, 0), coeffs(2, 0), g(n);
-  for (float &x : p)
-    x = normal(rng);
-  Reference ref{p, m, v, vf};
+  std::vector<float> p(len, 0), m(len, 0), v(len, 0), vf(len, 0),
+      we(padded, 0), se(padded, 0), coeffs(2, 0), g(len, 0);
+  for (int64_t i = 0; i < n; ++i)
+    p[i] = normal(rng);
+  std::vector<float> p0(p.begin(), p.begin() + n), z(n, 0);
+  Reference ref{p0, z, z, z};
   const KernelInfo *k = findKernel("onebit_lamb");
   ASSERT_NE(k, nullptr);
   for (int64_t t = 1; t <= steps; ++t) {
     // Gradients whose scale drifts, so that the fresh variance departs
     // from the frozen one and the factor's bounds and threshold act.
     float scale = t <= h.freeze ? 1.0f : 0.3f + 0.1f * float(t % 7);
-    for (float &x : g)
-      x = scale * normal(rng);
+    for (int64_t i = 0; i < n; ++i)
+      g[i] = scale * normal(rng);
+    std::vector<float> g0(g.begin(), g.begin() + n);
     int64_t step = t;
+    if (local) {
+      std::vector<TensorView> in = {
+          view(p, {len}),  view(g, {len}),      view(m, {len}),
+          view(v, {len}),  view(vf, {len}),     view(coeffs, {2}),
+          view(&step, DType::I64, {})};
+      std::vector<TensorView> out = {in[0], in[2], in[3], in[4], in[5]};
+      KernelContext ctx{in, out, Attrs(&ins), 0, {}, NAN, nullptr};
+      ASSERT_TRUE(k->fn(ctx)) << ctx.error;
+      for (int64_t i = n; i < len; ++i)
+        ASSERT_TRUE(p[i] == 0 && m[i] == 0 && v[i] == 0 && vf[i] == 0)
+            << "padding element " << i << " at step " << t;
+    }
     std::vector<TensorView> in = {
         view(p, {n}),       view(g, {n}),        view(m, {n}),
         view(v, {n}),       view(vf, {n}),       view(we, {padded}),
@@ -145,8 +166,9 @@ void runAgainstReference(const Hyper &h, int64_t steps) {
     std::vector<TensorView> out = {in[0], in[2], in[3], in[4],
                                    in[5], in[6], in[7]};
     KernelContext ctx{in, out, Attrs(&ins), 0, {}, NAN, nullptr};
-    ASSERT_TRUE(k->fn(ctx)) << ctx.error;
-    ref.step(t, g, h);
+    if (!local)
+      ASSERT_TRUE(k->fn(ctx)) << ctx.error;
+    ref.step(t, g0, h);
     for (int64_t i = 0; i < n; ++i) {
       ASSERT_NEAR(p[i], ref.p[i], 1e-5 * (1 + std::fabs(ref.p[i])))
           << "step " << t << " element " << i;
@@ -176,6 +198,15 @@ TEST(OneBitLamb, WeightDecayAndTightBounds) {
   runAgainstReference({1e-2f, 0.9f, 0.999f, 1e-6f, 0.01f, 0.3, 0.01, 0.8,
                        1.5, 0.9, 0.05, 5},
                       25);
+}
+
+TEST(OneBitLamb, ZeroPartitionKernelMatchesReferenceOnOneRank) {
+  runAgainstReference({1e-2f, 0.9f, 0.99f, 1e-8f, 0.0f, 10.0, 0.01, 0.9, 4.0,
+                       0.5, 0.1, 8},
+                      30, /*local=*/true);
+  runAgainstReference({1e-2f, 0.9f, 0.999f, 1e-6f, 0.01f, 0.3, 0.01, 0.8,
+                       1.5, 0.9, 0.05, 5},
+                      25, /*local=*/true);
 }
 
 } // namespace

@@ -299,7 +299,8 @@ llvm::Error checkZeroOneAdam(const TrainingOptions &o) {
 }
 
 /// 1-bit LAMB (docs/compression.md): its coefficients' ranges and the
-/// same slice as 0/1 Adam (ZeRO-0, f32, data-parallel ranks).
+/// same layouts as 0/1 Adam but ZeRO 1-3, which it runs (f32,
+/// data-parallel ranks; ZeRO-3's --offload-param not yet).
 llvm::Error checkOneBitLamb(const TrainingOptions &o) {
   auto num = [](double v) {
     char b[32];
@@ -325,10 +326,14 @@ llvm::Error checkOneBitLamb(const TrainingOptions &o) {
   if (!(o.lambFactorThreshold >= 0))
     return fail("--factor-threshold must not be negative, got " +
                 num(o.lambFactorThreshold));
-  std::string what = compressedLayoutProblem(o);
+  TrainingOptions anyStage = o;
+  anyStage.zeroStage = 0;
+  std::string what = o.offloadParam != "none"
+                         ? "--offload-param=" + o.offloadParam
+                         : compressedLayoutProblem(anyStage);
   if (!what.empty())
     return fail("--optimizer=onebit-lamb with " + what +
-                " is not supported yet (1-bit LAMB runs at ZeRO-0, f32, on "
+                " is not supported yet (1-bit LAMB runs at ZeRO 0-3, f32, on "
                 "data-parallel ranks)");
   return llvm::Error::success();
 }

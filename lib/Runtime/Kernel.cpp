@@ -123,7 +123,7 @@ static const KernelSignature kSignatures[] = {
     {"quantized_all_gather", 1, 1, 2, 2},
     {"quantized_reduce_scatter", 1, 1, 2, 2},
     {"zero_one_adam", 9, 9, 7, 7}, // Cpu/ZeroOneAdam.cpp
-    {"onebit_lamb", 9, 9, 7, 7},   // Cpu/OneBitLamb.cpp
+    {"onebit_lamb", 7, 9, 5, 7},   // Cpu/OneBitLamb.cpp (7, 5: ZeRO 1-3)
     {"sgd", 4, 6, 2, 3},
     {"onnx_update", 5, 6, 2, 3},
     // Collectives and the loss scaler's overflow check

@@ -29,23 +29,6 @@
 namespace mlir::ds::optimizer {
 
 namespace {
-/// The gradient bucket's reduce-scatter (or the compressed one that
-/// replaced it) a ZeRO gradient shard comes from, through the split of
-/// the bucket (and a pipeline stage's scaling and tied sum); null at
-/// stage 0.
-Operation *findBucketExchange(Value grad) {
-  Operation *def = grad.getDefiningOp();
-  // A pipeline stage's mean over its micro-batches (the sum times 1/M) and
-  // a tied parameter's sum over the stages come after the exchange.
-  while (isa_and_nonnull<MulOp, TiedGradSumOp>(def))
-    def = def->getOperand(0).getDefiningOp();
-  if (isa_and_nonnull<SplitOp>(def))
-    def = def->getOperand(0).getDefiningOp();
-  if (isa_and_nonnull<ReduceScatterOp, CompressedReduceScatterOp>(def))
-    return def;
-  return nullptr;
-}
-
 /// ZeRO-3: the gathers of the bucket(s) that hold partitioned parameter
 /// `shard` (ZeRO's `ds.all_gather` of one shard or of a concat of shards)
 /// become `ds.onebit_quantized_all_gather`, plain until the freeze; each piece's
@@ -136,22 +119,8 @@ UpdateOutput buildOneBitAdamPartition(OpBuilder &b, const UpdateInput &in,
                                       Operation *exchange) {
   Value m = addState("exp_avg");
   Value v = addState("exp_avg_sq");
-  Value grad = in.grad;
   UpdateOutput out;
-  if (auto rs = dyn_cast<ReduceScatterOp>(exchange)) {
-    Type bucket = rs.getInput().getType();
-    Value we = in.addTypedState("worker_error", bucket);
-    hoistBefore(in.step, rs);
-    OpBuilder rb(rs);
-    auto crs = CompressedReduceScatterOp::create(
-        rb, rs.getLoc(), TypeRange{rs.getResult().getType(), bucket},
-        rs.getInput(), we, in.step, rb.getI64IntegerAttr(hp.freezeStep));
-    if (grad == rs.getResult())
-      grad = crs.getResult();
-    rs.getResult().replaceAllUsesWith(crs.getResult());
-    rs.erase();
-    out.newState.push_back({"worker_error", crs.getNewWorkerError()});
-  }
+  Value grad = compressBucketExchange(in, hp.freezeStep, exchange, out);
   const LrSchedule &s = hp.schedule;
   Type t = in.param.getType();
   auto op = OneBitAdamLocalOp::create(
@@ -165,16 +134,55 @@ UpdateOutput buildOneBitAdamPartition(OpBuilder &b, const UpdateInput &in,
   out.newState.insert(out.newState.begin(),
                       {{"exp_avg", op.getNewExpAvg()},
                        {"exp_avg_sq", op.getNewExpAvgSq()}});
-  // The parameter exchange: the update delta of a replicated parameter's
-  // chunk, or the quantized gathers of a stage-3 shard.
-  if (in.param.getDefiningOp<ShardOp>() && in.paramType)
-    out.newParam = gatherDelta(b, in, hp.freezeStep, addState,
-                               out.newParam, out);
-  else if (auto arg = dyn_cast<BlockArgument>(in.param))
-    quantizeGathers(arg, in.step, hp.freezeStep);
+  exchangeParameter(b, in, hp.freezeStep, addState, out);
   return out;
 }
 } // namespace
+
+Operation *findBucketExchange(Value grad) {
+  Operation *def = grad.getDefiningOp();
+  // A pipeline stage's mean over its micro-batches (the sum times 1/M) and
+  // a tied parameter's sum over the stages come after the exchange.
+  while (isa_and_nonnull<MulOp, TiedGradSumOp>(def))
+    def = def->getOperand(0).getDefiningOp();
+  if (isa_and_nonnull<SplitOp>(def))
+    def = def->getOperand(0).getDefiningOp();
+  if (isa_and_nonnull<ReduceScatterOp, CompressedReduceScatterOp>(def))
+    return def;
+  return nullptr;
+}
+
+Value compressBucketExchange(const UpdateInput &in, int64_t freezeStep,
+                             Operation *exchange, UpdateOutput &out) {
+  Value grad = in.grad;
+  auto rs = dyn_cast<ReduceScatterOp>(exchange);
+  if (!rs)
+    return grad; // compressed already, by an earlier parameter's update
+  Type bucket = rs.getInput().getType();
+  Value we = in.addTypedState("worker_error", bucket);
+  hoistBefore(in.step, rs);
+  OpBuilder rb(rs);
+  auto crs = CompressedReduceScatterOp::create(
+      rb, rs.getLoc(), TypeRange{rs.getResult().getType(), bucket},
+      rs.getInput(), we, in.step, rb.getI64IntegerAttr(freezeStep));
+  if (grad == rs.getResult())
+    grad = crs.getResult();
+  rs.getResult().replaceAllUsesWith(crs.getResult());
+  rs.erase();
+  out.newState.push_back({"worker_error", crs.getNewWorkerError()});
+  return grad;
+}
+
+void exchangeParameter(OpBuilder &b, const UpdateInput &in,
+                       int64_t freezeStep, AddStateFn addState,
+                       UpdateOutput &out) {
+  // The update delta of a replicated parameter's chunk, or the quantized
+  // gathers of a stage-3 shard.
+  if (in.param.getDefiningOp<ShardOp>() && in.paramType)
+    out.newParam = gatherDelta(b, in, freezeStep, addState, out.newParam, out);
+  else if (auto arg = dyn_cast<BlockArgument>(in.param))
+    quantizeGathers(arg, in.step, freezeStep);
+}
 
 std::pair<Value, Value> addOneBitErrors(OpBuilder &b, const UpdateInput &in) {
   auto t = cast<RankedTensorType>(in.grad.getType());
@@ -274,27 +282,33 @@ LogicalResult prepareAtZeroZero(func::FuncOp func, const Hyperparameters &hp,
   return success();
 }
 
-LogicalResult prepareOneBitAdam(func::FuncOp func, const Hyperparameters &hp) {
-  if (failed(checkCompressedLayout(
-          func, hp, "onebit-adam",
-          "1-bit Adam runs at ZeRO 0-3, f32, on data-parallel ranks")))
+LogicalResult prepareAtAnyStage(func::FuncOp func, const Hyperparameters &hp,
+                                StringRef name, StringRef scope,
+                                StringRef gathers) {
+  if (failed(checkCompressedLayout(func, hp, name, scope)))
     return failure();
   auto stage = func->getAttrOfType<IntegerAttr>(kZeroStageAttr);
   if (stage && stage.getInt() > 0) {
     // ZeRO 1-3: the updates take over the reduce-scatters. DeepSpeed has no
-    // 1-bit Adam under ZeRO; ds's differs from its ZeRO-0 algorithm, and
-    // says so once.
-    func.emitWarning("onebit-adam with ZeRO stage ")
+    // compressed optimizer under ZeRO; ds's differs from its ZeRO-0
+    // algorithm, and says so once.
+    func.emitWarning(name + " with ZeRO stage ")
         << stage.getInt()
         << ": after the freeze each gradient bucket's reduce-scatter is "
            "compressed (error feedback per partition), not the momentum as "
-           "at ZeRO-0, and the parameter all-gathers too (int8 update "
-           "deltas of replicated parameters, int8 stage-3 shards; "
-           "docs/compression.md)";
+           "at ZeRO-0, and the parameter all-gathers too ("
+        << gathers << "docs/compression.md)";
     return success();
   }
   takeOutGradientReduces(func);
   return success();
+}
+
+LogicalResult prepareOneBitAdam(func::FuncOp func, const Hyperparameters &hp) {
+  return prepareAtAnyStage(
+      func, hp, "onebit-adam",
+      "1-bit Adam runs at ZeRO 0-3, f32, on data-parallel ranks",
+      "int8 update deltas of replicated parameters, int8 stage-3 shards; ");
 }
 
 void takeOutGradientReduces(func::FuncOp func) {

@@ -149,10 +149,6 @@ LogicalResult UpdateSection::verify() {
     return func.emitError(rule.name)
            << "'s trust ratio needs whole-tensor norms; it is not supported "
               "with --tensor-parallel yet";
-  if (rule.needsWholeTensors && sharded)
-    return func.emitError(rule.name)
-           << "'s trust ratio needs whole-tensor norms; it is not supported "
-              "with ZeRO stages 1-3 yet (use --zero=0)";
   return success();
 }
 
@@ -500,7 +496,7 @@ LogicalResult UpdateSection::updateParameter(unsigned result, StringAttr name) {
       b,
       {name.getValue(), loc, target->value, grad,
        summedOver ? counter.updates : step, accum, world, addTypedState,
-       clipInKernel ? clipCoef : Value(), target->paramType},
+       clipInKernel ? clipCoef : Value(), target->paramType, sharded},
       hyperparametersOf(name), addState);
   results[result] = newParameter(result, *target, out.newParam);
   resultAttrs[result] = updateAttr(name);

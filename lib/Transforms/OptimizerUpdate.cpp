@@ -36,6 +36,10 @@ UpdateOutput buildAdamFamily(OpBuilder &b, const UpdateInput &in,
       b.getF64FloatAttr(s.minLr), b.getI64IntegerAttr(hp.gradAccum),
       b.getBoolAttr(hp.biasCorrection), b.getF64FloatAttr(hp.maxCoeff),
       b.getF64FloatAttr(hp.minCoeff));
+  // ZeRO 1-3: the kernel sums the partition's squares over the ranks, so
+  // that the trust ratio is the whole tensor's (docs/compression.md).
+  if (lamb && in.partitioned)
+    op->setAttr("norm_over_ranks", b.getBoolAttr(true));
   return {op.getNewParam(),
           {{"exp_avg", op.getNewExpAvg()}, {"exp_avg_sq", op.getNewExpAvgSq()}},
           op.getNewGradAccum()};
@@ -83,7 +87,7 @@ const UpdateRule kRules[] = {
     {"adam", buildAdam, /*needsWholeTensors=*/false},
     {"adamw", buildAdamW, /*needsWholeTensors=*/false},
     {"sgd", buildSgd, /*needsWholeTensors=*/false},
-    {"lamb", buildLamb, /*needsWholeTensors=*/true},
+    {"lamb", buildLamb, /*needsWholeTensors=*/true}, // ZeRO: norm_over_ranks
     {"onebit-adam", buildOneBitAdam, /*needsWholeTensors=*/false,
      prepareOneBitAdam},
     {"zero-one-adam", buildZeroOneAdam, /*needsWholeTensors=*/false,

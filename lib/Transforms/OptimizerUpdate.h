@@ -74,6 +74,10 @@ struct UpdateInput {
   /// may return the whole new parameter of a ZeRO 1-2 shard itself (1-bit
   /// Adam's compressed all-gather), which is then not gathered again.
   RankedTensorType paramType = {};
+  /// ZeRO 1-3: `param` and `grad` are this rank's partition of a tensor
+  /// flattened and padded over the `world` ranks (Lamb's norms are summed
+  /// over them).
+  bool partitioned = false;
 };
 
 /// What a rule made: the new parameter, the new value of each state it
@@ -98,7 +102,8 @@ struct UpdateRule {
   StringRef name;
   BuildUpdateFn build;
   /// The rule needs norms of whole tensors (Lamb's trust ratio), so it
-  /// cannot update ZeRO shards or tensor-parallel slices.
+  /// cannot update tensor-parallel slices (ZeRO partitions sum their
+  /// partial norms over the ranks).
   bool needsWholeTensors;
   /// The rule's own checks and rewrites of the step before any update
   /// (1-bit Adam: it takes over the gradients' data-parallel exchange);
@@ -107,6 +112,25 @@ struct UpdateRule {
       nullptr;
 };
 
+/// The gradient bucket's reduce-scatter (or the compressed one that
+/// replaced it) a ZeRO gradient shard comes from, through the split of the
+/// bucket; null at stage 0 (OneBitAdam.cpp).
+Operation *findBucketExchange(Value grad);
+/// ZeRO 1-3's 1-bit gradient exchange: the bucket's `ds.reduce_scatter`
+/// (`exchange`) becomes `ds.compressed_reduce_scatter` (plain until
+/// `freezeStep`), once per bucket; the first parameter updated from it
+/// keeps the worker error (`<param>.worker_error`, in `out`). Returns the
+/// gradient shard the update reads.
+Value compressBucketExchange(const UpdateInput &in, int64_t freezeStep,
+                             Operation *exchange, UpdateOutput &out);
+/// ZeRO 1-3's parameter exchange after a partition's update
+/// `out.newParam`: the int8 update delta with error feedback of a
+/// replicated parameter (`ds.compressed_all_gather`, which makes the whole
+/// new parameter) or the int8 gathers of a stage-3 shard, both plain until
+/// `freezeStep`.
+void exchangeParameter(OpBuilder &b, const UpdateInput &in,
+                       int64_t freezeStep, AddStateFn addState,
+                       UpdateOutput &out);
 /// The padded worker error and the server error (its per-rank part) of a
 /// compressed optimizer's parameter, added as state (ds::onebit::paddedSize).
 std::pair<Value, Value> addOneBitErrors(OpBuilder &b, const UpdateInput &in);
@@ -125,6 +149,14 @@ LogicalResult checkCompressedLayout(func::FuncOp func,
 /// out ZeRO-0's gradient all-reduce (their updates exchange).
 LogicalResult prepareAtZeroZero(func::FuncOp func, const Hyperparameters &hp,
                                 StringRef name, StringRef scope);
+/// The compressed optimizers that run at ZeRO 0-3 (1-bit Adam, 1-bit
+/// LAMB): refuses checkCompressedLayout's layouts; at ZeRO 1-3 says in one
+/// warning how the exchange differs from ZeRO-0's (`gathers`: what the
+/// parameter all-gathers send, or empty, before "docs/compression.md"),
+/// at ZeRO-0 takes out the gradients' all-reduce.
+LogicalResult prepareAtAnyStage(func::FuncOp func, const Hyperparameters &hp,
+                                StringRef name, StringRef scope,
+                                StringRef gathers);
 /// Refuses what 1-bit Adam does not run yet and returns the gradients of
 /// ZeRO-0's all-reduce to this rank's own (the update exchanges them).
 LogicalResult prepareOneBitAdam(func::FuncOp func, const Hyperparameters &hp);
@@ -142,8 +174,9 @@ LogicalResult prepareZeroOneAdam(func::FuncOp func, const Hyperparameters &hp);
 /// state.
 UpdateOutput buildOneBitLamb(OpBuilder &b, const UpdateInput &in,
                              const Hyperparameters &hp, AddStateFn addState);
-/// Refuses what 1-bit LAMB does not run yet (ZeRO 1-3 among them) and
-/// takes out ZeRO-0's gradient all-reduce, as 1-bit Adam.
+/// Refuses what 1-bit LAMB does not run yet and takes out ZeRO-0's
+/// gradient all-reduce, as 1-bit Adam (ZeRO 1-3 keep their reduce-scatters,
+/// which buildOneBitLamb compresses).
 LogicalResult prepareOneBitLamb(func::FuncOp func, const Hyperparameters &hp);
 /// Takes the gradients' data-parallel all-reduce (ZeRO-0's) out of `func`:
 /// each update then reads this rank's own gradient (OneBitAdam.cpp).

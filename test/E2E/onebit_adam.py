@@ -30,7 +30,14 @@ against Lamb without bias correction (--optimizer=lamb
 --bias-correction=false), at ZeRO-0, with the same checks: its warm-up is
 that Lamb, its exchange after the freeze 1-bit Adam's.
 
-With --zero=1, 2 or 3 both runs use that ZeRO stage. After the freeze
+With --zero=1, 2 or 3 both runs use that ZeRO stage. With --optimizer
+lamb there, Lamb updates this rank's partition with the whole tensor's
+trust ratio (each rank's partial sums of squares, all-gathered), so
+--against-zero0 also runs Lamb at ZeRO-0 and checks every loss of Lamb at
+the stage equal to it to 1e-5 relative (only the order of the sums
+differs); and 1-bit LAMB's partition update gathers one more f64 per
+tensor and rank than Lamb's (its factor's maximum), which the all-gather
+bytes account for exactly. After the freeze
 the gradient buckets' reduce-scatter is the compressed one and ZeRO's
 parameter all-gathers are compressed too (the 1-bit update delta of each
 replicated parameter at stages 1-2 and of stage 3's persistent ones, the
@@ -61,6 +68,9 @@ def main():
     ap.add_argument("--beta2", default="0.999")
     ap.add_argument("--zero", type=int, default=0)
     ap.add_argument("--optimizer", choices=("adam", "lamb"), default="adam")
+    ap.add_argument("--against-zero0", action="store_true",
+                    help="the uncompressed run's losses equal its ZeRO-0 "
+                         "run's to 1e-5")
     ap.add_argument("--two-sided", action="store_true",
                     help="the final loss also at most 2%% below the "
                          "uncompressed run's")
@@ -85,6 +95,8 @@ def main():
         "onebit": [f"--optimizer=onebit-{args.optimizer}",
                    f"--freeze-step={args.freeze}"],
     }
+    if args.against_zero0:
+        plans["plain0"] = plans["plain"] + ["--zero=0"]
     report = {}
     for name, flags in plans.items():
         out = subprocess.run([args.ds_opt, *common, *flags, "--report=json",
@@ -103,6 +115,14 @@ def main():
     plain = run("plain", "plain", args.steps)
     onebit = run("onebit", "onebit", args.steps)
     ok = True
+    if args.against_zero0:
+        plain0 = run("plain0", "plain0", args.steps)
+        d0 = max(abs(a["loss"] - b["loss"]) / abs(a["loss"]) for a, b in zip(plain0, plain))
+        same0 = all(s["collective_bytes"] == s["planned_collective_bytes"] for s in plain)
+        print(f"{plain_opt} at ZeRO-{args.zero} against ZeRO-0 (steps 1-{args.steps}): "
+              f"max relative loss difference {d0:.2e} (tolerance 1e-5); "
+              f"measured = planned every step: {same0}")
+        ok &= d0 <= 1e-5 and len(plain0) == len(plain) == args.steps and same0
     f = args.freeze
     warm = max(abs(a["loss"] - b["loss"]) / abs(a["loss"]) for a, b in zip(plain[:f], onebit[:f]))
     print(f"warm-up (steps 1-{f}): max relative loss difference {warm:.2e} (tolerance 1e-5)")
@@ -121,7 +141,17 @@ def main():
         print(f"parameter all-gathers per step: uncompressed {rplain['all_gather_bytes']} "
               f"(warm-up {rep['all_gather_bytes']}), of which {compressed_ag} compressed to "
               f"{rep['compressed_all_gather_bytes']} ({compressed_ag / rep['compressed_all_gather_bytes']:.1f}x fewer)")
-        ok &= rplain["all_gather_bytes"] == rep["all_gather_bytes"]
+        if args.optimizer == "lamb":
+            # One more f64 per tensor and rank: the factor's maximum.
+            ir = subprocess.run([args.ds_opt, *common, *plans["plain"], "--emit=mlir"],
+                                check=True, capture_output=True, text=True).stdout
+            tensors = ir.count("ds.adam ")  # Lamb's updates, one per tensor
+            extra = rep["all_gather_bytes"] - rplain["all_gather_bytes"]
+            print(f"partial figures of {tensors} tensors: 1-bit LAMB gathers {extra} bytes "
+                  f"more than Lamb (expected {8 * n * tensors})")
+            ok &= extra == 8 * n * tensors
+        else:
+            ok &= rplain["all_gather_bytes"] == rep["all_gather_bytes"]
     print(f"bytes per step: uncompressed {plain_bytes}, after the freeze {one_bytes} "
           f"({ratio:.1f}x fewer); measured = planned every step: {measured_eq}")
     ok &= ratio >= 5 and measured_eq

@@ -71,6 +71,19 @@ inline uint64_t gatherBytes(int64_t chunk, int64_t world) {
   return quantizedPieceBytes(chunk) * static_cast<uint64_t>(world);
 }
 
+/// Lamb and 1-bit LAMB under ZeRO 1-3 (docs/compression.md): each rank's
+/// partial figures of one tensor (sums of squares, maxima; `values` f64)
+/// are all-gathered and combined in rank order. The bytes that hands to
+/// collectives, the all-gather's output.
+inline uint64_t partialSumsBytes(int64_t values, int64_t world) {
+  return static_cast<uint64_t>(8 * values * world);
+}
+/// The partial figures per rank: plain Lamb's (the sums of squares of p
+/// and u) and 1-bit LAMB's partition update's (two sums, one maximum; the
+/// same count in both phases, so a step's bytes do not depend on it).
+constexpr int64_t kLambPartials = 2;
+constexpr int64_t kOneBitLambPartials = 3;
+
 } // namespace ds::onebit
 
 #endif // DS_SUPPORT_ONEBIT_H

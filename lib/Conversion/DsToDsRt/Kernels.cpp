@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Lowering.h"
+#include "ds/Dialect/Ds/IR/DsCompression.h"
 
 namespace mlir::ds::lowering {
 namespace {
@@ -46,6 +47,19 @@ struct TransferLowering : LoweringOf<TransferOp> {
   }
 };
 
+/// 1-bit LAMB's ZeRO 1-3 update runs the `onebit_lamb` kernel, which
+/// tells it from the ZeRO-0 step by its operand count (7 against 9).
+struct OneBitLambLocalLowering : LoweringOf<OneBitLambLocalOp> {
+  LogicalResult lower(Operation *op, LoweringState &state) const override {
+    FailureOr<KernelCall> call = prepareKernelCall(op, state);
+    if (failed(call))
+      return failure();
+    call->kernel = "onebit_lamb";
+    emitKernelCall(op, *call, state);
+    return success();
+  }
+};
+
 /// Every other ds op: the kernel of its name.
 struct DefaultKernelLowering : OpLowering {
   bool match(Operation *op) const override {
@@ -62,6 +76,7 @@ struct DefaultKernelLowering : OpLowering {
 void populateKernelLowerings(OpLowerings &lowerings) {
   lowerings.push_back(std::make_unique<MatMulLowering>());
   lowerings.push_back(std::make_unique<TransferLowering>());
+  lowerings.push_back(std::make_unique<OneBitLambLocalLowering>());
   lowerings.push_back(std::make_unique<DefaultKernelLowering>());
 }
 

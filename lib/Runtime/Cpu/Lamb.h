@@ -14,6 +14,8 @@
 
 #include "../Kernel.h"
 
+#include <string>
+
 #include <cstdint>
 
 namespace ds::rt {
@@ -35,6 +37,26 @@ struct LambCoefficients {
 double lambStep(const LambCoefficients &k, const float *P, const float *G,
                 const float *M, const float *V, float *Po, float *Mo,
                 float *Vo, int64_t n);
+
+/// Lamb's moments and direction without the trust ratio: `Mo`, `Vo` and
+/// `U` (u, n elements) as lambStep's; `sums` receives the sums of the
+/// squares of P and of u (double).
+void lambDirection(const LambCoefficients &k, const float *P, const float *G,
+                   const float *M, const float *V, float *Mo, float *Vo,
+                   float *U, int64_t n, double sums[2]);
+/// The trust ratio of the sums of squares `pSq` and `uSq` (lambStep's
+/// rule), then `Po = P - lr trust U`. Returns the trust ratio.
+double lambApply(const LambCoefficients &k, double pSq, double uSq,
+                 const float *P, const float *U, float *Po, int64_t n);
+
+/// Whole-tensor figures of a tensor partitioned over the ranks of `comm`
+/// (ZeRO 1-3): this rank's `nSum` partial sums and then `nMax` partial
+/// maxima in `vals` are all-gathered (f64, counted in the communicator's
+/// bytes, ds::onebit::partialSumsBytes) and replaced by their sums and
+/// maxima over the ranks, added in rank order so that every rank gets the
+/// same figures. Nothing happens with one rank or no communicator.
+bool combineOverRanks(Communicator *comm, double *vals, int nSum, int nMax,
+                      std::string &err);
 
 /// One parameter's 1-bit LAMB state, on the host, updated in place.
 struct OneBitLambState {

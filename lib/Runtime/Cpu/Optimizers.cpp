@@ -10,10 +10,13 @@
 #include "Kernels.h"
 #include "Lamb.h"
 #include "Vec.h"
+#include "ds/Runtime/Comm.h"
+#include "ds/Support/OneBit.h"
 
 #include <algorithm>
 
 #include <cstring>
+#include <vector>
 
 namespace ds::rt {
 
@@ -112,29 +115,66 @@ DS_CLONES void adamRange(const AdamCoefficients &k, const float *P,
 }
 } // namespace
 
-double lambStep(const LambCoefficients &k, const float *P, const float *G,
-                const float *M, const float *V, float *Po, float *Mo,
-                float *Vo, int64_t n) {
-  std::vector<float> u(n);
-  double pNorm = 0, uNorm = 0;
+void lambDirection(const LambCoefficients &k, const float *P, const float *G,
+                   const float *M, const float *V, float *Mo, float *Vo,
+                   float *U, int64_t n, double sums[2]) {
+  double pSq = 0, uSq = 0;
   for (int64_t i = 0; i < n; ++i) {
     float m = M[i] * k.b1 + G[i] * k.a1;
     float v = V[i] * k.b2 + k.a2 * G[i] * G[i];
     Mo[i] = m;
     Vo[i] = v;
-    u[i] = (m / k.bc1) / (std::sqrt(v) / k.bc2Sqrt + k.eps) + k.wd * P[i];
-    pNorm += double(P[i]) * P[i];
-    uNorm += double(u[i]) * u[i];
+    U[i] = (m / k.bc1) / (std::sqrt(v) / k.bc2Sqrt + k.eps) + k.wd * P[i];
+    pSq += double(P[i]) * P[i];
+    uSq += double(U[i]) * U[i];
   }
-  pNorm = std::sqrt(pNorm);
-  uNorm = std::sqrt(uNorm);
+  sums[0] = pSq;
+  sums[1] = uSq;
+}
+
+double lambApply(const LambCoefficients &k, double pSq, double uSq,
+                 const float *P, const float *U, float *Po, int64_t n) {
+  double pNorm = std::sqrt(pSq), uNorm = std::sqrt(uSq);
   double trust = pNorm > 0 && uNorm > 0
                      ? std::clamp(pNorm / uNorm, k.minCoeff, k.maxCoeff)
                      : 1.0;
   float scale = static_cast<float>(k.lr * trust);
   for (int64_t i = 0; i < n; ++i)
-    Po[i] = P[i] - scale * u[i];
+    Po[i] = P[i] - scale * U[i];
   return trust;
+}
+
+double lambStep(const LambCoefficients &k, const float *P, const float *G,
+                const float *M, const float *V, float *Po, float *Mo,
+                float *Vo, int64_t n) {
+  std::vector<float> u(n);
+  double sums[2];
+  lambDirection(k, P, G, M, V, Mo, Vo, u.data(), n, sums);
+  return lambApply(k, sums[0], sums[1], P, u.data(), Po, n);
+}
+
+bool combineOverRanks(Communicator *comm, double *vals, int nSum, int nMax,
+                      std::string &err) {
+  int world = comm ? comm->size() : 1;
+  if (world <= 1)
+    return true;
+  int count = nSum + nMax;
+  // Gathered as 8-byte integers: the bits of the doubles travel unchanged.
+  std::vector<int64_t> mine(count), all(static_cast<size_t>(count) * world);
+  std::memcpy(mine.data(), vals, count * sizeof(double));
+  if (!comm->allGather(mine.data(), all.data(), count, DType::I64, err))
+    return false;
+  comm->collectiveBytes += ::ds::onebit::partialSumsBytes(count, world);
+  for (int j = 0; j < count; ++j) {
+    double acc = 0;
+    for (int r = 0; r < world; ++r) {
+      double x;
+      std::memcpy(&x, &all[static_cast<size_t>(r) * count + j], sizeof x);
+      acc = j < nSum ? (r == 0 ? x : acc + x) : (r == 0 ? x : std::max(acc, x));
+    }
+    vals[j] = acc;
+  }
+  return true;
 }
 
 bool kAdam(KernelContext &ctx) {
@@ -174,7 +214,19 @@ bool kAdam(KernelContext &ctx) {
     LambCoefficients k{b1, a1, b2, a2, static_cast<float>(bc1), bc2Sqrt, eps,
                        wdF, lr, ctx.attrs.getFloat("min_coeff", 0.01),
                        ctx.attrs.getFloat("max_coeff", 10.0)};
-    lambStep(k, P, G, M, V, Po, Mo, Vo, pin.numel());
+    if (!ctx.attrs.getInt("norm_over_ranks", 0)) {
+      lambStep(k, P, G, M, V, Po, Mo, Vo, pin.numel());
+      return true;
+    }
+    // ZeRO 1-3: this rank's partition of the tensor; the trust ratio takes
+    // the whole tensor's norms from every rank's partial sums.
+    std::vector<float> u(pin.numel());
+    double sums[2];
+    lambDirection(k, P, G, M, V, Mo, Vo, u.data(), pin.numel(), sums);
+    std::string err;
+    if (!combineOverRanks(ctx.comm, sums, 2, 0, err))
+      return ctx.fail(err);
+    lambApply(k, sums[0], sums[1], P, u.data(), Po, pin.numel());
     return true;
   }
   AdamCoefficients k{stepSize, bc2Sqrt, b1, b2, a1, a2, eps, wdF, decay,

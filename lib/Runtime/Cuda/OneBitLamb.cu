@@ -23,6 +23,9 @@ namespace ds::rt::cuda {
 namespace {
 
 bool kOneBitLamb(KernelContext &ctx) {
+  if (ctx.in.size() == 7) // ds.onebit_lamb_local (Cpu/OneBitLamb.cpp)
+    return ctx.fail("onebit_lamb under ZeRO 1-3 runs on CPU ranks only (its "
+                    "CUDA twin is not built yet)");
   if (ctx.in.size() != 9 || ctx.out.size() != 7)
     return ctx.fail("onebit_lamb expects 9 operands and 7 results");
   int world = ctx.comm ? ctx.comm->size() : 1;

@@ -11,6 +11,8 @@
 
 #include "CudaCommon.cuh"
 
+#include "Cpu/Lamb.h"
+
 
 #include <cmath>
 
@@ -209,6 +211,12 @@ bool kAdam(KernelContext &ctx) {
     double host[2];
     if (!readBack(ctx, host, sums.p, sizeof host))
       return false;
+    // ZeRO 1-3: the whole tensor's sums from every rank's partition
+    // (Cpu/Lamb.h; compiled, not run on a GPU yet).
+    std::string err;
+    if (ctx.attrs.getInt("norm_over_ranks", 0) &&
+        !combineOverRanks(ctx.comm, host, 2, 0, err))
+      return ctx.fail(err);
     double pNorm = std::sqrt(host[0]), uNorm = std::sqrt(host[1]);
     double trust = pNorm > 0 && uNorm > 0
                        ? std::min(ctx.attrs.getFloat("max_coeff", 10.0),

@@ -118,7 +118,15 @@ void addCollectives(const pb::Plan &p, DictionaryAttr params,
   case pb::KIND_ONEBIT_LAMB: {   // (1-bit LAMB: 9, worker error 6th)
     // The warm-up's all-reduce of the gradient; after the freeze, the
     // compressed exchange of the padded momentum (its worker error's size).
-    // 0/1 Adam runs one or the other or neither per step.
+    // 0/1 Adam runs one or the other or neither per step. 1-bit LAMB's
+    // ZeRO 1-3 form (7 inputs, ds.onebit_lamb_local) exchanges nothing but
+    // its partial figures' all-gather, in both phases.
+    if (ins.kind() == pb::KIND_ONEBIT_LAMB && ins.inputs_size() == 7) {
+      add(pb::COLLECTIVE_ALL_GATHER, g,
+          ::ds::onebit::partialSumsBytes(::ds::onebit::kOneBitLambPartials,
+                                         std::max<int64_t>(1, p.world_size())));
+      return;
+    }
     if (ins.inputs_size() != (ins.kind() == pb::KIND_ONEBIT_ADAM ? 7 : 9))
       return;
     int workerError = ins.kind() == pb::KIND_ONEBIT_LAMB ? 5 : 4;
@@ -128,6 +136,14 @@ void addCollectives(const pb::Plan &p, DictionaryAttr params,
         ::ds::onebit::exchangeBytes(
             static_cast<int64_t>(bufferBytes(p, ins.inputs(workerError)) / 4),
             world));
+    return;
+  }
+  case pb::KIND_ADAM: { // Lamb under ZeRO 1-3: the partial norms' all-gather
+    if (intParam(params, "norm_over_ranks").value_or(0) == 0)
+      return;
+    add(pb::COLLECTIVE_ALL_GATHER, g,
+        ::ds::onebit::partialSumsBytes(::ds::onebit::kLambPartials,
+                                       std::max<int64_t>(1, p.world_size())));
     return;
   }
   case pb::KIND_COMPRESSED_REDUCE_SCATTER: { // ZeRO 1-3, docs/compression.md

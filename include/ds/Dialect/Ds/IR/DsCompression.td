@@ -329,4 +329,66 @@ def Ds_OneBitLambOp : Op<Ds_Dialect, "onebit_lamb",
   let cppNamespace = "::mlir::ds";
 }
 
+// 1-bit LAMB under ZeRO 1-3 (docs/compression.md; DsOneBitLamb.cpp).
+def Ds_OneBitLambLocalOp : Op<Ds_Dialect, "onebit_lamb_local",
+    [Ds_OptimizerStep, DeclareOpInterfaceMethods<Ds_CostOpInterface>]> {
+  let summary = "1-bit LAMB's update of this rank's partition of an "
+                "exchanged gradient";
+  let description = [{
+    The update of 1-bit LAMB under ZeRO stages 1-3: `grad` is this rank's
+    partition of the gradient's mean, made by `ds.compressed_reduce_scatter`
+    (plain until `freeze_step`, 1-bit with worker error feedback after it),
+    and `param` and the state are this rank's partition of one tensor
+    (zeros in the padding). The whole-tensor norms and maxima the rule
+    needs come from one all-gather of this rank's partial sums (four f64
+    per rank: the sums of squares of `p`, of `u` and of
+    `m / (sqrt(v) + eps)`, and the largest `(sqrt(v) + eps) /
+    (sqrt(v_fresh) + eps)`), combined in rank order on every rank, so the
+    figures are the whole tensor's and identical everywhere. With `t` =
+    `step`:
+
+    - `t <= freeze_step`: Lamb without bias correction (`ds.onebit_lamb`'s
+      warm-up) on `grad`, with the trust ratio of the whole tensor; where
+      it is not 1 the frozen coefficient `coeffs[0]` takes `coeff_beta
+      coeffs[0] + (1 - coeff_beta) c`.
+    - `t > freeze_step`: `v` is frozen; at the first such step `v_fresh =
+      v` and the last factor `coeffs[1]` is 1. `m = b1 m + (1-b1) grad`,
+      `v_fresh = b2 v_fresh + (1-b2) grad^2`; the factor (the whole
+      tensor's maximum, mixed with 1 by the share of the update that is
+      not weight decay when `wd > 0`) is clamped as `ds.onebit_lamb`'s and
+      `p -= lr coeffs[0] factor u`.
+
+    `valid` is the tensor's element count: the partition's elements at or
+    past it (rank r holds elements [r c, (r+1) c) of the flattened, padded
+    tensor) are padding and take no part in the maximum. `coeffs` is two
+    f32, the same on every rank. The op communicates, so it is not pure.
+  }];
+  let arguments = (ins Ds_FloatTensor:$param, Ds_FloatTensor:$grad,
+                       Ds_FloatTensor:$exp_avg, Ds_FloatTensor:$exp_avg_sq,
+                       Ds_FloatTensor:$exp_avg_sq_fresh,
+                       Ds_FloatTensor:$coeffs,
+                       StaticShapeTensorOf<[I64]>:$step, F64Attr:$lr,
+                       F64Attr:$beta1, F64Attr:$beta2, F64Attr:$eps,
+                       F64Attr:$weight_decay,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$freeze_step,
+                       F64Attr:$max_coeff, F64Attr:$min_coeff,
+                       F64Attr:$coeff_beta, F64Attr:$factor_max,
+                       F64Attr:$factor_min, F64Attr:$factor_threshold,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$valid,
+                       DefaultValuedAttr<StrAttr, "\"constant\"">:$schedule,
+                       DefaultValuedAttr<I64Attr, "0">:$warmup_steps,
+                       DefaultValuedAttr<I64Attr, "0">:$total_steps,
+                       DefaultValuedAttr<F64Attr, "0.0">:$min_lr);
+  let results = (outs Ds_FloatTensor:$new_param, Ds_FloatTensor:$new_exp_avg,
+                      Ds_FloatTensor:$new_exp_avg_sq,
+                      Ds_FloatTensor:$new_exp_avg_sq_fresh,
+                      Ds_FloatTensor:$new_coeffs);
+  let assemblyFormat = [{
+    $param `,` $grad `,` $exp_avg `,` $exp_avg_sq `,` $exp_avg_sq_fresh `,`
+      $coeffs `,` $step attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+  let cppNamespace = "::mlir::ds";
+}
+
 #endif // DS_DIALECT_DS_IR_DSCOMPRESSION_TD
