@@ -294,6 +294,7 @@ TrainingOptions Search::optionsFor(const Candidate &cand) const {
       *field = size;
   if (cand.inFlight > 0)
     o.maxInFlight = cand.inFlight;
+  applyCompression(cand.compression, o);
   // The search decides these; a config's batch keys do not hold.
   o.origin.erase("grad-accum");
   o.origin.erase("micro-batches");
@@ -675,9 +676,8 @@ llvm::Expected<PlanSearchResult> Search::run() {
   if (llvm::Error e = loadModel())
     return std::move(e);
   SearchSpace space = searchSpace(options, cluster);
-  if (llvm::Error e =
-          checkGlobalBatch(space, options, cluster, facts,
-                                   options.globalBatch))
+  if (llvm::Error e = checkGlobalBatch(space, options, cluster, facts,
+                                       options.globalBatch))
     return std::move(e);
   all = enumerate(space, options, cluster, facts, options.globalBatch);
   if (all.empty())
@@ -784,8 +784,9 @@ llvm::Expected<PlanSearchResult> Search::finish(int chosen) {
 llvm::Error mlir::ds::checkSearchFlags(const TrainingOptions &options) {
   if (!options.planMode.empty())
     return llvm::Error::success();
-  for (llvm::StringRef flag : {"global-batch", "explain", "plot-candidates",
-                               "plan-compiles", "plan-nvme-path"})
+  for (llvm::StringRef flag :
+       {"global-batch", "explain", "plot-candidates", "plan-compiles",
+        "plan-nvme-path", "plan-compression"})
     if (options.isGiven(flag))
       return fail("--" + flag + " is for the layout search: give --plan=auto");
   return llvm::Error::success();
