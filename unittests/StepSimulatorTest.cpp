@@ -414,7 +414,8 @@ pb::Plan compressedPlan() {
   pb::Instruction *qg = addKernel(prog, pb::KIND_QUANTIZED_ALL_GATHER, 0);
   qg->set_bytes(500000);
   qg->add_inputs(2);
-  qg->add_outputs(0);
+  qg->add_outputs(0); // the gathered values and the records' workspace,
+  qg->add_outputs(3); // as ZeRO++'s instructions have them
   collective(qg, pb::COLLECTIVE_ALL_GATHER, 1e6);
   return plan;
 }

@@ -333,11 +333,9 @@ void TimelineBuilder::add(int i, const plan::Instruction &ins) {
   waitForTransfers(ins);
   const plan::Collective *c = phaseCollective(ins, m.warmup);
   bool shared = c && groupRanks(c->group(), dp, tp) > 1;
-  // A compressed exchange also writes its error feedback (a second
-  // output); a plain collective has one output.
-  bool outputs = ins.outputs_size() == 1 ||
-                 (ins.outputs_size() > 1 && ins.collectives_size() > 1);
-  if (isCollective(ins.kind()) && shared && outputs)
+  // A compressed or quantized exchange may write more than its result
+  // (error feedback, its records' workspace).
+  if (isCollective(ins.kind()) && shared && ins.outputs_size() >= 1)
     return addCollective(ins, e, *c);
   if (ins.kind() == plan::KIND_WAIT && ins.inputs_size() > 0)
     return addWait(ins);
