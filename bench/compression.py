@@ -173,25 +173,33 @@ def planner():
             cs, warm = predicted(gpt2, cfile, [f"--zero={zero}", *comp])
             print(f"{str(gbps) + ' Gbps':<9}{label:<30}{ps * 1e3:>10.2f}"
                   f"{cs * 1e3:>15.2f}{warm * 1e3:>12.2f}{ps / cs:>9.2f}x")
-        out = subprocess.run([tool("ds-opt"), gpt2, "--plan=auto",
-                              f"--cluster={cfile}", "--global-batch=4",
-                              "--optimizer=adamw", "--freeze-step=100",
-                              "--plan-compression=auto", "--report=json",
-                              "--plan-compiles=48", "-o", w("auto.plan")],
-                             check=True, capture_output=True, text=True).stdout
-        plan = json.loads(out)["plan"]
-        best = {}
-        for c in plan["candidates"]:
-            if c["state"] == "fits":
-                key = c["compression"] != "none"
-                if key not in best or c["step_time_s"] < best[key]["step_time_s"]:
-                    best[key] = c
-        line = f"{gbps} Gbps --plan=auto --plan-compression=auto: chosen {plan['chosen']}"
-        for key, name in ((False, "plain"), (True, "compressed")):
-            if key in best:
-                line += (f"; best {name} {best[key]['layout']} "
-                         f"{best[key]['step_time_s'] * 1e3:.2f} ms")
-        print(line)
+        for fixed in ([], ["--pipeline-parallel=1", "--tensor-parallel=1"]):
+            print(search(gpt2, cfile, gbps, fixed))
+
+
+def search(gpt2, cfile, gbps, fixed):
+    """What --plan=auto --plan-compression=auto chooses on `cfile` (with the
+    layout flags `fixed`), and the best plain and compressed candidates."""
+    out = subprocess.run([tool("ds-opt"), gpt2, "--plan=auto",
+                          f"--cluster={cfile}", "--global-batch=4",
+                          "--optimizer=adamw", "--freeze-step=100",
+                          "--plan-compression=auto", "--report=json",
+                          "--plan-compiles=48", *fixed, "-o", w("auto.plan")],
+                         check=True, capture_output=True, text=True).stdout
+    plan = json.loads(out)["plan"]
+    best = {}
+    for c in plan["candidates"]:
+        if c["state"] == "fits":
+            key = c["compression"] != "none"
+            if key not in best or c["step_time_s"] < best[key]["step_time_s"]:
+                best[key] = c
+    line = (f"{gbps} Gbps --plan=auto --plan-compression=auto {' '.join(fixed)}: "
+            f"chosen {plan['chosen']}")
+    for key, name in ((False, "plain"), (True, "compressed")):
+        if key in best:
+            line += (f"; best {name} {best[key]['layout']} "
+                     f"{best[key]['step_time_s'] * 1e3:.2f} ms")
+    return line
 
 
 if __name__ == "__main__":
