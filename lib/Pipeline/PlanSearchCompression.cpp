@@ -15,7 +15,7 @@
 
 #include "PlanSearchImpl.h"
 
-#include <cstring>
+#include "llvm/ADT/STLExtras.h"
 
 using namespace mlir;
 using namespace mlir::ds;
@@ -87,10 +87,23 @@ std::vector<std::string>
 plan_search::compressionChoices(const TrainingOptions &o,
                                 const Candidate &cand) {
   std::vector<std::string> out{givenCompression(o)};
-  if (o.planCompression != "auto" || cand.dp == 1 || compressionGiven(o))
+  // --plan-compression=auto allows every choice; the DeepSpeed config's
+  // "zero_quantized_weights"/"zero_quantized_gradients": "auto" allow
+  // ZeRO++'s of them.
+  bool all = o.planCompression == "auto";
+  auto autoKey = [&](llvm::StringRef leaf) {
+    return all || llvm::is_contained(o.configAutoKeys,
+                                     "zero_optimization." + leaf.str());
+  };
+  bool qw = autoKey("zero_quantized_weights"),
+       qg = autoKey("zero_quantized_gradients");
+  if (!(all || qw || qg) || cand.dp == 1 || compressionGiven(o))
     return out;
   for (const char *choice : {"1bit", "qwZ", "qgZ", "qwZ+qgZ"}) {
-    if (!std::strcmp(choice, "1bit") && compressedTwin(o.optimizerName).empty())
+    llvm::StringRef c(choice);
+    if (c == "1bit" && (!all || compressedTwin(o.optimizerName).empty()))
+      continue;
+    if ((c.contains("qwZ") && !qw) || (c.contains("qgZ") && !qg))
       continue;
     TrainingOptions l = layoutOptions(o, cand);
     applyCompression(choice, l);
