@@ -256,17 +256,7 @@ std::string Search::autoValuesLine(const Candidate &c, bool json) const {
 }
 
 TrainingOptions Search::optionsFor(const Candidate &cand) const {
-  TrainingOptions o = options;
-  o.planMode.clear();
-  o.worldSize = cand.world();
-  o.tensorParallel = cand.tp;
-  o.pipelineParallel = cand.pp;
-  o.sequenceParallel = cand.sp;
-  o.zeroStage = cand.zero;
-  o.gradAccum = cand.accum;
-  o.microBatches = cand.pp > 1 ? cand.accum : 0;
-  o.pipeSchedule = cand.schedule;
-  o.virtualStages = 1;
+  TrainingOptions o = layoutOptions(options, cand);
   o.recompute = cand.recompute;
   o.offloadMode = "none";
   auto place = [&](bool off, bool nvme) {

@@ -53,10 +53,10 @@ bool compressionGiven(const TrainingOptions &o) {
          o.isGiven("quantize-gradients");
 }
 
-/// `o` with the options of `cand`'s layout that ValidateOptions.cpp's
-/// compression checks read (the rest are the search's later choices).
-TrainingOptions layoutOptions(const TrainingOptions &o,
-                              const Candidate &cand) {
+} // namespace
+
+TrainingOptions plan_search::layoutOptions(const TrainingOptions &o,
+                                           const Candidate &cand) {
   TrainingOptions l = o;
   l.planMode.clear();
   l.worldSize = cand.world();
@@ -67,11 +67,9 @@ TrainingOptions layoutOptions(const TrainingOptions &o,
   l.gradAccum = cand.accum;
   l.microBatches = cand.pp > 1 ? cand.accum : 0;
   l.pipeSchedule = cand.schedule;
-  l.clusterSpec.clear();
-  l.deviceMemory.clear();
+  l.virtualStages = 1;
   return l;
 }
-} // namespace
 
 void plan_search::applyCompression(const std::string &choice,
                                    TrainingOptions &o) {
@@ -106,6 +104,8 @@ plan_search::compressionChoices(const TrainingOptions &o,
     if ((c.contains("qwZ") && !qw) || (c.contains("qgZ") && !qg))
       continue;
     TrainingOptions l = layoutOptions(o, cand);
+    l.clusterSpec.clear();
+    l.deviceMemory.clear();
     applyCompression(choice, l);
     if (llvm::Error e = validateTrainingOptions(l)) {
       llvm::consumeError(std::move(e)); // ds does not compile it

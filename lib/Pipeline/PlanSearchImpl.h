@@ -195,6 +195,11 @@ FailureOr<ModelFacts::Split> partitionFacts(ModuleOp model,
 double estimateStep(const Candidate &cand, const TrainingOptions &o,
                     const ::ds::ClusterSpec &c, const ModelFacts &m);
 
+/// `o` with `cand`'s degrees, ZeRO stage, accumulation and schedule, not
+/// searching (the start of each candidate's compile options; the memory
+/// choices, buckets and compression are the caller's).
+TrainingOptions layoutOptions(const TrainingOptions &o, const Candidate &cand);
+
 /// The compression choices of --plan=auto for `cand`'s layout
 /// (PlanSearchCompression.cpp): "none", then with --plan-compression=auto
 /// on data-parallel layouts each of "1bit", "qwZ", "qgZ", "qwZ+qgZ" that

@@ -74,6 +74,7 @@ private:
                      const plan::Collective &c);
   double collectiveDuration(const plan::Collective &c) const;
   void addCodec(const plan::Instruction &ins, const TimelineEvent &e);
+  void addKernel(TimelineEvent &e, double duration);
   void addExchange(const plan::Instruction &ins, const TimelineEvent &e,
                    const plan::Collective &c);
   void addWait(const plan::Instruction &ins);
@@ -234,16 +235,21 @@ void TimelineBuilder::addCodec(const plan::Instruction &ins,
   TimelineEvent k = e;
   k.kernel += ".codec";
   k.flops = static_cast<double>(ins.flops());
-  k.track = 0;
-  k.start = compute;
-  k.duration = m.cluster ? kernelSeconds(*m.cluster, ins.kind(), k.flops,
+  addKernel(k, m.cluster ? kernelSeconds(*m.cluster, ins.kind(), k.flops,
                                          k.bytes, Precision::FP32)
                          : std::max(k.flops / m.flopsPerSecond,
-                                    k.bytes / m.bytesPerSecond);
-  compute += k.duration;
-  t.computeSeconds += k.duration;
-  t.flops += k.flops;
-  t.events.push_back(k);
+                                    k.bytes / m.bytesPerSecond));
+}
+
+/// `e` on the compute stream for `duration` seconds.
+void TimelineBuilder::addKernel(TimelineEvent &e, double duration) {
+  e.track = 0;
+  e.start = compute;
+  e.duration = duration;
+  compute += duration;
+  t.computeSeconds += duration;
+  t.flops += e.flops;
+  t.events.push_back(e);
 }
 
 /// The exchange a compressed optimizer's kernel runs inside itself (the
@@ -340,15 +346,9 @@ void TimelineBuilder::add(int i, const plan::Instruction &ins) {
   if (ins.kind() == plan::KIND_WAIT && ins.inputs_size() > 0)
     return addWait(ins);
   e.flops = static_cast<double>(ins.flops());
-  e.track = 0;
-  e.start = compute;
-  e.duration = m.cluster ? clusterKernelSeconds(ins, e)
+  addKernel(e, m.cluster ? clusterKernelSeconds(ins, e)
                          : std::max(e.flops / m.flopsPerSecond,
-                                    e.bytes / m.bytesPerSecond);
-  compute += e.duration;
-  t.computeSeconds += e.duration;
-  t.flops += e.flops;
-  t.events.push_back(e);
+                                    e.bytes / m.bytesPerSecond));
   if (shared && isOptimizer(ins.kind())) // a compressed optimizer's own
     addExchange(ins, e, *c);
 }
