@@ -477,8 +477,9 @@ void Search::compileShortlist() {
   std::map<std::string, int64_t> tooBig;
   for (size_t i : firsts) {
     Candidate &c = all[i];
+    // (A compressed variant's extra state does not rule out the plain one.)
     std::string kind = c.family() + " zero" + std::to_string(c.zero) + " " +
-                       c.schedule;
+                       c.schedule + " " + c.compression;
     auto it = tooBig.find(kind);
     if (it != tooBig.end() && c.micro >= it->second) {
       c.state = State::Skipped;
