@@ -242,6 +242,10 @@ std::string Search::autoValuesLine(const Candidate &c, bool json) const {
       value = std::to_string(o.prefetchBucketSize);
     else if (leaf == "stage3_param_persistence_threshold")
       value = std::to_string(o.persistenceThreshold);
+    else if (leaf == "zero_quantized_weights")
+      value = o.quantizeWeights ? "true" : "false";
+    else if (leaf == "zero_quantized_gradients")
+      value = o.quantizeGradients ? "true" : "false";
     else
       continue; // not the search's: the config notice's value holds
     object += (object.empty() ? "" : ", ") + ("\"" + key + "\": ") + value;

@@ -123,7 +123,8 @@ double plan_search::compressionCommFactor(const Candidate &cand,
   // at ZeRO 1-3 the gradients' 1/32 and the parameters' int8 gathers
   // (1/4; twice at ZeRO-3). qwZ: ZeRO-3's two gathers at 1/4; qgZ: the
   // reduce-scatter at bits/32. Only the order of the compiles uses it.
-  double q = double(o.quantizeGradientBits) / 32, gathers = cand.zero == 3 ? 2 : 1;
+  double q = double(o.quantizeGradientBits) / 32,
+         gathers = cand.zero == 3 ? 2 : 1;
   const std::string &c = cand.compression;
   if (c == "1bit" || c == "0/1")
     return cand.zero == 0 ? 1.0 / 16 : (1.0 / 32 + gathers / 4) / (1 + gathers);
