@@ -10,12 +10,12 @@ twins on N CPU ranks (mpirun), on the bundled GPT (export_gpt.py --dynamic,
    bias correction) against 1-bit LAMB;
 2. 200-step loss curves of AdamW, 1-bit Adam and 0/1 Adam (a few points
    and the mean of the last 8 steps, one pass over the 8 batches);
-3. the planner on GPT-2 small over 3 nodes x 1 device at 100 and 10 Gbps
-   (ds-opt --cluster): its predicted step for each optimizer. Its cost
-   model does not know the compressed collectives (the exchange runs
-   inside the onebit_adam/onebit_lamb kernels, which it times as compute
-   only), so the compressed step is estimated as the planner's step plus
-   the report's compressed ring bytes per rank at the link's bandwidth.
+3. the planner's step simulator on GPT-2 small's shapes over 4 nodes x 1
+   device at 100 and 10 Gbps (ds-opt --cluster, docs/planner.md
+   "Compressed communication"): the predicted step of plain and compressed
+   layouts (the compressed optimizers after the freeze, with their warm-up
+   step), and what --plan=auto --plan-compression=auto chooses. Only this
+   section: DS_BENCH_PLANNER_ONLY=1 bench/compression.sh.
 
 usage: compression.py BUILD_BIN WORKDIR [RANKS] [MPIRUN]"""
 import json
@@ -117,50 +117,93 @@ def main():
         row = [statistics.mean(losses[p - 8:p]) for p in points]
         print(f"{name:<15}" + "".join(f"{x:>11.4f}" for x in row))
 
-    print("== 3. the planner: GPT-2 small (1x64 tokens per rank), 3 nodes x 1 "
-          "device (h100-80g figures), inter-node 100 and 10 Gbps")
-    gpt2 = w("gpt2-small.onnx")
+    planner()
+
+
+# The planner's figures (section 3): GPT-2 small's shapes (export_gpt.py
+# --shapes-only: 124M trainable parameters, 1x128 tokens per rank), 4
+# nodes x 1 device with h100-80g's device figures, the inter-node link at
+# 100 or 10 Gbps (10 us per message step).
+PLANNER_RUNS = [  # (label, ZeRO stage, plain options, compressed options)
+    ("AdamW / 1-bit Adam, ZeRO-0", 0, ["--optimizer=adamw", "--bias-correction=false"],
+     ["--optimizer=onebit-adam", "--freeze-step=100"]),
+    ("Lamb / 1-bit LAMB, ZeRO-0", 0, ["--optimizer=lamb", "--bias-correction=false"],
+     ["--optimizer=onebit-lamb", "--freeze-step=100"]),
+    ("AdamW / 1-bit Adam, ZeRO-3", 3, ["--optimizer=adamw", "--bias-correction=false"],
+     ["--optimizer=onebit-adam", "--freeze-step=100"]),
+    ("AdamW / qwZ+qgZ, ZeRO-3", 3, ["--optimizer=adamw"],
+     ["--optimizer=adamw", "--quantize-weights", "--quantize-gradients"]),
+]
+
+
+def predicted(model, cfile, extra):
+    out = subprocess.run([tool("ds-opt"), model, "--world-size=4", *extra,
+                          f"--cluster={cfile}", "--report=json", "-o", w("g2.plan")],
+                         check=True, capture_output=True, text=True).stdout
+    p = json.loads(out)["predicted"]
+    return p["step_time_s"], p.get("warmup_step_time_s", p["step_time_s"])
+
+
+def planner():
+    """The step simulator's predicted step of each plain and compressed
+    layout (the compressed optimizers after the freeze, their warm-up
+    beside it), and what --plan=auto --plan-compression=auto chooses."""
+    print("== 3. the planner's step simulator: GPT-2 small shapes (1x128 tokens "
+          "per rank), 4 nodes x 1 device (h100-80g figures), inter-node 100 and "
+          "10 Gbps")
+    gpt2 = w("gpt2-small-shapes.onnx")
     if not os.path.exists(gpt2):
         subprocess.run([PY, os.path.join(ROOT, "examples/gpt/export_gpt.py"),
-                        "--size", "gpt2-small", "--dynamic", "-o", gpt2],
+                        "--size", "gpt2-small", "--shapes-only", "-o", gpt2],
                        check=True, capture_output=True)
+    print(f"{'link':<9}{'layout':<30}{'plain ms':>10}{'compressed ms':>15}"
+          f"{'warm-up ms':>12}{'speed-up':>10}")
     for gbps in (100, 10):
-        cluster = {"name": f"3x1-{gbps}gbps", "nodes": 3, "devices_per_node": 1,
+        cluster = {"name": f"4x1-{gbps}gbps", "nodes": 4, "devices_per_node": 1,
                    "device": {"kind": "gpu", "memory": 85899345920,
                               "flops": {"fp32": 6.7e13},
                               "memory_bandwidth": 3.35e12},
+                   "intra_node": {"bandwidth": 4.5e11, "latency": 2e-6},
                    "inter_node": {"bandwidth": gbps * 1e9 / 8, "latency": 1e-5},
                    "kernels": {"launch_overhead": 5e-6}}
         cfile = w(f"cluster-{gbps}.json")
         json.dump(cluster, open(cfile, "w"))
-        pred = {}
-        for name in ("adamw", "onebit-adam", "lamb", "onebit-lamb"):
-            out = subprocess.run(
-                [tool("ds-opt"), gpt2, "--input-shape=idx:1x64",
-                 "--input-shape=targets:1x64", "--world-size=3", *OPT[name],
-                 f"--cluster={cfile}", "--report=json", "-o", w("g2.plan")],
-                check=True, capture_output=True, text=True).stdout
-            r = json.loads(out)
-            c = r["collectives"]
-            ring = c["ring_bytes_per_rank"]
-            cring = c.get("compressed_ring_bytes_per_rank", ring)
-            pred[name] = (r["predicted"]["step_time_s"], ring, cring)
-        bw = gbps * 1e9 / 8
-        for plain, comp in (("adamw", "onebit-adam"), ("lamb", "onebit-lamb")):
-            ps, ring, _ = pred[plain]
-            cs, _, cring = pred[comp]
-            # The simulator times collectives of the collective family
-            # only: the exchange inside onebit_adam/onebit_lamb is not
-            # timed, so its step is the compute alone; the estimate adds
-            # the compressed ring bytes at the link's bandwidth.
-            est = cs + cring / bw
-            print(f"{gbps} Gbps, {comp} against {plain}: planner's step "
-                  f"{ps * 1e3:.2f} ms against {cs * 1e3:.2f} ms without the "
-                  f"exchange (not timed); ring bytes per rank {ring:.0f} -> "
-                  f"{cring:.0f}, at the link's bandwidth {ring / bw * 1e3:.2f} ms "
-                  f"-> {cring / bw * 1e3:.2f} ms; estimated step "
-                  f"{est * 1e3:.2f} ms: x{ps / est:.1f} faster")
+        for label, zero, plain, comp in PLANNER_RUNS:
+            ps, _ = predicted(gpt2, cfile, [f"--zero={zero}", *plain])
+            cs, warm = predicted(gpt2, cfile, [f"--zero={zero}", *comp])
+            print(f"{str(gbps) + ' Gbps':<9}{label:<30}{ps * 1e3:>10.2f}"
+                  f"{cs * 1e3:>15.2f}{warm * 1e3:>12.2f}{ps / cs:>9.2f}x")
+        for fixed in ([], ["--pipeline-parallel=1", "--tensor-parallel=1"]):
+            print(search(gpt2, cfile, gbps, fixed))
+
+
+def search(gpt2, cfile, gbps, fixed):
+    """What --plan=auto --plan-compression=auto chooses on `cfile` (with the
+    layout flags `fixed`), and the best plain and compressed candidates."""
+    out = subprocess.run([tool("ds-opt"), gpt2, "--plan=auto",
+                          f"--cluster={cfile}", "--global-batch=4",
+                          "--optimizer=adamw", "--freeze-step=100",
+                          "--plan-compression=auto", "--report=json",
+                          "--plan-compiles=48", *fixed, "-o", w("auto.plan")],
+                         check=True, capture_output=True, text=True).stdout
+    plan = json.loads(out)["plan"]
+    best = {}
+    for c in plan["candidates"]:
+        if c["state"] == "fits":
+            key = c["compression"] != "none"
+            if key not in best or c["step_time_s"] < best[key]["step_time_s"]:
+                best[key] = c
+    line = (f"{gbps} Gbps --plan=auto --plan-compression=auto {' '.join(fixed)}: "
+            f"chosen {plan['chosen']}")
+    for key, name in ((False, "plain"), (True, "compressed")):
+        if key in best:
+            line += (f"; best {name} {best[key]['layout']} "
+                     f"{best[key]['step_time_s'] * 1e3:.2f} ms")
+    return line
 
 
 if __name__ == "__main__":
-    main()
+    if os.environ.get("DS_BENCH_PLANNER_ONLY"):
+        planner()
+    else:
+        main()

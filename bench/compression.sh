@@ -4,6 +4,8 @@
 # Lamb/1-bit LAMB; 200-step loss curves of AdamW, 1-bit Adam and 0/1 Adam
 # on the bundled GPT; the planner's predicted step at 100 and 10 Gbps.
 # Usage: bench/compression.sh [RANKS (default 3)]   (a few minutes)
+#        DS_BENCH_PLANNER_ONLY=1 bench/compression.sh   (the planner's part,
+#        ds-opt only, about 20 s)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${DS_BUILD_DIR:-$ROOT/build}"

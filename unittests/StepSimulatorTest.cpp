@@ -377,3 +377,91 @@ TEST(StepSimulator, Presets) {
 }
 
 } // namespace
+
+/// Three exchanges of a compressed step on 4 data-parallel ranks: a
+/// onebit_adam kernel (its all-reduce in the warm-up, its compressed
+/// all-reduce after the freeze, inside the kernel), a compressed
+/// reduce-scatter (ZeRO 1-3's gradient bucket) and ZeRO++'s quantized
+/// all-gather (quantized in both phases). Every instruction reads and
+/// writes `bytes` of operands (its codec's cost at 1e9 B/s).
+pb::Plan compressedPlan() {
+  pb::Plan plan;
+  plan.set_world_size(4);
+  for (int i = 0; i < 4; ++i)
+    plan.add_buffers()->set_bytes(1000);
+  pb::Program *prog = plan.add_programs();
+  auto collective = [](pb::Instruction *ins, pb::CollectiveKind k,
+                       double bytes) {
+    pb::Collective *c = ins->add_collectives();
+    c->set_kind(k);
+    c->set_group(pb::GROUP_DATA);
+    c->set_bytes(static_cast<uint64_t>(bytes));
+  };
+  pb::Instruction *adam = addKernel(prog, pb::KIND_ONEBIT_ADAM, 0);
+  adam->set_bytes(2000000);
+  adam->add_inputs(0);
+  adam->add_outputs(1);
+  collective(adam, pb::COLLECTIVE_ALL_REDUCE, 4e6);
+  collective(adam, pb::COLLECTIVE_COMPRESSED_ALL_REDUCE, 1e6);
+  pb::Instruction *rs =
+      addKernel(prog, pb::KIND_COMPRESSED_REDUCE_SCATTER, 0);
+  rs->set_bytes(1000000);
+  rs->add_inputs(1);
+  rs->add_outputs(2);
+  rs->add_outputs(3);
+  collective(rs, pb::COLLECTIVE_REDUCE_SCATTER, 6.4e6);
+  collective(rs, pb::COLLECTIVE_COMPRESSED_REDUCE_SCATTER, 2e5);
+  pb::Instruction *qg = addKernel(prog, pb::KIND_QUANTIZED_ALL_GATHER, 0);
+  qg->set_bytes(500000);
+  qg->add_inputs(2);
+  qg->add_outputs(0); // the gathered values and the records' workspace,
+  qg->add_outputs(3); // as ZeRO++'s instructions have them
+  collective(qg, pb::COLLECTIVE_ALL_GATHER, 1e6);
+  return plan;
+}
+
+TEST(StepSimulator, CompressedExchangeOnTheSlowLink) {
+  // 2 nodes of 2: the data-parallel group crosses the inter-node link
+  // (alpha 1e-4 s, 1e8 B/s); one node of 4: the intra-node one (1e-5 s,
+  // 1e9 B/s). Kernels at 1e9 B/s, no FLOPs.
+  ds::ClusterSpec c = unitCluster(2);
+  c.nodes = 2;
+  c.memoryBandwidth = 1e9;
+  c.intraNode = {true, 1e9, 1e-5};
+  c.interNode = {true, 1e8, 1e-4};
+  // A compressed exchange: messages x alpha (n-1) + (n-1)/n B / beta.
+  expectNear(ds::compressedCollectiveSeconds(
+                 c, pb::COLLECTIVE_COMPRESSED_ALL_REDUCE, 4, 1e6, true),
+             4 * 3e-4 + 0.75 * 1e6 / 1e8);
+  expectNear(ds::compressedCollectiveSeconds(
+                 c, pb::COLLECTIVE_COMPRESSED_REDUCE_SCATTER, 4, 2e5, false),
+             2 * 3e-5 + 0.75 * 2e5 / 1e9);
+  ds::StepPrediction s =
+      ds::predictStep(compressedPlan(), c, ds::Precision::FP32);
+  // After the freeze: the adam kernel 2 ms, then its compressed all-reduce
+  // 4 x 3e-4 + 0.75 x 1e6 / 1e8 = 8.7 ms; the reduce-scatter's codec 1 ms
+  // and its 2 all-to-alls 2 x 3e-4 + 0.75 x 2e5 / 1e8 = 2.1 ms; the
+  // quantized gather's codec 0.5 ms and 3e-4 + 0.75 x 1e6 / 1e8 = 7.8 ms.
+  EXPECT_TRUE(s.compressed);
+  expectNear(s.stepSeconds, 2e-3 + 8.7e-3 + 1e-3 + 2.1e-3 + 0.5e-3 + 7.8e-3);
+  expectNear(s.exposedCommSeconds, 8.7e-3 + 2.1e-3 + 7.8e-3);
+  expectNear(s.computeSeconds, 2e-3 + 1e-3 + 0.5e-3);
+  // The warm-up: the plain all-reduce 3e-4 + 1.5 x 4e6 / 1e8 = 60.3 ms,
+  // the plain reduce-scatter 3e-4 + 0.75 x 6.4e6 / 1e8 = 48.3 ms (no
+  // codec), the quantized gather as after the freeze.
+  expectNear(s.warmupStepSeconds,
+             2e-3 + 60.3e-3 + 48.3e-3 + 0.5e-3 + 7.8e-3);
+  // One node: the intra-node link, 10x faster, a tenth of the latency.
+  c.nodes = 1;
+  c.devicesPerNode = 4;
+  ds::StepPrediction one =
+      ds::predictStep(compressedPlan(), c, ds::Precision::FP32);
+  expectNear(one.stepSeconds, 2e-3 + (4 * 3e-5 + 0.75e-3) + 1e-3 +
+                                  (2 * 3e-5 + 0.15e-3) + 0.5e-3 +
+                                  (3e-5 + 0.75e-3));
+  // A plan without compressed collectives has no warm-up figure.
+  ds::StepPrediction plain = ds::predictStep(
+      overlapPlan(1e6, 1e6), unitCluster(2), ds::Precision::FP32);
+  EXPECT_FALSE(plain.compressed);
+  EXPECT_EQ(plain.warmupStepSeconds, 0);
+}

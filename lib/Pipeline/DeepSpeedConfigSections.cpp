@@ -439,6 +439,11 @@ bool config::readZero(Reader &r, const std::string &key, const Value &v) {
       if (!n)
         return false;
       r.config.maxLiveParameters = *n;
+    } else if ((name == "zero_quantized_weights" ||
+                name == "zero_quantized_gradients") &&
+               isAuto(zkv.second)) {
+      r.autoValue(zk, "--plan=auto's choice (docs/planner.md, \"Compressed "
+                      "communication\"), else false");
     } else if (name == "stage" && isAuto(zkv.second)) {
       r.autoValue(zk, "--zero (command line, else --plan=auto's choice, "
                       "else its default 0)");

@@ -242,6 +242,10 @@ std::string Search::autoValuesLine(const Candidate &c, bool json) const {
       value = std::to_string(o.prefetchBucketSize);
     else if (leaf == "stage3_param_persistence_threshold")
       value = std::to_string(o.persistenceThreshold);
+    else if (leaf == "zero_quantized_weights")
+      value = o.quantizeWeights ? "true" : "false";
+    else if (leaf == "zero_quantized_gradients")
+      value = o.quantizeGradients ? "true" : "false";
     else
       continue; // not the search's: the config notice's value holds
     object += (object.empty() ? "" : ", ") + ("\"" + key + "\": ") + value;
@@ -256,17 +260,7 @@ std::string Search::autoValuesLine(const Candidate &c, bool json) const {
 }
 
 TrainingOptions Search::optionsFor(const Candidate &cand) const {
-  TrainingOptions o = options;
-  o.planMode.clear();
-  o.worldSize = cand.world();
-  o.tensorParallel = cand.tp;
-  o.pipelineParallel = cand.pp;
-  o.sequenceParallel = cand.sp;
-  o.zeroStage = cand.zero;
-  o.gradAccum = cand.accum;
-  o.microBatches = cand.pp > 1 ? cand.accum : 0;
-  o.pipeSchedule = cand.schedule;
-  o.virtualStages = 1;
+  TrainingOptions o = layoutOptions(options, cand);
   o.recompute = cand.recompute;
   o.offloadMode = "none";
   auto place = [&](bool off, bool nvme) {
@@ -294,6 +288,7 @@ TrainingOptions Search::optionsFor(const Candidate &cand) const {
       *field = size;
   if (cand.inFlight > 0)
     o.maxInFlight = cand.inFlight;
+  applyCompression(cand.compression, o);
   // The search decides these; a config's batch keys do not hold.
   o.origin.erase("grad-accum");
   o.origin.erase("micro-batches");
@@ -486,8 +481,9 @@ void Search::compileShortlist() {
   std::map<std::string, int64_t> tooBig;
   for (size_t i : firsts) {
     Candidate &c = all[i];
+    // (A compressed variant's extra state does not rule out the plain one.)
     std::string kind = c.family() + " zero" + std::to_string(c.zero) + " " +
-                       c.schedule;
+                       c.schedule + " " + c.compression;
     auto it = tooBig.find(kind);
     if (it != tooBig.end() && c.micro >= it->second) {
       c.state = State::Skipped;
@@ -675,9 +671,8 @@ llvm::Expected<PlanSearchResult> Search::run() {
   if (llvm::Error e = loadModel())
     return std::move(e);
   SearchSpace space = searchSpace(options, cluster);
-  if (llvm::Error e =
-          checkGlobalBatch(space, options, cluster, facts,
-                                   options.globalBatch))
+  if (llvm::Error e = checkGlobalBatch(space, options, cluster, facts,
+                                       options.globalBatch))
     return std::move(e);
   all = enumerate(space, options, cluster, facts, options.globalBatch);
   if (all.empty())
@@ -784,8 +779,9 @@ llvm::Expected<PlanSearchResult> Search::finish(int chosen) {
 llvm::Error mlir::ds::checkSearchFlags(const TrainingOptions &options) {
   if (!options.planMode.empty())
     return llvm::Error::success();
-  for (llvm::StringRef flag : {"global-batch", "explain", "plot-candidates",
-                               "plan-compiles", "plan-nvme-path"})
+  for (llvm::StringRef flag :
+       {"global-batch", "explain", "plot-candidates", "plan-compiles",
+        "plan-nvme-path", "plan-compression"})
     if (options.isGiven(flag))
       return fail("--" + flag + " is for the layout search: give --plan=auto");
   return llvm::Error::success();

@@ -87,6 +87,10 @@ struct Candidate {
   /// With --overlap-comm: collectives in flight at once
   /// (--max-inflight-collectives; 0: the default).
   int64_t inFlight = 0;
+  /// With --plan-compression=auto (PlanSearchCompression.cpp): "none",
+  /// "1bit" (the compressed twin of the optimizer), "qwZ", "qgZ" or
+  /// "qwZ+qgZ" (ZeRO++'s quantized collectives).
+  std::string compression = "none";
   // The analytic figures: the memory bound that prunes (offload allowed
   // where the cluster has a host), and with the optimizer state on the
   // device under recompute full and none (they skip compiles).
@@ -190,6 +194,24 @@ FailureOr<ModelFacts::Split> partitionFacts(ModuleOp model,
 /// candidates for compiling.
 double estimateStep(const Candidate &cand, const TrainingOptions &o,
                     const ::ds::ClusterSpec &c, const ModelFacts &m);
+
+/// `o` with `cand`'s degrees, ZeRO stage, accumulation and schedule, not
+/// searching (the start of each candidate's compile options; the memory
+/// choices, buckets and compression are the caller's).
+TrainingOptions layoutOptions(const TrainingOptions &o, const Candidate &cand);
+
+/// The compression choices of --plan=auto for `cand`'s layout
+/// (PlanSearchCompression.cpp): "none", then with --plan-compression=auto
+/// on data-parallel layouts each of "1bit", "qwZ", "qgZ", "qwZ+qgZ" that
+/// validateTrainingOptions accepts for the layout. Only "none" when the
+/// options fix the compression (a compressed optimizer or a ZeRO++ flag).
+std::vector<std::string> compressionChoices(const TrainingOptions &o,
+                                            const Candidate &cand);
+/// The options of compression `choice` on `o`.
+void applyCompression(const std::string &choice, TrainingOptions &o);
+/// The share of a candidate's data-parallel bytes its compression leaves
+/// (1 for "none"), for estimateStep.
+double compressionCommFactor(const Candidate &cand, const TrainingOptions &o);
 
 /// The ranked table, the rejected families and (--explain) every
 /// candidate.

@@ -48,13 +48,14 @@ std::vector<int> ranked(const std::vector<Candidate> &all) {
 
 void row(llvm::raw_ostream &os, const Candidate &c, llvm::StringRef mark) {
   os << llvm::formatv("{0,-2}{1,-64} {2,12} {3,10} {4,6} {5,12} {6,-13} "
-                      "{7,-9} {8,-6} {9}\n",
+                      "{7,-9} {8,-6} {9,-10} {10}\n",
                       mark, c.layout(),
                       llvm::formatv("{0:F4} ms", c.step * 1e3).str(),
                       llvm::formatv("{0:E3}", c.tokensPerSecond).str(),
                       llvm::formatv("{0:F1}%", 100 * c.mfu).str(),
                       megabytes(c.peak), c.bottleneck, c.optimizerAt(),
-                      c.paramsAt(), c.hostPeak ? megabytes(c.hostPeak) : "-");
+                      c.paramsAt(), c.hostPeak ? megabytes(c.hostPeak) : "-",
+                      c.compression);
 }
 
 /// Where offload went for `c`'s reason: NVMe tried, or why it was not.
@@ -114,9 +115,10 @@ std::string plan_search::formatTable(const std::vector<Candidate> &all,
   llvm::raw_string_ostream os(text);
   os << header << "\n";
   os << llvm::formatv("{0,-2}{1,-64} {2,12} {3,10} {4,6} {5,12} {6,-13} "
-                      "{7,-9} {8,-6} {9}\n",
+                      "{7,-9} {8,-6} {9,-10} {10}\n",
                       "", "layout", "step", "tokens/s", "MFU", "peak",
-                      "bottleneck", "optimizer", "params", "host");
+                      "bottleneck", "optimizer", "params", "host",
+                      "compression");
   std::vector<int> order = ranked(all);
   for (size_t i = 0; i < order.size() && i < 10; ++i)
     row(os, all[order[i]], order[i] == chosen ? "*" : " ");
@@ -185,7 +187,8 @@ std::string plan_search::candidatesJson(const std::vector<Candidate> &all,
        << ", \"allgather_bucket\": " << c.gatherBucket
        << ", \"prefetch_bucket\": " << c.prefetchBucket
        << ", \"persistence_threshold\": " << c.persistence
-       << ", \"max_inflight\": " << c.inFlight << ", \"state\": \""
+       << ", \"max_inflight\": " << c.inFlight
+       << ", \"compression\": \"" << c.compression << "\", \"state\": \""
        << stateName(c.state)
        << "\", \"chosen\": " << (order[k] == chosen ? "true" : "false")
        << ", \"memory_bound\": " << c.lowerBound

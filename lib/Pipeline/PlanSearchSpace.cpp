@@ -107,6 +107,8 @@ std::string Candidate::layout() const {
       s += std::string(" ") + name + "=" + std::to_string(size);
   if (inFlight > 0)
     s += " inflight=" + std::to_string(inFlight);
+  if (compression != "none")
+    s += " compress=" + compression;
   return s;
 }
 
@@ -179,7 +181,11 @@ std::vector<Candidate> plan_search::enumerate(const SearchSpace &space,
             cand.boundDevice = memoryLowerBound(cand, o, m);
             cand.boundNone = boundParts(cand, o, m, true).total();
             cand.estimate = estimateStep(cand, o, c, m);
-            out.push_back(std::move(cand));
+            for (const std::string &comp : compressionChoices(o, cand)) {
+              out.push_back(cand);
+              out.back().compression = comp;
+              out.back().estimate = estimateStep(out.back(), o, c, m);
+            }
           }
     }
   }
@@ -245,6 +251,7 @@ double plan_search::estimateStep(const Candidate &cand,
       comm *= 1.5;
     if (cand.zero >= 2)
       comm *= double(cand.accum);
+    comm *= compressionCommFactor(cand, o);
   }
   // Tensor parallelism (Megatron): four all-reduces of the hidden state per
   // layer and token, forward and backward. A transformer of P parameters

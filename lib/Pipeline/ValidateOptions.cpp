@@ -198,6 +198,9 @@ llvm::Error checkSteps(const TrainingOptions &o) {
   if (o.isGiven("report") && !o.reportKind.empty() &&
       !oneOf(o.reportKind, {"table", "json"}))
     return fail("--report='" + o.reportKind + "' is not one of table, json");
+  if (!oneOf(o.planCompression, {"off", "auto"}))
+    return fail("--plan-compression='" + o.planCompression +
+                "' is not one of off, auto");
   return llvm::Error::success();
 }
 

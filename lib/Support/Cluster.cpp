@@ -244,6 +244,33 @@ double collectiveSeconds(const ClusterSpec &c, LinkKind kind, int ranks,
   return ab.latency * (n - 1) + beta;
 }
 
+bool isCompressedCollective(plan::CollectiveKind k) {
+  return k == plan::COLLECTIVE_COMPRESSED_ALL_REDUCE ||
+         k == plan::COLLECTIVE_COMPRESSED_REDUCE_SCATTER ||
+         k == plan::COLLECTIVE_COMPRESSED_ALL_GATHER;
+}
+
+int compressedMessages(plan::CollectiveKind k) {
+  switch (k) {
+  case plan::COLLECTIVE_COMPRESSED_ALL_REDUCE: return 4;
+  case plan::COLLECTIVE_COMPRESSED_REDUCE_SCATTER: return 2;
+  default: return 1;
+  }
+}
+
+double compressedCollectiveSeconds(const ClusterSpec &c,
+                                   plan::CollectiveKind k, int ranks,
+                                   double bytes, bool acrossNodes) {
+  if (ranks < 2)
+    return 0;
+  AlphaBeta ab = acrossNodes ? c.interNode : c.intraNode;
+  if (!ab.present || ab.bandwidth <= 0)
+    ab = c.intraNode.present ? c.intraNode : c.interNode;
+  double n = ranks;
+  double beta = ab.bandwidth > 0 ? (n - 1) / n * bytes / ab.bandwidth : 0;
+  return compressedMessages(k) * ab.latency * (n - 1) + beta;
+}
+
 bool RankLayout::acrossNodes(plan::Group group) const {
   int per = std::max(1, devicesPerNode), sw = dp * tp;
   // Ranks grow with the node (devicesPerNode consecutive ranks each) and a

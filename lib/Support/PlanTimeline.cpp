@@ -25,6 +25,21 @@ double numel(const plan::Buffer &b) {
   return n;
 }
 
+/// The collective of `ins` in the phase timed (null: none): of a
+/// compressed optimizer's pair, the plain collective of the warm-up and
+/// the compressed one after the freeze (docs/compression.md).
+const plan::Collective *phaseCollective(const plan::Instruction &ins,
+                                        bool warmup) {
+  const plan::Collective *plain = nullptr, *compressed = nullptr;
+  for (const plan::Collective &c : ins.collectives()) {
+    const plan::Collective *&slot =
+        isCompressedCollective(c.kind()) ? compressed : plain;
+    if (!slot)
+      slot = &c;
+  }
+  return compressed && !warmup ? compressed : plain ? plain : compressed;
+}
+
 /// The step as the cost model runs it: the compute stream's clock, the
 /// communication stream's, and the offload engines' (copies, NVMe, the
 /// host optimizer).
@@ -55,7 +70,13 @@ private:
   bool addTransfer(const plan::Instruction &ins, TimelineEvent &e);
   void addHostKernel(const plan::Instruction &ins, TimelineEvent &e);
   void waitForTransfers(const plan::Instruction &ins);
-  void addCollective(const plan::Instruction &ins, TimelineEvent &e);
+  void addCollective(const plan::Instruction &ins, TimelineEvent &e,
+                     const plan::Collective &c);
+  double collectiveDuration(const plan::Collective &c) const;
+  void addCodec(const plan::Instruction &ins, const TimelineEvent &e);
+  void addKernel(TimelineEvent &e, double duration);
+  void addExchange(const plan::Instruction &ins, const TimelineEvent &e,
+                   const plan::Collective &c);
   void addWait(const plan::Instruction &ins);
   double clusterKernelSeconds(const plan::Instruction &ins,
                               const TimelineEvent &e) const;
@@ -184,29 +205,92 @@ void TimelineBuilder::waitForTransfers(const plan::Instruction &ins) {
   compute = r;
 }
 
+/// The time of collective `c`: ring bytes over its group's link (with a
+/// cluster, alpha-beta on the link it crosses; a compressed exchange by
+/// compressedCollectiveSeconds).
+double TimelineBuilder::collectiveDuration(const plan::Collective &c) const {
+  int ranks = groupRanks(c.group(), dp, tp,
+                         static_cast<int>(p.hpz_partition_size()));
+  double bytes = static_cast<double>(c.bytes());
+  if (m.cluster) {
+    int g = static_cast<int>(c.group());
+    bool spans = g >= 0 && g < 5 && across[g];
+    return isCompressedCollective(c.kind())
+               ? compressedCollectiveSeconds(*m.cluster, c.kind(), ranks,
+                                             bytes, spans)
+               : collectiveSeconds(*m.cluster, linkKindOf(c.kind()), ranks,
+                                   bytes, spans);
+  }
+  double ring = static_cast<double>(ranks - 1) / ranks;
+  double moved =
+      (c.kind() == plan::COLLECTIVE_ALL_REDUCE ? 2 : 1) * ring * bytes;
+  return moved / m.linkBytesPerSecond;
+}
+
+/// The quantize and dequantize work of a compressed or quantized
+/// collective (ZeRO++'s always, the 1-bit optimizers' after the freeze)
+/// as a kernel on the compute stream before the exchange: its calibrated
+/// figures (kernels.kinds) or the roofline of its FLOPs and bytes.
+void TimelineBuilder::addCodec(const plan::Instruction &ins,
+                               const TimelineEvent &e) {
+  TimelineEvent k = e;
+  k.kernel += ".codec";
+  k.flops = static_cast<double>(ins.flops());
+  addKernel(k, m.cluster ? kernelSeconds(*m.cluster, ins.kind(), k.flops,
+                                         k.bytes, Precision::FP32)
+                         : std::max(k.flops / m.flopsPerSecond,
+                                    k.bytes / m.bytesPerSecond));
+}
+
+/// `e` on the compute stream for `duration` seconds.
+void TimelineBuilder::addKernel(TimelineEvent &e, double duration) {
+  e.track = 0;
+  e.start = compute;
+  e.duration = duration;
+  compute += duration;
+  t.computeSeconds += duration;
+  t.flops += e.flops;
+  t.events.push_back(e);
+}
+
+/// The exchange a compressed optimizer's kernel runs inside itself (the
+/// warm-up's all-reduce, the compressed all-reduce after the freeze): on
+/// the communication stream after the kernel's arithmetic, the compute
+/// stream waiting for it.
+void TimelineBuilder::addExchange(const plan::Instruction &ins,
+                                  const TimelineEvent &e,
+                                  const plan::Collective &c) {
+  TimelineEvent x = e;
+  x.kernel += ".exchange";
+  x.flops = 0;
+  x.bytes = static_cast<double>(c.bytes());
+  x.track = 1;
+  x.start = std::max(compute, comm);
+  x.duration = collectiveDuration(c);
+  comm = x.start + x.duration;
+  t.commSeconds += x.duration;
+  t.exposedCommSeconds += comm - compute;
+  compute = comm;
+  t.events.push_back(x);
+}
+
 /// A collective on the communication stream: ring bytes over its group's
 /// link; the compute stream waits unless it is asynchronous.
 void TimelineBuilder::addCollective(const plan::Instruction &ins,
-                                    TimelineEvent &e) {
-  const plan::Collective &c = ins.collectives(0);
-  int ranks = groupRanks(c.group(), dp, tp,
-                         static_cast<int>(p.hpz_partition_size()));
-  double ring = static_cast<double>(ranks - 1) / ranks;
-  double moved = (c.kind() == plan::COLLECTIVE_ALL_REDUCE ? 2 : 1) * ring *
-                 static_cast<double>(c.bytes());
+                                    TimelineEvent &e,
+                                    const plan::Collective &c) {
+  bool quantized = ins.kind() == plan::KIND_QUANTIZED_ALL_GATHER ||
+                   ins.kind() == plan::KIND_QUANTIZED_REDUCE_SCATTER;
+  if (quantized || isCompressedCollective(c.kind()))
+    addCodec(ins, e);
   e.track = 1;
   e.start = std::max(compute, comm);
-  e.duration = moved / m.linkBytesPerSecond;
-  if (m.cluster) {
-    int g = static_cast<int>(c.group());
-    e.duration = collectiveSeconds(*m.cluster, linkKindOf(c.kind()), ranks,
-                                   static_cast<double>(c.bytes()),
-                                   g >= 0 && g < 5 && across[g]);
-  }
+  e.duration = collectiveDuration(c);
   comm = e.start + e.duration;
   t.commSeconds += e.duration;
   if (ins.async()) {
-    commEnds[ins.outputs(0)] = comm;
+    for (uint32_t id : ins.outputs())
+      commEnds[id] = comm;
   } else {
     t.exposedCommSeconds += comm - compute;
     compute = comm; // in place: the compute stream waits
@@ -254,22 +338,20 @@ void TimelineBuilder::add(int i, const plan::Instruction &ins) {
     return addHostKernel(ins, e);
   waitForThread();
   waitForTransfers(ins);
-  bool shared = ins.collectives_size() > 0 &&
-                groupRanks(ins.collectives(0).group(), dp, tp) > 1;
-  if (isCollective(ins.kind()) && shared && ins.outputs_size() == 1)
-    return addCollective(ins, e);
+  const plan::Collective *c = phaseCollective(ins, m.warmup);
+  bool shared = c && groupRanks(c->group(), dp, tp) > 1;
+  // A compressed or quantized exchange may write more than its result
+  // (error feedback, its records' workspace).
+  if (isCollective(ins.kind()) && shared && ins.outputs_size() >= 1)
+    return addCollective(ins, e, *c);
   if (ins.kind() == plan::KIND_WAIT && ins.inputs_size() > 0)
     return addWait(ins);
   e.flops = static_cast<double>(ins.flops());
-  e.track = 0;
-  e.start = compute;
-  e.duration = m.cluster ? clusterKernelSeconds(ins, e)
+  addKernel(e, m.cluster ? clusterKernelSeconds(ins, e)
                          : std::max(e.flops / m.flopsPerSecond,
-                                    e.bytes / m.bytesPerSecond);
-  compute += e.duration;
-  t.computeSeconds += e.duration;
-  t.flops += e.flops;
-  t.events.push_back(e);
+                                    e.bytes / m.bytesPerSecond));
+  if (shared && isOptimizer(ins.kind())) // a compressed optimizer's own
+    addExchange(ins, e, *c);
 }
 
 /// The step's end: offload work still running when the device is done

@@ -206,12 +206,25 @@ StepPrediction predictPipeline(const plan::Plan &p, const ClusterSpec &c,
   return s;
 }
 
-} // namespace
+/// Whether some collective of `p` (or of its stage plans) is a compressed
+/// optimizer's exchange after the freeze.
+bool hasCompressedPhase(const plan::Plan &p) {
+  for (const plan::Plan &sp : p.pipeline().stage_plans())
+    if (hasCompressedPhase(sp))
+      return true;
+  for (const plan::Program &prog : p.programs())
+    for (const plan::Instruction &ins : prog.instructions())
+      for (const plan::Collective &c : ins.collectives())
+        if (isCompressedCollective(c.kind()))
+          return true;
+  return false;
+}
 
-StepPrediction predictStep(const plan::Plan &p, const ClusterSpec &c,
-                           Precision precision) {
+StepPrediction predictPhase(const plan::Plan &p, const ClusterSpec &c,
+                            Precision precision, bool warmup) {
   CostModel model;
   model.cluster = &c;
+  model.warmup = warmup;
   StepPrediction s;
   if (p.pipeline().stage_plans_size() > 0) {
     s = predictPipeline(p, c, model);
@@ -229,6 +242,18 @@ StepPrediction predictStep(const plan::Plan &p, const ClusterSpec &c,
   }
   s.peakFlops = c.flops[static_cast<int>(precision)];
   finishRates(s);
+  return s;
+}
+
+} // namespace
+
+StepPrediction predictStep(const plan::Plan &p, const ClusterSpec &c,
+                           Precision precision) {
+  StepPrediction s = predictPhase(p, c, precision, false);
+  if (hasCompressedPhase(p)) {
+    s.compressed = true;
+    s.warmupStepSeconds = predictPhase(p, c, precision, true).stepSeconds;
+  }
   return s;
 }
 

@@ -62,7 +62,7 @@ CANDIDATE = {"layout": str, "family": str, "dp": int, "tp": int, "pp": int,
              "optimizer_at": str, "params_at": str, "host_peak": int,
              "bucket": int, "reduce_bucket": int, "allgather_bucket": int,
              "prefetch_bucket": int, "persistence_threshold": int,
-             "max_inflight": int, "state": str,
+             "max_inflight": int, "compression": str, "state": str,
              "chosen": bool, "memory_bound": int,
              "memory_bound_device": int, "memory_bound_none": int, "peak": int,
              "step_time_s": NUM, "tokens_per_s": NUM, "mfu": NUM,
@@ -91,6 +91,11 @@ report = json.load(open(sys.argv[1]))
 problem = check(report, SCHEMA, "")
 if not problem and "predicted" in report:
     problem = check(report, PREDICTED, "")
+    # A compressed optimizer's plan (docs/planner.md): after the freeze,
+    # with its warm-up step.
+    if not problem and "phase" in report["predicted"]:
+        problem = check(report, {"predicted": {
+            "phase": str, "warmup_step_time_s": NUM}}, "")
 if not problem and "plan" in report:
     problem = check(report, PLAN, "")
     for i, c in enumerate(report["plan"]["candidates"] if not problem else []):

@@ -152,6 +152,27 @@ double kernelSeconds(const ClusterSpec &c, plan::Kind kind, double flops,
 double collectiveSeconds(const ClusterSpec &c, LinkKind kind, int ranks,
                          double bytes, bool acrossNodes);
 
+/// Whether `k` is a compressed exchange of the 1-bit optimizers
+/// (COLLECTIVE_COMPRESSED_ALL_REDUCE, _REDUCE_SCATTER, _ALL_GATHER;
+/// docs/compression.md) rather than a plain collective.
+bool isCompressedCollective(plan::CollectiveKind k);
+/// The collectives ds-run runs for one compressed exchange of kind `k`
+/// (lib/Runtime/Mpi/Compressed.cpp): the all-reduce's all-to-all of signs,
+/// all-gather of scales and the server's all-gathers of signs and scales
+/// (4); the reduce-scatter's all-to-alls of signs and of scales (2); the
+/// all-gather of int8 records (1). 1 for any other kind.
+int compressedMessages(plan::CollectiveKind k);
+/// A compressed exchange (docs/planner.md, "Compressed communication"):
+/// latency*(n-1) per message, plus (n-1)/n of `bytes` over the link its
+/// group crosses (the inter-node link when it spans nodes). `bytes` is the
+/// plan's record of the exchange, what ds-run counts and the report's
+/// collectives.compressed_ring_bytes_per_rank takes (n-1)/n of. The
+/// calibrated per-kind figures of plain collectives do not apply. 0 for
+/// n < 2.
+double compressedCollectiveSeconds(const ClusterSpec &c,
+                                   plan::CollectiveKind k, int ranks,
+                                   double bytes, bool acrossNodes);
+
 /// The placement of a plan's ranks: rank = stage*stageWorld + d*tp + t,
 /// devicesPerNode consecutive ranks per node.
 struct RankLayout {

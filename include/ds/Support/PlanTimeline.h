@@ -41,6 +41,12 @@ struct CostModel {
   /// at the host's and NVMe's rates; pipeline hand-overs cost nothing
   /// inside a stage (predictStep charges them between stages).
   const ClusterSpec *cluster = nullptr;
+  /// The phase of the compressed optimizers (docs/compression.md) timed:
+  /// false (the default) the steady state after the freeze, whose
+  /// exchanges are the compressed collectives with their quantize and
+  /// dequantize kernels; true the warm-up (0/1 Adam's variance steps),
+  /// whose exchanges are the plain collectives of the same instructions.
+  bool warmup = false;
 };
 
 struct TimelineEvent {

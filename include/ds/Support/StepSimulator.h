@@ -39,6 +39,13 @@ struct StepPrediction {
   /// compute precision.
   double peakFlops = 0, mfu = 0;
   Bottleneck bottleneck = Bottleneck::Compute;
+  /// A plan of a compressed optimizer (docs/compression.md): the figures
+  /// above are its steady state after the freeze (the compressed
+  /// exchanges; 0/1 Adam's compressed-gradient steps, its local steps
+  /// exchanging less), and this its warm-up step (the plain collectives
+  /// of the same instructions).
+  bool compressed = false;
+  double warmupStepSeconds = 0;
   /// The predicted schedule (for a trace): a flat plan's micro-batch, or
   /// a pipeline's items (forward and backward sections) and updates on
   /// each pipeline rank (TimelineEvent::rank).
@@ -49,7 +56,8 @@ struct StepPrediction {
 /// on `c`; `precision` is the compile's (the peak MFU is measured
 /// against; each GEMM runs at its operands' type). A flat plan runs its
 /// program once per accumulation step (its optimizer's accum_steps). The
-/// caller checks checkClusterForPlan first.
+/// caller checks checkClusterForPlan first. A compressed optimizer's
+/// plan is timed after the freeze, its warm-up step beside it.
 StepPrediction predictStep(const plan::Plan &p, const ClusterSpec &c,
                            Precision precision);
 

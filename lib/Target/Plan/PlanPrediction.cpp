@@ -39,7 +39,11 @@ void predictionJson(llvm::raw_ostream &os, const ::ds::ClusterSpec &c,
      << ", \"offload_wait_s\": " << s.offloadWaitSeconds
      << ", \"bubble_s\": " << s.bubbleSeconds
      << ", \"bubble_fraction\": " << s.bubbleFraction
-     << ", \"micro_batches\": " << s.microBatches
+     << ", \"micro_batches\": " << s.microBatches;
+  if (s.compressed)
+    os << ", \"phase\": \"after_freeze\", \"warmup_step_time_s\": "
+       << s.warmupStepSeconds;
+  os
      << ", \"device_memory\": " << static_cast<uint64_t>(c.memory) << "}";
 }
 
@@ -57,6 +61,9 @@ void predictionText(llvm::raw_ostream &os, const ::ds::ClusterSpec &c,
      << ms(s.offloadWaitSeconds) << ", pipeline bubble " << ms(s.bubbleSeconds)
      << " (" << llvm::format("%.3f", s.bubbleFraction) << "); "
      << s.microBatches << " micro-batch(es) per step\n";
+  if (s.compressed)
+    os << "  after the freeze (the compressed exchanges); warm-up step "
+       << ms(s.warmupStepSeconds) << "\n";
 }
 
 } // namespace
