@@ -23,6 +23,7 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <array>
 #include <chrono>
 #include <map>
 #include <set>
@@ -278,6 +279,8 @@ TrainingOptions Search::optionsFor(const Candidate &cand) const {
     o.offloadOptimizer = place(cand.offload, cand.nvme);
   if (!options.isGiven("offload-param"))
     o.offloadParam = place(cand.offloadParam, cand.paramNvme);
+  if (!options.isGiven("offload-activations"))
+    o.offloadActivations = cand.offloadActivations ? "cpu" : "none";
   o.deviceMemory.clear();
   o.clusterSpec.clear();
   o.emitTrace.clear();
@@ -338,7 +341,7 @@ bool Search::compileOne(Candidate &cand) {
   uint64_t pipePeak = 0, hostPeak = 0;
   PlanWriteOptions pw = planWriteOptions(o, *r);
   pw.pipeline.rankPeak = &pipePeak;
-  if (cand.offload || cand.offloadParam)
+  if (cand.offload || cand.offloadParam || cand.offloadActivations)
     pw.hostPeak = &hostPeak;
   ::ds::StepPrediction s;
   if (failed(predictPlan(*r->module, pw, cluster, o.precision, s)))
@@ -390,9 +393,11 @@ void Search::evaluate(Candidate &cand) {
   };
   int givenOpt = given("offload-optimizer", options.offloadOptimizer);
   int givenParam = given("offload-param", options.offloadParam);
-  auto placeAt = [](Candidate &c, int opt, int param) {
+  int givenAct = given("offload-activations", options.offloadActivations);
+  auto placeAt = [&](Candidate &c, int opt, int param, int act = -1) {
     c.offload = opt > 0, c.nvme = opt == 2;
     c.offloadParam = param > 0, c.paramNvme = param == 2;
+    c.offloadActivations = (act < 0 ? std::max(givenAct, 0) : act) > 0;
   };
   // A mode whose memory bound on the device (the optimizer state there)
   // is over the device memory cannot fit: not compiled.
@@ -410,21 +415,28 @@ void Search::evaluate(Candidate &cand) {
   }
   if (cand.peak < 0) // no mode compiled: the optimizer state must go
     cand.recompute = modes.back();
-  // (optimizer, parameters): 1 the host, 2 NVMe (through host memory).
+  // (optimizer, parameters): 1 the host, 2 NVMe (through host memory);
+  // then the same with the saved activations on the host too.
   // (The compiler refuses offload with pipeline parallelism.)
-  std::vector<std::pair<int, int>> ladder;
+  std::vector<std::pair<int, int>> pairs;
   if (cluster.host.present && cand.pp == 1) {
-    ladder = {{1, 0}, {1, 1}};
+    pairs = {{0, 0}, {1, 0}, {1, 1}};
     if (cluster.nvme.present)
-      ladder.insert(ladder.end(), {{2, 0}, {2, 1}, {2, 2}});
+      pairs.insert(pairs.end(), {{2, 0}, {2, 1}, {2, 2}});
   }
-  for (auto [opt, param] : ladder) {
+  std::vector<std::array<int, 3>> ladder;
+  for (int act : {0, 1})
+    for (auto [opt, param] : pairs)
+      ladder.push_back({opt, param, act});
+  for (auto [opt, param, act] : ladder) {
     if ((param > 0 && cand.zero != 3) || (givenOpt >= 0 && opt != givenOpt) ||
         (givenParam >= 0 && param != givenParam) ||
-        (opt == std::max(givenOpt, 0) && param == std::max(givenParam, 0)))
+        (givenAct >= 0 && act != givenAct) ||
+        (opt == std::max(givenOpt, 0) && param == std::max(givenParam, 0) &&
+         act == std::max(givenAct, 0)))
       continue;
     Candidate trial = cand;
-    placeAt(trial, opt, param);
+    placeAt(trial, opt, param, act);
     bool compiled = compileOne(trial);
     if (cand.peak < 0 || cand.state == State::Failed ||
         (compiled && (trial.state == State::Fits ||
@@ -448,6 +460,7 @@ void Search::compileShortlist() {
       c.state = State::Pruned;
       Candidate asBound = c; // as enumerate() bounded it
       asBound.offload = cluster.host.present;
+      asBound.offloadActivations = cluster.host.present && c.pp == 1;
       BoundParts b = boundParts(asBound, options, facts);
       c.why = "its memory lower bound is " + mib(c.lowerBound) +
               " (parameters " + mib(b.weights) + ", optimizer state " +
@@ -718,7 +731,7 @@ llvm::Expected<PlanSearchResult> Search::finish(int chosen) {
   uint64_t pipePeak = 0, hostPeak = 0;
   PlanWriteOptions pw = planWriteOptions(o, *r);
   pw.pipeline.rankPeak = &pipePeak;
-  if (c.offload || c.offloadParam)
+  if (c.offload || c.offloadParam || c.offloadActivations)
     pw.hostPeak = &hostPeak;
   ::ds::StepPrediction s;
   if (failed(predictPlan(*r->module, pw, cluster, o.precision, s)))

@@ -76,6 +76,9 @@ struct Candidate {
   /// Where the offloaded optimizer state and parameters go: NVMe (a
   /// cluster with `host` and `nvme`) instead of host memory.
   bool nvme = false, paramNvme = false;
+  /// The saved activations on the host (--offload-activations=cpu; a
+  /// cluster with `host`, no pipeline).
+  bool offloadActivations = false;
   int64_t bucket = 0; // 0: the default bucket sizes
   /// The winner's refinement: one kind of bucket of its own size
   /// (--reduce-bucket-size, --allgather-bucket-size,
@@ -111,6 +114,9 @@ struct Candidate {
   }
   const char *paramsAt() const {
     return !offloadParam ? "device" : paramNvme ? "nvme" : "host";
+  }
+  const char *activationsAt() const {
+    return offloadActivations ? "host" : "device";
   }
   /// The model chunks per pipeline rank: V of interleaved:V, else 1.
   int64_t virtualStages() const;
