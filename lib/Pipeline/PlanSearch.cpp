@@ -416,7 +416,8 @@ void Search::evaluate(Candidate &cand) {
   if (cand.peak < 0) // no mode compiled: the optimizer state must go
     cand.recompute = modes.back();
   // (optimizer, parameters): 1 the host, 2 NVMe (through host memory);
-  // then the same with the saved activations on the host too.
+  // then the same with the saved activations on the host instead of
+  // recompute.
   // (The compiler refuses offload with pipeline parallelism.)
   std::vector<std::pair<int, int>> pairs;
   if (cluster.host.present && cand.pp == 1) {
@@ -437,6 +438,10 @@ void Search::evaluate(Candidate &cand) {
       continue;
     Candidate trial = cand;
     placeAt(trial, opt, param, act);
+    // The activations on the host stand in for recompute: with the first
+    // mode (none unless --recompute is given).
+    if (act > 0)
+      trial.recompute = modes.front();
     bool compiled = compileOne(trial);
     if (cand.peak < 0 || cand.state == State::Failed ||
         (compiled && (trial.state == State::Fits ||

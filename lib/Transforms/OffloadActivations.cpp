@@ -39,11 +39,18 @@ bool isData(func::FuncOp func, BlockArgument arg) {
 }
 
 /// The op that makes the loss: the forward pass is the block up to it.
+/// The loss the step reports may be averaged over the ranks at the end of
+/// the step (data parallelism): the forward pass ends at the loss itself.
 Operation *lossOp(func::FuncOp func) {
   Operation *ret = func.getBody().front().getTerminator();
-  for (unsigned i = 0; i < ret->getNumOperands(); ++i)
-    if (func.getResultAttr(i, attrs::kLoss))
-      return ret->getOperand(i).getDefiningOp();
+  for (unsigned i = 0; i < ret->getNumOperands(); ++i) {
+    if (!func.getResultAttr(i, attrs::kLoss))
+      continue;
+    Operation *def = ret->getOperand(i).getDefiningOp();
+    while (def && isa<CollectiveOpInterface>(def) && def->getNumOperands() == 1)
+      def = def->getOperand(0).getDefiningOp();
+    return def;
+  }
   return nullptr;
 }
 
