@@ -116,7 +116,7 @@ private:
   TrainingOptions optionsFor(const Candidate &cand) const;
   std::string autoValuesLine(const Candidate &c, bool json = false) const;
   bool compileOne(Candidate &cand);
-  void evaluate(Candidate &cand);
+  void evaluate(Candidate &cand, bool activations = false);
   void compileShortlist();
   /// Returns how many trials changed the plan.
   int tune(int chosen, std::vector<Candidate> trials);
@@ -380,7 +380,7 @@ bool Search::compileOne(Candidate &cand) {
 /// state on the host, at ZeRO-3 the parameters too, then (with `nvme`)
 /// the optimizer state on NVMe, at ZeRO-3 with the parameters on the
 /// host, then on NVMe too. The first that fits.
-void Search::evaluate(Candidate &cand) {
+void Search::evaluate(Candidate &cand, bool activations) {
   std::vector<std::string> modes{"none", "full"};
   if (options.isGiven("recompute") && options.recompute != "auto")
     modes = {options.recompute};
@@ -404,7 +404,8 @@ void Search::evaluate(Candidate &cand) {
   Candidate onDevice = cand;
   placeAt(onDevice, std::max(givenOpt, 0), std::max(givenParam, 0));
   int64_t memory = int64_t(cluster.memory);
-  for (const std::string &mode : modes) {
+  for (const std::string &mode :
+       activations ? std::vector<std::string>{} : modes) {
     cand.recompute = mode;
     placeAt(cand, std::max(givenOpt, 0), std::max(givenParam, 0));
     if (givenParam <= 0 &&
@@ -425,10 +426,24 @@ void Search::evaluate(Candidate &cand) {
     if (cluster.nvme.present)
       pairs.insert(pairs.end(), {{2, 0}, {2, 1}, {2, 2}});
   }
+  // With the activations on the host: alone, then with the last
+  // placement (the most offloaded) the layout allows; two compiles more,
+  // not one per placement, to keep within --plan-compiles.
   std::vector<std::array<int, 3>> ladder;
-  for (int act : {0, 1})
-    for (auto [opt, param] : pairs)
-      ladder.push_back({opt, param, act});
+  for (auto [opt, param] : pairs)
+    if (!activations)
+      ladder.push_back({opt, param, 0});
+  if (!pairs.empty() && activations) {
+    ladder.push_back({std::max(givenOpt, 0), std::max(givenParam, 0), 1});
+    for (auto it = pairs.rbegin(); it != pairs.rend(); ++it)
+      if ((it->second == 0 || cand.zero == 3) &&
+          (givenOpt < 0 || it->first == givenOpt) &&
+          (givenParam < 0 || it->second == givenParam)) {
+        if (ladder.back() != std::array<int, 3>{it->first, it->second, 1})
+          ladder.push_back({it->first, it->second, 1});
+        break;
+      }
+  }
   for (auto [opt, param, act] : ladder) {
     if ((param > 0 && cand.zero != 3) || (givenOpt >= 0 && opt != givenOpt) ||
         (givenParam >= 0 && param != givenParam) ||
@@ -537,6 +552,23 @@ void Search::compileShortlist() {
                << llvm::format("%.1f", secondsSince(start)) << " s; last "
                << c.layout() << ": " << stateName(c.state) << "\n";
     }
+  }
+  // Nothing fits: again with the saved activations on the host (a cluster
+  // with a host, no pipeline), with --plan-compiles more compiles.
+  bool anyFits = llvm::any_of(
+      all, [](const Candidate &c) { return c.state == State::Fits; });
+  if (anyFits || !cluster.host.present ||
+      options.isGiven("offload-activations"))
+    return;
+  int stop = compiles + budget;
+  for (size_t i : firsts) {
+    Candidate &c = all[i];
+    bool tried = c.state == State::TooBig ||
+                 (c.state == State::Pruned &&
+                  c.lowerBound <= int64_t(cluster.memory));
+    if (!tried || c.pp > 1 || compiles >= stop)
+      continue;
+    evaluate(c, /*activations=*/true);
   }
 }
 
