@@ -21,12 +21,10 @@ namespace mlir::ds {
 
 namespace {
 
-int64_t tensorBytes(Type t) {
-  auto r = dyn_cast<RankedTensorType>(t);
-  if (!r || !r.hasStaticShape() || !r.getElementType().isIntOrFloat())
-    return 0;
-  int64_t bits = r.getElementType().getIntOrFloatBitWidth();
-  return r.getNumElements() * ((bits + 7) / 8);
+/// Bytes of a static tensor value; 0 for anything else.
+int64_t staticBytes(Value v) {
+  auto t = dyn_cast<RankedTensorType>(v.getType());
+  return t && t.hasStaticShape() ? detail::tensorBytes(t) : 0;
 }
 
 /// Whether argument `arg` is data (a graph input), not a parameter, buffer,
@@ -89,7 +87,7 @@ SmallVector<Saved> findSaved(func::FuncOp func, Operation *loss,
     if (isa<TransferOp>(op) || op.hasAttr("ds.on_host"))
       continue;
     for (Value r : op.getResults()) {
-      if (!fromData.contains(r) || tensorBytes(r.getType()) < minBytes)
+      if (!fromData.contains(r) || staticBytes(r) < minBytes)
         continue;
       Saved s{r, &op, nullptr};
       bool pinned = false;
@@ -175,7 +173,7 @@ struct OffloadActivationsPass
     SmallVector<Saved> saved = findSaved(func, loss, minBytes);
     int64_t bytes = 0;
     for (const Saved &s : saved)
-      bytes += tensorBytes(s.value.getType());
+      bytes += staticBytes(s.value);
     offload(saved);
     OpBuilder b(func.getContext());
     func->setAttr("ds.offload_activations",
