@@ -11,14 +11,13 @@ optimizer offload move their own too).
     offload_activations_check.py --ds-opt DS_OPT --ds-run DS_RUN
         --mpirun "mpirun ..." --onnx GPT --data NPZ --work DIR
 """
-import argparse
 import os
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from offload_check import train  # noqa: E402  (the shared train-and-measure)
+from offload_check import parse_args, train  # noqa: E402  (shared)
 
 # (ranks, flags, whether the device peak must fall): the plans compared
 # with and without activation offload. Under full or every-layer recompute
@@ -38,11 +37,7 @@ CASES = [
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    for a in ("--ds-opt", "--ds-run", "--mpirun", "--onnx", "--data", "--work"):
-        ap.add_argument(a, required=True)
-    args = ap.parse_args()
-    os.makedirs(args.work, exist_ok=True)
+    args = parse_args()
     ok = True
     for k, (ranks, flags, falls) in enumerate(CASES):
         b = train(args, "base-%d" % k, flags, ranks)
