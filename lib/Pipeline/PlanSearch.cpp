@@ -23,7 +23,6 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 
-#include <array>
 #include <chrono>
 #include <map>
 #include <set>
@@ -379,25 +378,16 @@ bool Search::compileOne(Candidate &cand) {
 /// offloads the cluster allows, in the order they cost: the optimizer
 /// state on the host, at ZeRO-3 the parameters too, then (with `nvme`)
 /// the optimizer state on NVMe, at ZeRO-3 with the parameters on the
-/// host, then on NVMe too. The first that fits.
+/// host, then on NVMe too. The first that fits (`activations`: pass 2).
 void Search::evaluate(Candidate &cand, bool activations) {
   std::vector<std::string> modes{"none", "full"};
   if (options.isGiven("recompute") && options.recompute != "auto")
     modes = {options.recompute};
   // Offload given on the command line or by the config holds throughout.
-  auto given = [&](llvm::StringRef flag, const std::string &value) {
-    return options.isGiven(flag) ? (value == "none"  ? 0
-                                    : value == "cpu" ? 1
-                                                     : 2)
-                                 : -1;
-  };
-  int givenOpt = given("offload-optimizer", options.offloadOptimizer);
-  int givenParam = given("offload-param", options.offloadParam);
-  int givenAct = given("offload-activations", options.offloadActivations);
+  std::array<int, 3> given = givenOffload(options);
+  int givenOpt = given[0], givenParam = given[1];
   auto placeAt = [&](Candidate &c, int opt, int param, int act = -1) {
-    c.offload = opt > 0, c.nvme = opt == 2;
-    c.offloadParam = param > 0, c.paramNvme = param == 2;
-    c.offloadActivations = (act < 0 ? std::max(givenAct, 0) : act) > 0;
+    placeOffload(c, {opt, param, act < 0 ? std::max(given[2], 0) : act});
   };
   // A mode whose memory bound on the device (the optimizer state there)
   // is over the device memory cannot fit: not compiled.
@@ -416,46 +406,13 @@ void Search::evaluate(Candidate &cand, bool activations) {
   }
   if (cand.peak < 0) // no mode compiled: the optimizer state must go
     cand.recompute = modes.back();
-  // (optimizer, parameters): 1 the host, 2 NVMe (through host memory);
-  // then the same with the saved activations on the host instead of
-  // recompute.
-  // (The compiler refuses offload with pipeline parallelism.)
-  std::vector<std::pair<int, int>> pairs;
-  if (cluster.host.present && cand.pp == 1) {
-    pairs = {{0, 0}, {1, 0}, {1, 1}};
-    if (cluster.nvme.present)
-      pairs.insert(pairs.end(), {{2, 0}, {2, 1}, {2, 2}});
-  }
-  // With the activations on the host: alone, then with the last
-  // placement (the most offloaded) the layout allows; two compiles more,
-  // not one per placement, to keep within --plan-compiles.
-  std::vector<std::array<int, 3>> ladder;
-  for (auto [opt, param] : pairs)
-    if (!activations)
-      ladder.push_back({opt, param, 0});
-  if (!pairs.empty() && activations) {
-    ladder.push_back({std::max(givenOpt, 0), std::max(givenParam, 0), 1});
-    for (auto it = pairs.rbegin(); it != pairs.rend(); ++it)
-      if ((it->second == 0 || cand.zero == 3) &&
-          (givenOpt < 0 || it->first == givenOpt) &&
-          (givenParam < 0 || it->second == givenParam)) {
-        if (ladder.back() != std::array<int, 3>{it->first, it->second, 1})
-          ladder.push_back({it->first, it->second, 1});
-        break;
-      }
-  }
-  for (auto [opt, param, act] : ladder) {
-    if ((param > 0 && cand.zero != 3) || (givenOpt >= 0 && opt != givenOpt) ||
-        (givenParam >= 0 && param != givenParam) ||
-        (givenAct >= 0 && act != givenAct) ||
-        (opt == std::max(givenOpt, 0) && param == std::max(givenParam, 0) &&
-         act == std::max(givenAct, 0)))
-      continue;
+  // Then the offloads (PlanSearchOffload.cpp's order).
+  for (auto [opt, param, act] :
+       offloadLadder(cand, cluster, given, activations)) {
     Candidate trial = cand;
     placeAt(trial, opt, param, act);
-    // The activations on the host stand in for recompute: with the first
-    // mode (none unless --recompute is given).
-    if (act > 0)
+    // Activations on the host instead of recompute (unless it is given).
+    if (activations)
       trial.recompute = modes.front();
     bool compiled = compileOne(trial);
     if (cand.peak < 0 || cand.state == State::Failed ||
@@ -553,23 +510,16 @@ void Search::compileShortlist() {
                << c.layout() << ": " << stateName(c.state) << "\n";
     }
   }
-  // Nothing fits: again with the saved activations on the host (a cluster
-  // with a host, no pipeline), with --plan-compiles more compiles.
-  bool anyFits = llvm::any_of(
-      all, [](const Candidate &c) { return c.state == State::Fits; });
-  if (anyFits || !cluster.host.present ||
-      options.isGiven("offload-activations"))
+  // Nothing fits: pass 2, the activations on the host (docs/planner.md).
+  if (!cluster.host.present || options.isGiven("offload-activations") ||
+      llvm::any_of(all, [](auto &c) { return c.state == State::Fits; }))
     return;
   int stop = compiles + budget;
-  for (size_t i : firsts) {
-    Candidate &c = all[i];
-    bool tried = c.state == State::TooBig ||
-                 (c.state == State::Pruned &&
-                  c.lowerBound <= int64_t(cluster.memory));
-    if (!tried || c.pp > 1 || compiles >= stop)
-      continue;
-    evaluate(c, /*activations=*/true);
-  }
+  for (size_t i : firsts)
+    if (Candidate &c = all[i]; c.pp == 1 && compiles < stop &&
+        (c.state == State::TooBig ||
+         (c.state == State::Pruned && c.lowerBound <= int64_t(cluster.memory))))
+      evaluate(c, /*activations=*/true);
 }
 
 int Search::rank() const {

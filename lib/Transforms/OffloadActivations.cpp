@@ -118,19 +118,17 @@ void offload(ArrayRef<Saved> saved) {
   SmallVector<Operation *> readers;
   for (const Saved &s : saved)
     readers.push_back(s.firstBackward);
-  llvm::sort(readers, [](Operation *x, Operation *y) {
-    return x->isBeforeInBlock(y);
-  });
+  llvm::sort(readers,
+             [](Operation *x, Operation *y) { return x->isBeforeInBlock(y); });
   readers.erase(llvm::unique(readers), readers.end());
   for (const Saved &s : saved) {
     Value v = s.value;
     b.setInsertionPointAfter(s.lastForward);
-    Value host =
-        TransferOp::create(b, v.getLoc(), v.getType(), v, b.getStringAttr("host"));
-    auto at = llvm::lower_bound(readers, s.firstBackward,
-                                [](Operation *x, Operation *y) {
-                                  return x->isBeforeInBlock(y);
-                                });
+    Value host = TransferOp::create(b, v.getLoc(), v.getType(), v,
+                                    b.getStringAttr("host"));
+    auto at = llvm::lower_bound(
+        readers, s.firstBackward,
+        [](Operation *x, Operation *y) { return x->isBeforeInBlock(y); });
     b.setInsertionPoint(at == readers.begin() ? *at : *std::prev(at));
     Value device = TransferOp::create(b, v.getLoc(), v.getType(), host,
                                       b.getStringAttr("device"));
@@ -164,8 +162,8 @@ struct OffloadActivationsPass
     }
     Operation *loss = lossOp(func);
     Block &body = func.getBody().front();
-    if (!loss || loss->getBlock() != &body || loss->getNextNode() ==
-                                                  body.getTerminator()) {
+    if (!loss || loss->getBlock() != &body ||
+        loss->getNextNode() == body.getTerminator()) {
       func.emitError("activation offload needs a training step (a loss and "
                      "its backward pass)");
       return signalPassFailure();
@@ -176,13 +174,13 @@ struct OffloadActivationsPass
       bytes += staticBytes(s.value);
     offload(saved);
     OpBuilder b(func.getContext());
-    func->setAttr("ds.offload_activations",
-                  b.getDictionaryAttr(
-                      {b.getNamedAttr("tensors", b.getI64IntegerAttr(
-                                                     int64_t(saved.size()))),
-                       b.getNamedAttr("bytes", b.getI64IntegerAttr(bytes)),
-                       b.getNamedAttr("min_bytes",
-                                      b.getI64IntegerAttr(minBytes))}));
+    func->setAttr(
+        "ds.offload_activations",
+        b.getDictionaryAttr(
+            {b.getNamedAttr("tensors",
+                            b.getI64IntegerAttr(int64_t(saved.size()))),
+             b.getNamedAttr("bytes", b.getI64IntegerAttr(bytes)),
+             b.getNamedAttr("min_bytes", b.getI64IntegerAttr(minBytes))}));
   }
 };
 } // namespace
