@@ -74,7 +74,8 @@ llvm::Error checkMemoryOptions(const TrainingOptions &o, const MemoryChoices &c,
     return fail("--emit-trace and --emit-memory-plot come with a plan "
                 "(--emit=plan, the default)");
   if (!o.training() &&
-      (c.offloadOptimizer != "none" || c.offloadParam != "none"))
+      (c.offloadOptimizer != "none" || c.offloadParam != "none" ||
+       c.offloadActivations != "none"))
     return fail("offload is for training (give --optimizer=...)");
   if (o.offloadMode == "auto" && o.emitKind != "mlir-import" &&
       (!limit || !o.training()))

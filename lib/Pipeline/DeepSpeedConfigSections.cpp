@@ -485,9 +485,7 @@ bool config::readCheckpointing(Reader &r, const std::string &key, const Value &v
        "ds keeps each saved layer input whole on every tensor-parallel rank "
        "(ds.sequence_parallel / --sequence-parallel splits activations over "
        "the group)"},
-      {"cpu_checkpointing",
-       "ds does not offload saved activations: they stay in device memory "
-       "(only the optimizer state and parameters offload)"},
+      {"cpu_checkpointing", ""}, // --offload-activations=cpu, below
       {"contiguous_memory_optimization",
        "ds's arena already gives every saved activation a planned offset"},
       {"number_checkpoints",
@@ -523,9 +521,20 @@ bool config::readCheckpointing(Reader &r, const std::string &key, const Value &v
       }
       on = *b;
     }
-    if (on)
+    if (on && akv.first == "cpu_checkpointing") {
+      // DeepSpeed copies the checkpointed layer inputs to the CPU; ds
+      // offloads every saved activation of at least
+      // --offload-activations-min-bytes, which under every-layer recompute
+      // are the layer inputs and the few tensors kept beside them.
+      r.set("offload-activations", "cpu", ak);
+      r.note(ak, "--offload-activations=cpu: the saved activations of at "
+                 "least --offload-activations-min-bytes (the layer inputs "
+                 "under every-layer recompute) wait on the host, fetched "
+                 "one reader ahead of the backward pass");
+    } else if (on) {
       r.note(ak, "accepted without effect: " +
                      without.at(akv.first.str()));
+    }
   }
   if (!ok)
     return false;

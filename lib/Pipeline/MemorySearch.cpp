@@ -17,7 +17,8 @@ LogicalResult mlir::ds::searchOffload(StepCompiler &compiler, int64_t limit,
                                       MemoryChoices &choices,
                                       std::string &log) {
   // Offload only what recompute alone cannot fit: the optimizer state first
-  // (DeepSpeed's ZeRO-Offload), then at ZeRO-3 the parameters.
+  // (DeepSpeed's ZeRO-Offload), then at ZeRO-3 the parameters, then the
+  // saved activations.
   MemoryChoices probe = choices;
   if (probe.recomputeMode == "auto" || probe.recomputeMode == "budget")
     probe.recomputeMode = "full";
@@ -39,6 +40,24 @@ LogicalResult mlir::ds::searchOffload(StepCompiler &compiler, int64_t limit,
     chose += chose.empty() ? "--offload-param=cpu" : " --offload-param=cpu";
     if ((now = compiler.peakOf(plan, probe)) < 0)
       return failure();
+  }
+  // Then the saved activations on the host, in place of recompute where
+  // the mode was a search (the recompute search then runs with them).
+  if (now > limit && probe.offloadActivations == "none") {
+    MemoryChoices act = probe;
+    act.offloadActivations = "host";
+    if (choices.recomputeMode == "auto" || choices.recomputeMode == "budget")
+      act.recomputeMode = "none";
+    int64_t p = compiler.peakOf(plan, act);
+    if (p < 0)
+      return failure();
+    if (p < now) {
+      now = p;
+      probe = act;
+      choices.offloadActivations = "host";
+      chose += chose.empty() ? "--offload-activations=cpu"
+                             : " --offload-activations=cpu";
+    }
   }
   log += "offload auto: " +
          (chose.empty() ? std::string("nothing offloaded, ") + mib(before) +

@@ -115,7 +115,7 @@ private:
   TrainingOptions optionsFor(const Candidate &cand) const;
   std::string autoValuesLine(const Candidate &c, bool json = false) const;
   bool compileOne(Candidate &cand);
-  void evaluate(Candidate &cand);
+  void evaluate(Candidate &cand, bool activations = false);
   void compileShortlist();
   /// Returns how many trials changed the plan.
   int tune(int chosen, std::vector<Candidate> trials);
@@ -272,6 +272,8 @@ TrainingOptions Search::optionsFor(const Candidate &cand) const {
     o.offloadOptimizer = place(cand.offload, cand.nvme);
   if (!options.isGiven("offload-param"))
     o.offloadParam = place(cand.offloadParam, cand.paramNvme);
+  if (!options.isGiven("offload-activations"))
+    o.offloadActivations = cand.offloadActivations ? "cpu" : "none";
   o.deviceMemory.clear();
   o.clusterSpec.clear();
   o.emitTrace.clear();
@@ -333,7 +335,7 @@ bool Search::compileOne(Candidate &cand) {
   uint64_t pipePeak = 0, hostPeak = 0;
   PlanWriteOptions pw = planWriteOptions(o, *r);
   pw.pipeline.rankPeak = &pipePeak;
-  if (cand.offload || cand.offloadParam)
+  if (cand.offload || cand.offloadParam || cand.offloadActivations)
     pw.hostPeak = &hostPeak;
   ::ds::StepPrediction s;
   if (failed(predictPlan(*r->module, pw, cluster, o.precision, s)))
@@ -371,30 +373,24 @@ bool Search::compileOne(Candidate &cand) {
 /// offloads the cluster allows, in the order they cost: the optimizer
 /// state on the host, at ZeRO-3 the parameters too, then (with `nvme`)
 /// the optimizer state on NVMe, at ZeRO-3 with the parameters on the
-/// host, then on NVMe too. The first that fits.
-void Search::evaluate(Candidate &cand) {
+/// host, then on NVMe too. The first that fits (`activations`: pass 2).
+void Search::evaluate(Candidate &cand, bool activations) {
   std::vector<std::string> modes{"none", "full"};
   if (options.isGiven("recompute") && options.recompute != "auto")
     modes = {options.recompute};
   // Offload given on the command line or by the config holds throughout.
-  auto given = [&](llvm::StringRef flag, const std::string &value) {
-    return options.isGiven(flag) ? (value == "none"  ? 0
-                                    : value == "cpu" ? 1
-                                                     : 2)
-                                 : -1;
-  };
-  int givenOpt = given("offload-optimizer", options.offloadOptimizer);
-  int givenParam = given("offload-param", options.offloadParam);
-  auto placeAt = [](Candidate &c, int opt, int param) {
-    c.offload = opt > 0, c.nvme = opt == 2;
-    c.offloadParam = param > 0, c.paramNvme = param == 2;
+  std::array<int, 3> given = givenOffload(options);
+  int givenOpt = given[0], givenParam = given[1];
+  auto placeAt = [&](Candidate &c, int opt, int param, int act = -1) {
+    placeOffload(c, {opt, param, act < 0 ? std::max(given[2], 0) : act});
   };
   // A mode whose memory bound on the device (the optimizer state there)
   // is over the device memory cannot fit: not compiled.
   Candidate onDevice = cand;
   placeAt(onDevice, std::max(givenOpt, 0), std::max(givenParam, 0));
   int64_t memory = int64_t(cluster.memory);
-  for (const std::string &mode : modes) {
+  for (const std::string &mode :
+       activations ? std::vector<std::string>{} : modes) {
     cand.recompute = mode;
     placeAt(cand, std::max(givenOpt, 0), std::max(givenParam, 0));
     if (givenParam <= 0 &&
@@ -405,21 +401,14 @@ void Search::evaluate(Candidate &cand) {
   }
   if (cand.peak < 0) // no mode compiled: the optimizer state must go
     cand.recompute = modes.back();
-  // (optimizer, parameters): 1 the host, 2 NVMe (through host memory).
-  // (The compiler refuses offload with pipeline parallelism.)
-  std::vector<std::pair<int, int>> ladder;
-  if (cluster.host.present && cand.pp == 1) {
-    ladder = {{1, 0}, {1, 1}};
-    if (cluster.nvme.present)
-      ladder.insert(ladder.end(), {{2, 0}, {2, 1}, {2, 2}});
-  }
-  for (auto [opt, param] : ladder) {
-    if ((param > 0 && cand.zero != 3) || (givenOpt >= 0 && opt != givenOpt) ||
-        (givenParam >= 0 && param != givenParam) ||
-        (opt == std::max(givenOpt, 0) && param == std::max(givenParam, 0)))
-      continue;
+  // Then the offloads (PlanSearchOffload.cpp's order).
+  for (auto [opt, param, act] :
+       offloadLadder(cand, cluster, given, activations)) {
     Candidate trial = cand;
-    placeAt(trial, opt, param);
+    placeAt(trial, opt, param, act);
+    // Activations on the host instead of recompute (unless it is given).
+    if (activations)
+      trial.recompute = modes.front();
     bool compiled = compileOne(trial);
     if (cand.peak < 0 || cand.state == State::Failed ||
         (compiled && (trial.state == State::Fits ||
@@ -443,6 +432,7 @@ void Search::compileShortlist() {
       c.state = State::Pruned;
       Candidate asBound = c; // as enumerate() bounded it
       asBound.offload = cluster.host.present;
+      asBound.offloadActivations = cluster.host.present && c.pp == 1;
       BoundParts b = boundParts(asBound, options, facts);
       c.why = "its memory lower bound is " + mib(c.lowerBound) +
               " (parameters " + mib(b.weights) + ", optimizer state " +
@@ -516,6 +506,16 @@ void Search::compileShortlist() {
                << c.layout() << ": " << stateName(c.state) << "\n";
     }
   }
+  // Nothing fits: pass 2, the activations on the host (docs/planner.md).
+  if (!cluster.host.present || options.isGiven("offload-activations") ||
+      llvm::any_of(all, [](auto &c) { return c.state == State::Fits; }))
+    return;
+  int stop = compiles + budget;
+  for (size_t i : firsts)
+    if (Candidate &c = all[i]; c.pp == 1 && compiles < stop &&
+        (c.state == State::TooBig ||
+         (c.state == State::Pruned && c.lowerBound <= int64_t(cluster.memory))))
+      evaluate(c, /*activations=*/true);
 }
 
 int Search::rank() const {
@@ -713,7 +713,7 @@ llvm::Expected<PlanSearchResult> Search::finish(int chosen) {
   uint64_t pipePeak = 0, hostPeak = 0;
   PlanWriteOptions pw = planWriteOptions(o, *r);
   pw.pipeline.rankPeak = &pipePeak;
-  if (c.offload || c.offloadParam)
+  if (c.offload || c.offloadParam || c.offloadActivations)
     pw.hostPeak = &hostPeak;
   ::ds::StepPrediction s;
   if (failed(predictPlan(*r->module, pw, cluster, o.precision, s)))

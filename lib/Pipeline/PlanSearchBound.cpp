@@ -297,7 +297,9 @@ BoundParts plan_search::boundParts(const Candidate &cand,
   if (cand.pp > 1)
     act = act * double(cand.schedule == "gpipe" ? cand.accum : 1) /
           double(cand.pp);
-  b.activations = int64_t(act);
+  // With the saved activations on the host (a cluster with a host, no
+  // pipeline) none need stay on the device.
+  b.activations = cand.offloadActivations ? 0 : int64_t(act);
   return b;
 }
 

@@ -17,6 +17,7 @@
 #include "llvm/Support/Error.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <string>
 #include <vector>
@@ -76,6 +77,9 @@ struct Candidate {
   /// Where the offloaded optimizer state and parameters go: NVMe (a
   /// cluster with `host` and `nvme`) instead of host memory.
   bool nvme = false, paramNvme = false;
+  /// The saved activations on the host (--offload-activations=cpu; a
+  /// cluster with `host`, no pipeline).
+  bool offloadActivations = false;
   int64_t bucket = 0; // 0: the default bucket sizes
   /// The winner's refinement: one kind of bucket of its own size
   /// (--reduce-bucket-size, --allgather-bucket-size,
@@ -115,6 +119,9 @@ struct Candidate {
   }
   const char *paramsAt() const {
     return !offloadParam ? "device" : paramNvme ? "nvme" : "host";
+  }
+  const char *activationsAt() const {
+    return offloadActivations ? "host" : "device";
   }
   /// The model chunks per pipeline rank: V of interleaved:V, else 1.
   int64_t virtualStages() const;
@@ -231,6 +238,20 @@ std::string plotCandidates(const std::vector<Candidate> &all, int chosen,
 std::string nothingFits(const std::vector<Candidate> &all,
                         const ::ds::ClusterSpec &c, const std::string &source,
                         const ModelFacts &m);
+
+/// Where --offload-optimizer, --offload-param and --offload-activations
+/// put their tensors when given (0 the device, 1 the host, 2 NVMe), -1
+/// where not given.
+std::array<int, 3> givenOffload(const TrainingOptions &o);
+/// Sets `c`'s offload to `at` (optimizer, parameters, activations).
+void placeOffload(Candidate &c, std::array<int, 3> at);
+/// The offload placements (optimizer, parameters, activations; 0 the
+/// device, 1 the host, 2 NVMe) a compiled candidate tries after the
+/// recompute modes, in order, given values (-1: not given) holding; with
+/// `activations`, the second pass's (the activations on the host).
+std::vector<std::array<int, 3>>
+offloadLadder(const Candidate &cand, const ::ds::ClusterSpec &cluster,
+              std::array<int, 3> given, bool activations);
 
 } // namespace mlir::ds::plan_search
 

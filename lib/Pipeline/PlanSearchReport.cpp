@@ -48,14 +48,14 @@ std::vector<int> ranked(const std::vector<Candidate> &all) {
 
 void row(llvm::raw_ostream &os, const Candidate &c, llvm::StringRef mark) {
   os << llvm::formatv("{0,-2}{1,-64} {2,12} {3,10} {4,6} {5,12} {6,-13} "
-                      "{7,-9} {8,-6} {9,-10} {10}\n",
+                      "{7,-9} {8,-6} {9,-10} {10,-11} {11}\n",
                       mark, c.layout(),
                       llvm::formatv("{0:F4} ms", c.step * 1e3).str(),
                       llvm::formatv("{0:E3}", c.tokensPerSecond).str(),
                       llvm::formatv("{0:F1}%", 100 * c.mfu).str(),
                       megabytes(c.peak), c.bottleneck, c.optimizerAt(),
                       c.paramsAt(), c.hostPeak ? megabytes(c.hostPeak) : "-",
-                      c.compression);
+                      c.activationsAt(), c.compression);
 }
 
 /// Where offload went for `c`'s reason: NVMe tried, or why it was not.
@@ -115,10 +115,10 @@ std::string plan_search::formatTable(const std::vector<Candidate> &all,
   llvm::raw_string_ostream os(text);
   os << header << "\n";
   os << llvm::formatv("{0,-2}{1,-64} {2,12} {3,10} {4,6} {5,12} {6,-13} "
-                      "{7,-9} {8,-6} {9,-10} {10}\n",
+                      "{7,-9} {8,-6} {9,-10} {10,-11} {11}\n",
                       "", "layout", "step", "tokens/s", "MFU", "peak",
                       "bottleneck", "optimizer", "params", "host",
-                      "compression");
+                      "activations", "compression");
   std::vector<int> order = ranked(all);
   for (size_t i = 0; i < order.size() && i < 10; ++i)
     row(os, all[order[i]], order[i] == chosen ? "*" : " ");
@@ -180,7 +180,10 @@ std::string plan_search::candidatesJson(const std::vector<Candidate> &all,
        << "\", \"recompute\": \"" << c.recompute
        << "\", \"offload_optimizer\": " << (c.offload ? "true" : "false")
        << ", \"offload_param\": " << (c.offloadParam ? "true" : "false")
-       << ", \"optimizer_at\": \"" << c.optimizerAt() << "\", \"params_at\": \""
+       << ", \"offload_activations\": "
+       << (c.offloadActivations ? "true" : "false")
+       << ", \"activations_at\": \"" << c.activationsAt()
+       << "\", \"optimizer_at\": \"" << c.optimizerAt() << "\", \"params_at\": \""
        << c.paramsAt() << "\", \"host_peak\": " << c.hostPeak
        << ", \"bucket\": " << c.bucket
        << ", \"reduce_bucket\": " << c.reduceBucket

@@ -95,6 +95,8 @@ std::string Candidate::layout() const {
       s += nvme ? " offload=nvme" : " offload";
     if (offloadParam)
       s += paramNvme ? " offload-param=nvme" : " offload-param";
+    if (offloadActivations)
+      s += " offload-act";
   }
   if (bucket > 0)
     s += " bucket=" + std::to_string(bucket);
@@ -176,8 +178,9 @@ std::vector<Candidate> plan_search::enumerate(const SearchSpace &space,
             cand.schedule = sched;
             // The bound allows for offload when the cluster has a host.
             cand.offload = c.host.present;
+            cand.offloadActivations = c.host.present && pp == 1;
             cand.lowerBound = memoryLowerBound(cand, o, m);
-            cand.offload = false;
+            cand.offload = cand.offloadActivations = false;
             cand.boundDevice = memoryLowerBound(cand, o, m);
             cand.boundNone = boundParts(cand, o, m, true).total();
             cand.estimate = estimateStep(cand, o, c, m);

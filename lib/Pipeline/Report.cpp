@@ -204,6 +204,8 @@ compileRecord(const TrainingOptions &o, const MemoryChoices &c,
     r["offload_optimizer"] = c.offloadOptimizer;
     r["offload_param"] = c.offloadParam;
   }
+  if (c.offloadActivations != "none")
+    r["offload_activations"] = c.offloadActivations;
   for (const std::string &spec : o.inputShapes)
     r["input-shape:" + spec] = spec;
   addRunSettings(o, r); // monitors and logging, for ds-run

@@ -179,6 +179,12 @@ void mlir::ds::addTrainingPasses(OpPassManager &pm, const TrainingOptions &o,
     off.param = c.offloadParam;
     pm.addNestedPass<func::FuncOp>(createOffloadPass(off));
   }
+  if (training && c.offloadActivations != "none") {
+    OffloadActivationsPassOptions act;
+    act.to = c.offloadActivations;
+    act.minBytes = o.offloadActivationsMinBytes;
+    pm.addNestedPass<func::FuncOp>(createOffloadActivationsPass(act));
+  }
   if (o.fuseElementwise) // last: fusion hides the ops the passes above match
     pm.addNestedPass<func::FuncOp>(createFuseElementwisePass());
 }
@@ -208,6 +214,14 @@ mlir::ds::resolveMemoryChoices(const TrainingOptions &o) {
                                        "' is not none, cpu or nvme:PATH");
     *space = *s;
   }
+  if (o.offloadActivations != "none" && o.offloadActivations != "cpu" &&
+      o.offloadActivations != "host")
+    return fail("--offload-activations='" + o.offloadActivations +
+                "' is not none or cpu");
+  c.offloadActivations = o.offloadActivations == "none" ? "none" : "host";
+  if (o.offloadActivationsMinBytes < 0)
+    return fail("--offload-activations-min-bytes must be at least 0, got " +
+                std::to_string(o.offloadActivationsMinBytes));
   llvm::StringRef mode = o.recompute;
   c.recomputeMode = mode.str();
   if (mode.consume_front("budget=")) {

@@ -132,7 +132,8 @@ llvm::Error checkPipeline(TrainingOptions &o) {
   if (o.gradClip > 0)
     return fail(p + " with --grad-clip is not supported yet (the norm "
                     "spans the stages)");
-  if (o.offloadOptimizer != "none" || o.offloadParam != "none")
+  if (o.offloadOptimizer != "none" || o.offloadParam != "none" ||
+      o.offloadActivations != "none")
     return fail(p + " with offload is not supported yet");
   return llvm::Error::success();
 }

@@ -234,10 +234,13 @@ void reportArena(std::string &out, const Footprint &f) {
 void reportOffload(std::string &out, const Footprint &f) {
   char line[1024];
   if (f.hostStorage + f.nvmeStorage + f.hostArena) {
+    bool acts = f.offloadActivations != "none";
     std::snprintf(line, sizeof line,
-                  "offload (optimizer: %s, parameters: %s), per rank and "
+                  "offload (optimizer: %s, parameters: %s%s%s), per rank and "
                   "step:\n",
-                  f.offloadOptimizer.c_str(), f.offloadParam.c_str());
+                  f.offloadOptimizer.c_str(), f.offloadParam.c_str(),
+                  acts ? ", activations: " : "",
+                  acts ? f.offloadActivations.c_str() : "");
     out += line;
     auto row = [&](const char *what, uint64_t v, const char *note) {
       std::snprintf(line, sizeof line, "  %-22s %14llu %12s   %s\n", what,
@@ -248,7 +251,8 @@ void reportOffload(std::string &out, const Footprint &f) {
     row("host storage", f.hostStorage,
         "(offloaded parameters and optimizer state, pinned)");
     row("host arena", f.hostArena,
-        "(gradients and updates in flight on the host)");
+        acts ? "(gradients, updates and saved activations on the host)"
+             : "(gradients and updates in flight on the host)");
     row("host peak", f.hostTotal(), "(host storage and arena)");
     if (f.nvmeStorage)
       row("nvme storage", f.nvmeStorage, "(the rank's swap file)");
@@ -498,6 +502,7 @@ std::string formatFootprintJson(const Footprint &f) {
   o << "}, \"offload\": {";
   kv("optimizer", jsonString(f.offloadOptimizer));
   kv("param", jsonString(f.offloadParam));
+  kv("activations", jsonString(f.offloadActivations));
   kv("host_storage", f.hostStorage);
   kv("nvme_storage", f.nvmeStorage);
   kv("host_arena", f.hostArena);

@@ -129,6 +129,9 @@ void addOptions(const plan::Plan &p, Footprint &f) {
     f.offloadOptimizer = it->second;
   if (auto it = p.options().find("offload_param"); it != p.options().end())
     f.offloadParam = it->second;
+  if (auto it = p.options().find("offload_activations");
+      it != p.options().end())
+    f.offloadActivations = it->second;
 }
 
 /// Storage per rank: parameters, optimizer state and buffers, where they

@@ -49,12 +49,18 @@ def train(args, tag, flags, ranks):
             "report": report}
 
 
-def main():
+def parse_args():
+    """The tools, the model and data, and the work folder (made)."""
     ap = argparse.ArgumentParser()
     for a in ("--ds-opt", "--ds-run", "--mpirun", "--onnx", "--data", "--work"):
         ap.add_argument(a, required=True)
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
+    return args
+
+
+def main():
+    args = parse_args()
     nvme = os.path.join(args.work, "nvme")
     os.makedirs(nvme, exist_ok=True)
     cases = []

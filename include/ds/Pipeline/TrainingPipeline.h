@@ -26,6 +26,8 @@ struct MemoryChoices {
   std::string recomputeMode = "none";
   int64_t recomputeBudget = 0;
   std::string offloadOptimizer = "none", offloadParam = "none";
+  /// Saved activations: none or host.
+  std::string offloadActivations = "none";
   std::string nvmePath;
 };
 

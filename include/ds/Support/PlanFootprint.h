@@ -232,6 +232,8 @@ struct Footprint {
   uint64_t toHostBytes = 0, toDeviceBytes = 0, nvmeReadBytes = 0,
            nvmeWriteBytes = 0;
   std::string offloadOptimizer = "none", offloadParam = "none";
+  /// Where saved activations wait for the backward pass: none or host.
+  std::string offloadActivations = "none";
   /// Per-rank device total: parameters, buffers, optimizer state and the
   /// arena, less what is offloaded.
   uint64_t total() const {

@@ -499,6 +499,39 @@ def OffloadPass : Pass<"ds-offload", "func::FuncOp"> {
   ];
 }
 
+def OffloadActivationsPass : Pass<"ds-offload-activations", "func::FuncOp"> {
+  let summary = "Keep the forward pass's saved activations in host memory until the backward pass reads them";
+  let description = [{
+    Runs after `--ds-recompute`, ZeRO, the optimizer and `--ds-offload`.
+    With `to=host`, every tensor the forward pass makes (from the data, not
+    from parameters alone) that the backward pass reads, of at least
+    `min-bytes` bytes and not a result of the function, is copied to the
+    host right after its last forward reader (`ds.transfer {to = "host"}`)
+    and copied back (`ds.transfer {to = "device"}`) one reader of fetched
+    activations ahead of its first backward reader, so the copy overlaps
+    the op before it; the backward pass reads the copy. The device buffer
+    dies at the first transfer, so the device peak falls by what is saved
+    across the loss; the host arena holds the copies. Values are unchanged:
+    losses are bit-identical with and without it. Recompute decisions come
+    first: a recomputed segment's kept input is what crosses.
+
+    ```mlir
+    %a = ds.gelu %x : tensor<4x64x512xf32>
+    %y = ds.matmul %a, %w ...                   // last forward reader
+    %ah = ds.transfer %a {to = "host"} : tensor<4x64x512xf32>
+    ...                                         // the loss
+    %ad = ds.transfer %ah {to = "device"} : tensor<4x64x512xf32>
+    %g = ds.matmul %dy, %ad ...                 // first backward reader
+    ```
+  }];
+  let options = [
+    Option<"to", "to", "std::string", "\"none\"",
+           "where saved activations wait for the backward pass: none (the device) or host">,
+    Option<"minBytes", "min-bytes", "int64_t", "65536",
+           "only activations of at least this many bytes are offloaded">,
+  ];
+}
+
 def OverlapCommPass : Pass<"dsrt-overlap-comm", "func::FuncOp"> {
   let summary = "Start collectives early and wait for them just before their results are read";
   let options = [
