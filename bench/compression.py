@@ -16,6 +16,10 @@ twins on N CPU ranks (mpirun), on the bundled GPT (export_gpt.py --dynamic,
    inside the onebit_adam/onebit_lamb kernels, which it times as compute
    only), so the compressed step is estimated as the planner's step plus
    the report's compressed ring bytes per rank at the link's bandwidth.
+4. 1-bit Adam with freeze_step auto over 200 steps next to AdamW and the
+   fixed freeze at 20: the step ds-run chose, the criterion's trace
+   (||v|| and its relative change, ds-run's --log-json) and the loss
+   curve's largest relative distance to AdamW's (8-step means).
 
 usage: compression.py BUILD_BIN WORKDIR [RANKS] [MPIRUN]"""
 import json
@@ -43,6 +47,7 @@ OPT = {
     "adamw": ["--optimizer=adamw", "--bias-correction=false"],
     "adamw-b2": ["--optimizer=adamw", "--bias-correction=false", "--beta2=0.995"],
     "onebit-adam": ["--optimizer=onebit-adam", f"--freeze-step={FREEZE}"],
+    "onebit-adam-auto": ["--optimizer=onebit-adam", "--freeze-step=auto"],
     "zero-one-adam": ["--optimizer=zero-one-adam", "--beta2=0.995", *ZO],
     "lamb": ["--optimizer=lamb", "--bias-correction=false"],
     "onebit-lamb": ["--optimizer=onebit-lamb", f"--freeze-step={FREEZE}"],
@@ -64,14 +69,19 @@ def compile_plan(onnx, name, extra=()):
 
 def train(name, steps):
     log = w(name + ".json")
-    subprocess.run(MPIRUN + ["-np", str(N), tool("ds-run"), w(name + ".plan"),
+    return train_out(name, steps)[0]
+
+
+def train_out(name, steps):
+    log = w(name + ".json")
+    p = subprocess.run(MPIRUN + ["-np", str(N), tool("ds-run"), w(name + ".plan"),
                              "--steps", str(steps), "--data", w("data.npz"),
                              "--log-json", log, "--threads", "1"],
                    check=True, capture_output=True, text=True, timeout=900)
     steps = [json.loads(l) for l in open(log)]
     assert all(s["collective_bytes"] == s["planned_collective_bytes"] for s in steps), \
         name + ": ds-run's bytes differ from the plan's"
-    return steps
+    return steps, p.stdout
 
 
 def main():
@@ -91,6 +101,8 @@ def main():
           f"(GPT example, 2x32 tokens per rank; after step {FREEZE})")
     runs = {}
     for name in OPT:
+        if name == "onebit-adam-auto":
+            continue  # section 4
         compile_plan(onnx, name)
         runs[name] = train(name, 200 if name in ("adamw", "adamw-b2", "onebit-adam",
                                                   "zero-one-adam") else 40)
@@ -160,6 +172,38 @@ def main():
                   f"{cring:.0f}, at the link's bandwidth {ring / bw * 1e3:.2f} ms "
                   f"-> {cring / bw * 1e3:.2f} ms; estimated step "
                   f"{est * 1e3:.2f} ms: x{ps / est:.1f} faster")
+
+
+    freeze_auto(onnx, runs)
+
+
+def freeze_auto(onnx, runs):
+    print("== 4. 1-bit Adam with freeze_step auto, 200 steps, against AdamW "
+          "and the freeze at 20 (mean of 8 steps around each point)")
+    compile_plan(onnx, "onebit-adam-auto")
+    steps, out = train_out("onebit-adam-auto", 200)
+    line = [l for l in out.splitlines() if l.startswith("freeze_step auto:")]
+    print(line[0] if line else "no freeze within 200 steps")
+    trace = [(s["step"], s["v_norm"], s.get("freeze_change")) for s in steps
+             if "v_norm" in s]
+    print("criterion trace (step: ||v||, relative change over the window):")
+    print("  " + "; ".join(f"{t}: {v:.4g}, {'-' if c is None else f'{c:.3f}'}"
+                           for t, v, c in trace if t % 5 == 0 or t == trace[-1][0]))
+    points = [8, 25, 50, 100, 150, 200]
+    print(f"{'optimizer':<17}" + "".join(f"{'step ' + str(p):>11}" for p in points)
+          + f"{'max |rel| to adamw':>20}")
+    ref = [statistics.mean([s["loss"] for s in runs["adamw"]][p - 8:p]) for p in range(8, 201)]
+    for name, st in (("adamw", runs["adamw"]), ("onebit-adam", runs["onebit-adam"]),
+                     ("onebit-adam-auto", steps)):
+        losses = [s["loss"] for s in st]
+        means = [statistics.mean(losses[p - 8:p]) for p in range(8, 201)]
+        dev = max(abs(m - r) / r for m, r in zip(means, ref))
+        row = [statistics.mean(losses[p - 8:p]) for p in points]
+        print(f"{name:<17}" + "".join(f"{x:>11.4f}" for x in row) + f"{100 * dev:>19.1f}%")
+    after = [s["collective_bytes"] for s in steps if "v_norm" not in s]
+    if after:
+        print(f"bytes per step after the freeze {statistics.mean(after):.0f} against "
+              f"AdamW's {runs['adamw'][-1]['collective_bytes']}")
 
 
 if __name__ == "__main__":

@@ -156,7 +156,15 @@ void mlir::ds::addTrainingPasses(OpPassManager &pm, const TrainingOptions &o,
     opt.gradClip = o.gradClip;
     opt.gradAccum = o.gradAccum;
     opt.allgatherBucketSize = o.allgatherBucketSize;
-    opt.freezeStep = o.freezeStep;
+    // --freeze-step=auto: the latest step the criterion allows, decided
+    // by ds-run (ValidateOptions checked the value).
+    // The pass takes -1 for auto.
+    int64_t freeze = 100000;
+    if (o.freezeStep == "auto")
+      freeze = -1;
+    else
+      (void)llvm::StringRef(o.freezeStep).getAsInteger(10, freeze);
+    opt.freezeStep = freeze;
     opt.varFreezeStep = o.varFreezeStep;
     opt.varUpdateScaler = o.varUpdateScaler;
     opt.localStepScaler = o.localStepScaler;

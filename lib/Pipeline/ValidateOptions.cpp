@@ -201,6 +201,24 @@ llvm::Error checkSteps(const TrainingOptions &o) {
   return llvm::Error::success();
 }
 
+/// --freeze-step: a non-negative integer, or auto (1-bit Adam only:
+/// ds-run decides, docs/compression.md).
+llvm::Error checkFreezeStep(const TrainingOptions &o) {
+  if (o.freezeStep == "auto") {
+    if (o.optimizerName != "onebit-adam")
+      return fail("--freeze-step=auto is not supported yet with "
+                  "--optimizer=" + o.optimizerName + " (built for onebit-adam)");
+    return llvm::Error::success();
+  }
+  long long n = 0;
+  if (llvm::StringRef(o.freezeStep).getAsInteger(10, n))
+    return fail("--freeze-step must be a non-negative integer or auto, got '" +
+                o.freezeStep + "'");
+  if (n < 0)
+    return fail("--freeze-step must not be negative, got " + llvm::Twine(n));
+  return llvm::Error::success();
+}
+
 /// 1-bit Adam (docs/compression.md): it runs at ZeRO 0-3 on the
 /// data-parallel ranks with f32 gradients; what it does not run yet is
 /// refused by name.
@@ -212,9 +230,6 @@ llvm::Error checkCompression(const TrainingOptions &o) {
                 " is not supported yet (1-bit Adam runs at ZeRO 0-3, f32, on "
                 "data-parallel ranks)");
   };
-  if (o.freezeStep < 0)
-    return fail("--freeze-step must not be negative, got " +
-                llvm::Twine(o.freezeStep));
   if (o.pipelineParallel > 1)
     return limit("--pipeline-parallel=" + llvm::Twine(o.pipelineParallel));
   if (o.tensorParallel > 1)
@@ -285,9 +300,6 @@ llvm::Error checkOneBitLamb(const TrainingOptions &o) {
   };
   if (o.optimizerName != "onebit-lamb")
     return llvm::Error::success();
-  if (o.freezeStep < 0)
-    return fail("--freeze-step must not be negative, got " +
-                llvm::Twine(o.freezeStep));
   if (!(o.lambFactorMin > 0 && o.lambFactorMin <= o.lambFactorMax))
     return fail("--factor-min and --factor-max must satisfy 0 < min <= max, "
                 "got " + num(o.lambFactorMin) + " and " +
@@ -363,6 +375,8 @@ llvm::Error mlir::ds::validateTrainingOptions(TrainingOptions &options) {
   if (llvm::Error e = checkPipeline(options))
     return e;
   if (llvm::Error e = checkPrecisionAndZero(options))
+    return e;
+  if (llvm::Error e = checkFreezeStep(options))
     return e;
   if (llvm::Error e = checkCompression(options))
     return e;
