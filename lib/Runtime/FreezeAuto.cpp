@@ -1,4 +1,5 @@
-//===- FreezeAuto.cpp - ds-run's freeze_step auto decision -----------------===//
+//===- FreezeAuto.cpp - ds-run's freeze_step auto decision
+//-----------------===//
 //
 // Part of the ds project (runtime: no MLIR or LLVM).
 //
@@ -89,7 +90,8 @@ bool startFreezeAuto(RunContext &ctx, FreezeAuto &fa) {
   return true;
 }
 
-bool observeFreezeAuto(RunContext &ctx, FreezeAuto &fa, long long s) {
+bool observeFreezeAuto(RunContext &ctx, FreezeAuto &fa, long long s,
+                       bool progressBar) {
   if (!fa.active || fa.decided >= 0)
     return true;
   std::string err;
@@ -109,12 +111,14 @@ bool observeFreezeAuto(RunContext &ctx, FreezeAuto &fa, long long s) {
   for (Executor *e : ctx.allExecs())
     e->setFreezeStep(s);
   if (ctx.lead)
-    std::printf("freeze_step auto: the variance is frozen after step %lld "
+    std::printf("%sfreeze_step auto: the variance is frozen after step %lld "
                 "(||v|| %.6g, its relative change over the last %lld steps "
                 "%.4g%s %g)\n",
-                s, norm, static_cast<long long>(fz::kWindow), fa.lastChange,
-                fa.lastChange < fz::kThreshold ? " <" : ", the latest step; "
-                                                        "threshold",
+                progressBar ? "\n" : "", s, norm,
+                static_cast<long long>(fz::kWindow), fa.lastChange,
+                fa.lastChange < fz::kThreshold ? " <"
+                                               : ", the latest step; "
+                                                 "threshold",
                 fz::kThreshold);
   return true;
 }

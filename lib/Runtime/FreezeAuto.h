@@ -25,11 +25,11 @@ namespace ds::rt {
 struct RunContext;
 
 struct FreezeAuto {
-  bool active = false;  // the plan's kernels are marked freeze_auto
-  int64_t decided = -1; // the last warm-up step, once decided
+  bool active = false;       // the plan's kernels are marked freeze_auto
+  int64_t decided = -1;      // the last warm-up step, once decided
   std::vector<double> norms; // ||v|| after the last K+1 steps, oldest first
   double lastNorm = NAN, lastChange = NAN; // of the last step measured
-  long long measuredAt = 0;                 // (--log-json's v_norm)
+  long long measuredAt = 0;                // (--log-json's v_norm)
 };
 
 /// Before step 1 (and before a resume): active when the plan asks for it;
@@ -37,7 +37,9 @@ struct FreezeAuto {
 bool startFreezeAuto(RunContext &ctx, FreezeAuto &fa);
 /// After step `s` (before its checkpoint): measures and, where the
 /// criterion holds, decides and prints one line.
-bool observeFreezeAuto(RunContext &ctx, FreezeAuto &fa, long long s);
+/// `progressBar`: the line ends the bar's line first.
+bool observeFreezeAuto(RunContext &ctx, FreezeAuto &fa, long long s,
+                       bool progressBar);
 /// The checkpoint's "state" entries, and the resume from them.
 void freezeAutoState(const FreezeAuto &fa,
                      std::map<std::string, std::string> &state);

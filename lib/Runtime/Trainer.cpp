@@ -260,7 +260,7 @@ bool finishStep(RunContext &ctx, TrainState &ts, long long s, StepRun &step,
   ++ts.stepsDone;
   // freeze_step auto: whether this step ends the warm-up (before its line
   // and its checkpoint).
-  if (!observeFreezeAuto(ctx, ts.freeze, s))
+  if (!observeFreezeAuto(ctx, ts.freeze, s, ts.progressBar))
     return false;
   printStep(ctx, ts, f);
   if (!monitorStep(ctx, ts, f)) // monitors, comms logger, flops profile
