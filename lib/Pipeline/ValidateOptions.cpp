@@ -201,13 +201,13 @@ llvm::Error checkSteps(const TrainingOptions &o) {
   return llvm::Error::success();
 }
 
-/// --freeze-step: a non-negative integer, or auto (1-bit Adam only:
+/// --freeze-step: a non-negative integer, or auto (1-bit Adam and LAMB:
 /// ds-run decides, docs/compression.md).
 llvm::Error checkFreezeStep(const TrainingOptions &o) {
   if (o.freezeStep == "auto") {
-    if (o.optimizerName != "onebit-adam")
-      return fail("--freeze-step=auto is not supported yet with "
-                  "--optimizer=" + o.optimizerName + " (built for onebit-adam)");
+    if (o.optimizerName != "onebit-adam" && o.optimizerName != "onebit-lamb")
+      return fail("--freeze-step=auto is not supported with --optimizer=" +
+                  o.optimizerName + " (built for onebit-adam and onebit-lamb)");
     return llvm::Error::success();
   }
   long long n = 0;

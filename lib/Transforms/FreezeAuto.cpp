@@ -14,9 +14,9 @@
 namespace mlir::ds::optimizer {
 
 LogicalResult markFreezeAuto(func::FuncOp func, StringRef optimizer) {
-  if (optimizer != "onebit-adam")
-    return func.emitError("freeze-step auto is built for onebit-adam only, "
-                          "not '")
+  if (optimizer != "onebit-adam" && optimizer != "onebit-lamb")
+    return func.emitError("freeze-step auto is built for onebit-adam and "
+                          "onebit-lamb only, not '")
            << optimizer << "'";
   Builder b(func.getContext());
   func.walk([&](Operation *op) {

@@ -16,6 +16,8 @@ Checks and their tolerances:
   relative (1-bit Adam's warm-up is that Adam), and each step hands the
   uncompressed step's bytes; steps after D: ds-run's count equals the
   plan's for the phase every step and is at least 5x fewer;
+- with --optimizer=lamb the pair is 1-bit LAMB against Lamb without
+  bias correction (ZeRO 0), with the same checks;
 - ds-opt --report=json says the freeze step is decided at run time;
 - runs saved at steps D-2, D and D+2 and resumed give the uninterrupted
   run's losses and weights bit for bit, and the one resumed before the
@@ -44,6 +46,7 @@ def main():
     ap.add_argument("--lr", default="1e-3")
     ap.add_argument("--beta2", default="0.99")
     ap.add_argument("--zero", type=int, default=0)
+    ap.add_argument("--optimizer", choices=("adam", "lamb"), default="adam")
     args = ap.parse_args()
     w = lambda f: os.path.join(args.work, f)
     n = args.ranks
@@ -77,8 +80,10 @@ def main():
         return sorted(wa.files) == sorted(wb.files) and all(
             np.array_equal(wa[k], wb[k]) for k in wa.files)
 
-    compile_plan("plain", ["--optimizer=adamw", "--bias-correction=false"])
-    rep = compile_plan("auto", ["--optimizer=onebit-adam", "--freeze-step=auto"])
+    plain_opt = "lamb" if args.optimizer == "lamb" else "adamw"
+    onebit = f"--optimizer=onebit-{args.optimizer}"
+    compile_plan("plain", [f"--optimizer={plain_opt}", "--bias-correction=false"])
+    rep = compile_plan("auto", [onebit, "--freeze-step=auto"])
     plain, _ = run("plain", "plain", args.steps)
     auto, lines = run("auto", "auto", args.steps)
     ok = len(lines) == 1
@@ -95,21 +100,22 @@ def main():
     print(f"report: freeze step decided at run time: {rep_ok}")
     ok &= rep_ok
     # The fixed freeze step D: the same run.
-    compile_plan("fixed", ["--optimizer=onebit-adam", f"--freeze-step={d}"])
+    compile_plan("fixed", [onebit, f"--freeze-step={d}"])
     fixed, flines = run("fixed", "fixed", args.steps)
     same_fixed = [s["loss"] for s in fixed] == [s["loss"] for s in auto] and \
         same_weights("fixed", "auto") and not flines
     print(f"--freeze-step={d}: losses and weights identical {same_fixed}")
     ok &= same_fixed
     warm = max(abs(a["loss"] - b["loss"]) / abs(a["loss"]) for a, b in zip(plain[:d], auto[:d]))
-    print(f"warm-up (steps 1-{d}): max relative loss difference to AdamW {warm:.2e} (tolerance 1e-5)")
+    print(f"warm-up (steps 1-{d}): max relative loss difference to {plain_opt} "
+          f"{warm:.2e} (tolerance 1e-5)")
     ok &= warm <= 1e-5
     plain_bytes = plain[-1]["collective_bytes"]
     warm_bytes = all(s["collective_bytes"] == plain_bytes for s in auto[:d])
     after = [s["collective_bytes"] for s in auto[d:]]
     planned = all(s["collective_bytes"] == s["planned_collective_bytes"] for s in auto)
     ratio = plain_bytes / max(after)
-    print(f"bytes per step: {plain_bytes} until step {d} (as AdamW: {warm_bytes}), "
+    print(f"bytes per step: {plain_bytes} until step {d} (as {plain_opt}: {warm_bytes}), "
           f"{max(after)} after ({ratio:.1f}x fewer); measured = planned every step: {planned}")
     ok &= warm_bytes and planned and ratio >= 5 and min(after) == max(after)
     for at in (d - 2, d, d + 2):
