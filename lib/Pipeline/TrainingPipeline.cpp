@@ -156,9 +156,8 @@ void mlir::ds::addTrainingPasses(OpPassManager &pm, const TrainingOptions &o,
     opt.gradClip = o.gradClip;
     opt.gradAccum = o.gradAccum;
     opt.allgatherBucketSize = o.allgatherBucketSize;
-    // --freeze-step=auto: the latest step the criterion allows, decided
-    // by ds-run (ValidateOptions checked the value).
-    // The pass takes -1 for auto.
+    // --freeze-step=auto is the pass's -1: ds-run decides the step
+    // (ValidateOptions checked the value).
     int64_t freeze = 100000;
     if (o.freezeStep == "auto")
       freeze = -1;
