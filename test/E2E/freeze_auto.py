@@ -21,7 +21,8 @@ Checks and their tolerances:
 - ds-opt --report=json says the freeze step is decided at run time;
 - runs saved at steps D-2, D and D+2 and resumed give the uninterrupted
   run's losses and weights bit for bit, and the one resumed before the
-  switch decides D again (the window's norms are in the checkpoint).
+  switch decides D again (the window's norms are in the checkpoint);
+- a checkpoint saved with a fixed freeze step is refused by the auto plan.
 """
 import argparse
 import json
@@ -130,6 +131,16 @@ def main():
         print(f"resumed at step {at}: losses identical {same}, weights identical {same_w}, "
               f"freeze lines {decided}")
         ok &= same and same_w and dec_ok
+    # A checkpoint saved with a fixed freeze step has no window: refused.
+    ck = w("ck_fixed")
+    subprocess.run(["rm", "-rf", ck], check=True)
+    run("fixed", "first", 5, ["--save", ck])
+    p = subprocess.run(args.mpirun.split() + ["-np", str(n), args.ds_run, w("auto.plan"),
+                        "--steps", "10", "--data", w("data.npz"), "--threads", "1",
+                        "--resume", ck], capture_output=True, text=True, timeout=600)
+    refused = p.returncode != 0 and "the checkpoint has no freeze_step auto state" in p.stderr
+    print(f"resume of a fixed-freeze checkpoint refused: {refused}")
+    ok &= refused
     print("PASS" if ok else "FAIL")
     sys.exit(0 if ok else 1)
 
