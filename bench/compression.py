@@ -16,6 +16,11 @@ twins on N CPU ranks (mpirun), on the bundled GPT (export_gpt.py --dynamic,
    layouts (the compressed optimizers after the freeze, with their warm-up
    step), and what --plan=auto --plan-compression=auto chooses. Only this
    section: DS_BENCH_PLANNER_ONLY=1 bench/compression.sh.
+4. 1-bit Adam with freeze_step auto over 200 steps next to AdamW and the
+   fixed freeze at 20: the step ds-run chose, the criterion's trace
+   (||v|| and its relative change, ds-run's --log-json) and the loss
+   curve's largest relative distance to AdamW's (8-step means). Only this
+   section: DS_BENCH_FREEZE_AUTO_ONLY=1 bench/compression.sh.
 
 usage: compression.py BUILD_BIN WORKDIR [RANKS] [MPIRUN]"""
 import json
@@ -43,6 +48,7 @@ OPT = {
     "adamw": ["--optimizer=adamw", "--bias-correction=false"],
     "adamw-b2": ["--optimizer=adamw", "--bias-correction=false", "--beta2=0.995"],
     "onebit-adam": ["--optimizer=onebit-adam", f"--freeze-step={FREEZE}"],
+    "onebit-adam-auto": ["--optimizer=onebit-adam", "--freeze-step=auto"],
     "zero-one-adam": ["--optimizer=zero-one-adam", "--beta2=0.995", *ZO],
     "lamb": ["--optimizer=lamb", "--bias-correction=false"],
     "onebit-lamb": ["--optimizer=onebit-lamb", f"--freeze-step={FREEZE}"],
@@ -63,15 +69,19 @@ def compile_plan(onnx, name, extra=()):
 
 
 def train(name, steps):
+    return train_out(name, steps)[0]
+
+
+def train_out(name, steps):
     log = w(name + ".json")
-    subprocess.run(MPIRUN + ["-np", str(N), tool("ds-run"), w(name + ".plan"),
+    p = subprocess.run(MPIRUN + ["-np", str(N), tool("ds-run"), w(name + ".plan"),
                              "--steps", str(steps), "--data", w("data.npz"),
                              "--log-json", log, "--threads", "1"],
                    check=True, capture_output=True, text=True, timeout=900)
     steps = [json.loads(l) for l in open(log)]
     assert all(s["collective_bytes"] == s["planned_collective_bytes"] for s in steps), \
         name + ": ds-run's bytes differ from the plan's"
-    return steps
+    return steps, p.stdout
 
 
 def main():
@@ -87,10 +97,14 @@ def main():
     seq = (start + stride * np.arange(33)[None, :]) % 128
     np.savez(w("data.npz"), idx=seq[:, :32], targets=seq[:, 1:])
 
+    if os.environ.get("DS_BENCH_FREEZE_AUTO_ONLY"):
+        return freeze_auto(onnx)
     print(f"== 1. bytes per step and step time on {N} CPU ranks "
           f"(GPT example, 2x32 tokens per rank; after step {FREEZE})")
     runs = {}
     for name in OPT:
+        if name == "onebit-adam-auto":
+            continue  # section 4
         compile_plan(onnx, name)
         runs[name] = train(name, 200 if name in ("adamw", "adamw-b2", "onebit-adam",
                                                   "zero-one-adam") else 40)
@@ -118,6 +132,7 @@ def main():
         print(f"{name:<15}" + "".join(f"{x:>11.4f}" for x in row))
 
     planner()
+    freeze_auto(onnx)
 
 
 # The planner's figures (section 3): GPT-2 small's shapes (export_gpt.py
@@ -200,6 +215,46 @@ def search(gpt2, cfile, gbps, fixed):
             line += (f"; best {name} {best[key]['layout']} "
                      f"{best[key]['step_time_s'] * 1e3:.2f} ms")
     return line
+
+
+def freeze_auto(onnx):
+    """Section 4, at DeepSpeed's beta2 0.999 and at 0.99 (no bias
+    correction: the variance after t steps is 1 - beta2^t of its steady
+    value, so at 0.999 it is still growing after 200 steps)."""
+    print("== 4. 1-bit Adam with freeze_step auto, 200 steps, against AdamW "
+          "and the freeze at 20 (mean of 8 steps around each point)")
+    points = [25, 50, 100, 150, 200]
+    for b2 in ("0.999", "0.99"):
+        runs, out = {}, ""
+        for name in ("adamw", "onebit-adam", "onebit-adam-auto"):
+            compile_plan(onnx, name, [f"--beta2={b2}"])
+            runs[name], o = train_out(name, 200)
+            out = o if name == "onebit-adam-auto" else out
+        line = [l[l.index("freeze_step auto:"):] for l in out.splitlines()
+                if "freeze_step auto:" in l]
+        print(f"beta2 {b2}: " + (line[0] if line else "no freeze within 200 steps"))
+        trace = [(s["step"], s["v_norm"], s.get("freeze_change"))
+                 for s in runs["onebit-adam-auto"] if "v_norm" in s]
+        print("  criterion (step: ||v||, relative change over the window): " +
+              "; ".join(f"{t}: {v:.3g}, {'-' if c is None else f'{c:.3f}'}"
+                        for t, v, c in trace if t % 20 == 0 or t == trace[-1][0]))
+        print(f"  {'optimizer':<17}" + "".join(f"{'step ' + str(p):>11}" for p in points)
+              + f"{'largest rel. diff':>19}{'last 8':>9}")
+        mean8 = lambda st: [statistics.mean([s["loss"] for s in st][p - 8:p])
+                            for p in range(8, 201)]
+        ref = mean8(runs["adamw"])
+        for name, st in runs.items():
+            m = mean8(st)
+            dev = max((x - r) / r for x, r in zip(m, ref))
+            low = min((x - r) / r for x, r in zip(m, ref))
+            big = dev if abs(dev) >= abs(low) else low
+            row = [m[p - 8] for p in points]
+            print(f"  {name:<17}" + "".join(f"{x:>11.4f}" for x in row) +
+                  f"{100 * big:>+18.1f}%{100 * (m[-1] - ref[-1]) / ref[-1]:>+8.1f}%")
+        after = [s["collective_bytes"] for s in runs["onebit-adam-auto"] if "v_norm" not in s]
+        if after:
+            print(f"  bytes per step after the freeze {statistics.mean(after):.0f} "
+                  f"against AdamW's {runs['adamw'][-1]['collective_bytes']}")
 
 
 if __name__ == "__main__":

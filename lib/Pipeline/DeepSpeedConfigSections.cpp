@@ -117,6 +117,13 @@ static bool readOptimizerParams(Reader &r, const std::string &key, const Value &
     llvm::StringRef name = pkv.first;
     if (known.count(name.str()))
       continue;
+    if (name == "freeze_step") { // an integer, or "auto": ds-run decides
+      std::optional<int64_t> n;
+      if (!isAuto(pkv.second) && !(n = r.integer(pkv.second, pk)))
+        return false;
+      r.set("freeze-step", n ? std::to_string(*n) : "auto", pk);
+      continue;
+    }
     if (isAuto(pkv.second) && name != "lr" && name != "weight_decay" &&
         name != "eps") {
       r.autoValue(pk, name == "betas" ? "--beta1/--beta2 (command line, "

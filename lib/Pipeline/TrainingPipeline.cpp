@@ -157,7 +157,14 @@ void mlir::ds::addTrainingPasses(OpPassManager &pm, const TrainingOptions &o,
     opt.gradClip = o.gradClip;
     opt.gradAccum = o.gradAccum;
     opt.allgatherBucketSize = o.allgatherBucketSize;
-    opt.freezeStep = o.freezeStep;
+    // --freeze-step=auto is the pass's -1: ds-run decides the step
+    // (ValidateOptions checked the value).
+    int64_t freeze = 100000;
+    if (o.freezeStep == "auto")
+      freeze = -1;
+    else
+      (void)llvm::StringRef(o.freezeStep).getAsInteger(10, freeze);
+    opt.freezeStep = freeze;
     opt.varFreezeStep = o.varFreezeStep;
     opt.varUpdateScaler = o.varUpdateScaler;
     opt.localStepScaler = o.localStepScaler;

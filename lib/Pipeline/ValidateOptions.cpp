@@ -220,6 +220,33 @@ std::string compressedAccumProblem(const TrainingOptions &o) {
              : "--grad-accum=" + m;
 }
 
+/// --freeze-step: a non-negative integer, or auto (1-bit Adam and LAMB:
+/// ds-run decides, docs/compression.md).
+llvm::Error checkFreezeStep(const TrainingOptions &o) {
+  if (o.freezeStep == "auto") {
+    if (o.optimizerName != "onebit-adam" && o.optimizerName != "onebit-lamb")
+      return fail("--freeze-step=auto is not supported with --optimizer=" +
+                  o.optimizerName + " (built for onebit-adam and onebit-lamb)");
+    // Built and tested without pipelines, and 1-bit LAMB at ZeRO-0 only.
+    if (o.pipelineParallel > 1)
+      return fail("--freeze-step=auto with --pipeline-parallel=" +
+                  llvm::Twine(o.pipelineParallel) +
+                  " is not supported yet (give a fixed --freeze-step)");
+    if (o.optimizerName == "onebit-lamb" && o.zeroStage > 0)
+      return fail("--freeze-step=auto with --optimizer=onebit-lamb --zero=" +
+                  llvm::Twine(o.zeroStage) +
+                  " is not supported yet (give a fixed --freeze-step)");
+    return llvm::Error::success();
+  }
+  long long n = 0;
+  if (llvm::StringRef(o.freezeStep).getAsInteger(10, n))
+    return fail("--freeze-step must be a non-negative integer or auto, got '" +
+                o.freezeStep + "'");
+  if (n < 0)
+    return fail("--freeze-step must not be negative, got " + llvm::Twine(n));
+  return llvm::Error::success();
+}
+
 /// 1-bit Adam (docs/compression.md): it runs at ZeRO 0-3 on the
 /// data-parallel ranks with f32 gradients; what it does not run yet is
 /// refused by name.
@@ -231,9 +258,6 @@ llvm::Error checkCompression(const TrainingOptions &o) {
                 " is not supported yet (1-bit Adam runs at ZeRO 0-3, f32, on "
                 "data-parallel ranks)");
   };
-  if (o.freezeStep < 0)
-    return fail("--freeze-step must not be negative, got " +
-                llvm::Twine(o.freezeStep));
   if (o.tensorParallel > 1)
     return limit("--tensor-parallel=" + llvm::Twine(o.tensorParallel));
   if (o.precision != "fp32" || o.effectiveCommDtype() != "fp32")
@@ -313,9 +337,6 @@ llvm::Error checkOneBitLamb(const TrainingOptions &o) {
   };
   if (o.optimizerName != "onebit-lamb")
     return llvm::Error::success();
-  if (o.freezeStep < 0)
-    return fail("--freeze-step must not be negative, got " +
-                llvm::Twine(o.freezeStep));
   if (!(o.lambFactorMin > 0 && o.lambFactorMin <= o.lambFactorMax))
     return fail("--factor-min and --factor-max must satisfy 0 < min <= max, "
                 "got " + num(o.lambFactorMin) + " and " +
@@ -425,6 +446,8 @@ llvm::Error mlir::ds::validateTrainingOptions(TrainingOptions &options) {
   if (llvm::Error e = checkPipeline(options))
     return e;
   if (llvm::Error e = checkPrecisionAndZero(options))
+    return e;
+  if (llvm::Error e = checkFreezeStep(options))
     return e;
   if (llvm::Error e = checkCompression(options))
     return e;

@@ -160,6 +160,7 @@ std::vector<std::string> Executor::parameterNames() const {
 uint64_t Executor::completedRuns() const { return impl->runs; }
 
 void Executor::setLr(double lr) { impl->options.lr = lr; }
+void Executor::setFreezeStep(int64_t step) { impl->options.freezeStep = step; }
 bool Executor::lastRunOverflowed() const { return impl->stepState.overflow; }
 uint64_t Executor::skippedRuns() const { return impl->skipped; }
 uint64_t Executor::skippedSteps() const {

@@ -290,6 +290,7 @@ KernelContext Executor::Impl::contextOf(int i, uint64_t runSeed) {
                             : fnv1a64(ins.location().data(),
                                       ins.location().size()));
   ctx.lr = options.lr;
+  ctx.freezeStep = options.freezeStep;
   int g = groupOf(ctx.attrs);
   ctx.comm = group(g);
   ctx.inflight = &inflight[g + 1];

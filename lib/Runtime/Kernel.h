@@ -85,6 +85,7 @@ struct KernelContext {
   Communicator *pipe = nullptr;
   int pipeStride = 0;
   int micro = 0;
+  int64_t freezeStep = -2; // ds-run's freeze_step auto (freezeStepOf)
   bool fail(const std::string &message) {
     error = message;
     return false;
@@ -99,6 +100,21 @@ inline double stepLr(const KernelContext &ctx, int64_t t) {
                          ctx.attrs.getInt("warmup_steps", 0),
                          ctx.attrs.getInt("total_steps", 0),
                          ctx.attrs.getFloat("min_lr", 0.0));
+}
+
+/// 1-bit Adam's last warm-up step: the plan's `freeze_step`, or with
+/// `freeze_auto` the step ds-run decided (docs/compression.md; undecided:
+/// none yet). False with the error set where nothing decides.
+inline bool freezeStepOf(KernelContext &ctx, int64_t &freeze) {
+  freeze = ctx.attrs.getInt("freeze_step", 100000);
+  if (!ctx.attrs.getInt("freeze_auto", 0))
+    return true;
+  if (ctx.freezeStep < -1)
+    return ctx.fail("freeze_step auto is decided by ds-run's training loop; "
+                    "this run has none (compile with a freeze step)");
+  if (ctx.freezeStep >= 0)
+    freeze = ctx.freezeStep;
+  return true;
 }
 
 /// Every kernel of every backend: true on success, else false with

@@ -53,6 +53,12 @@ void logStep(RunContext &ctx, const TrainState &ts, const StepFigures &f) {
              ", \"skipped\": " + std::to_string(ctx.exec()->skippedSteps()) +
              ", \"hysteresis\": " + std::to_string(ts.scaler.curHysteresis) +
              ", \"next_loss_scale\": " + std::to_string(ts.scaler.scale);
+  if (ts.freeze.active && ts.freeze.measuredAt == f.step) // freeze_step auto
+    scaler += ", \"v_norm\": " + fullDigits(ts.freeze.lastNorm) +
+              ", \"freeze_change\": " +
+              (std::isnan(ts.freeze.lastChange)
+                   ? std::string("null")
+                   : fullDigits(ts.freeze.lastChange));
   std::fprintf(ctx.log,
                "{\"step\": %lld, \"loss\": %s, \"lr\": %s, "
                "\"samples_per_s\": %.3f, \"time_ms\": %.3f, "

@@ -259,6 +259,10 @@ bool finishStep(RunContext &ctx, TrainState &ts, long long s, StepRun &step,
   f.lr = ds::scheduledLr(info.schedule, ts.lr, s, info.warmupSteps,
                          info.totalSteps, info.minLr);
   ++ts.stepsDone;
+  // freeze_step auto: whether this step ends the warm-up (before its line
+  // and its checkpoint).
+  if (!observeFreezeAuto(ctx, ts.freeze, s, ts.progressBar))
+    return false;
   printStep(ctx, ts, f);
   if (!monitorStep(ctx, ts, f)) // monitors, comms logger, flops profile
     return false;
@@ -304,7 +308,8 @@ bool prepareTraining(RunContext &ctx, TrainState &ts) {
   std::string err;
   if (ctx.info.lossScaling && !ts.scaler.configure(ctx.info.options, err))
     return ctx.fail(err);
-  if (!probeSaveFolder(ctx) || (!o.resumeDir.empty() && !resumeRun(ctx, ts)))
+  if (!startFreezeAuto(ctx, ts.freeze) || !probeSaveFolder(ctx) ||
+      (!o.resumeDir.empty() && !resumeRun(ctx, ts)))
     return false;
   // A progress bar on a terminal for long runs (--no-progress-bar: lines).
   ts.progressBar = isatty(STDOUT_FILENO) && !o.noProgressBar &&

@@ -200,6 +200,8 @@ bool resumeRun(RunContext &ctx, TrainState &ts) {
   }
   if (ok && ctx.info.lossScaling)
     ok = ts.scaler.restore(extra, err);
+  if (ok)
+    ok = restoreFreezeAuto(ctx, ts.freeze, extra, err);
   if (!ctx.world.allOk(ok))
     return ctx.failEveryRank(
         ok ? "the checkpoint was rejected on another rank" : err);
@@ -226,13 +228,14 @@ bool saveStep(RunContext &ctx, TrainState &ts, long long s) {
   // every rank agrees that all saved before going on.
   std::string err;
   bool saved = true;
+  std::map<std::string, std::string> extra;
+  if (ctx.info.lossScaling)
+    extra = ts.scaler.state();
+  freezeAutoState(ts.freeze, extra);
   for (size_t k = 0; k < ctx.execs.size() && saved; ++k)
     saved = ctx.stages == 1
                 ? saveCheckpoint(o.saveDir, *ctx.exec(), ctx.world, ctx.info, s,
-                                 ctx.info.lossScaling
-                                     ? ts.scaler.state()
-                                     : std::map<std::string, std::string>{},
-                                 err)
+                                 extra, err)
                 : saveCheckpoint(chunkFolder(ctx, o.saveDir, k), *ctx.execs[k],
                                  *ctx.sc, describe(*ctx.chunkPlans[k]), s,
                                  std::map<std::string, std::string>{}, err);

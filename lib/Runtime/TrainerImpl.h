@@ -14,6 +14,7 @@
 #ifndef DS_RUNTIME_TRAINERIMPL_H
 #define DS_RUNTIME_TRAINERIMPL_H
 
+#include "FreezeAuto.h"
 #include "ds/Runtime/Comm.h"
 #include "ds/Runtime/LossScaler.h"
 #include "ds/Runtime/Runtime.h"
@@ -125,6 +126,7 @@ struct TrainState {
   // reports its own).
   long long commAsPlanned = 0;
   LossScaler scaler;
+  FreezeAuto freeze; // 1-bit Adam's freeze_step auto
   // With pipeline parallelism: the activation stash, measured and planned.
   uint64_t plannedStash = 0, stashHigh = 0;
   int stashCopies = 0;

@@ -370,12 +370,16 @@ void reportCollectives(std::string &out, const Footprint &f,
   if (f.freezeStep >= 0) { // 1-bit Adam (docs/compression.md)
     std::snprintf(
         line, sizeof line,
-        "  after the freeze (step > %lld): %d compressed all-reduce replace "
+        "  after the freeze (step > %lld%s): %d compressed all-reduce replace "
         "%llu bytes of gradient all-reduce, %d compressed reduce-scatter "
         "%llu bytes of gradient reduce-scatter, %d compressed all-gather "
         "%llu bytes of parameter all-gather; %llu bytes handed per "
         "step, ring traffic per rank %.0f bytes (%.1fx less)\n",
-        static_cast<long long>(f.freezeStep), f.compressedAllReduces,
+        static_cast<long long>(f.freezeStep),
+        f.freezeAuto ? ", or the earlier step at which ds-run finds the "
+                       "variance settled: freeze_step auto, decided at run time"
+                     : "",
+        f.compressedAllReduces,
         static_cast<unsigned long long>(f.warmupOnlyBytes -
                                         f.warmupOnlyReduceScatterBytes -
                                         f.warmupOnlyAllGatherBytes),
@@ -570,6 +574,8 @@ std::string formatFootprintJson(const Footprint &f) {
   }
   if (f.freezeStep >= 0) { // 1-bit Adam: the figures after the freeze
     kv("freeze_step", f.freezeStep);
+    if (f.freezeAuto) // decided at run time; freeze_step is the latest
+      kv("freeze_step_auto", "true");
     kv("compressed_all_reduce", f.compressedAllReduces);
     kv("compressed_all_reduce_bytes", f.compressedAllReduceBytes);
     kv("compressed_reduce_scatter", f.compressedReduceScatters);

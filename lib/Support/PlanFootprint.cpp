@@ -343,6 +343,8 @@ void addCollectivesAndOptimizer(const plan::Plan &p,
                                                   : kernelName(ins.kind());
       if (ins.optimizer().has_freeze_step())
         f.freezeStep = ins.optimizer().freeze_step();
+      for (const plan::Attribute &a : ins.attributes())
+        f.freezeAuto |= a.name() == "freeze_auto" && a.i() != 0;
       if (ins.optimizer().has_var_freeze_step()) // 0/1 Adam
         f.zeroOne = ::ds::zeroone::Policy{
             ins.optimizer().var_freeze_step(),

@@ -14,6 +14,7 @@
 #include "GradAccumulate.h"
 #include "OptimizerUpdate.h"
 #include "ds/Runtime/Schedule.h"
+#include "ds/Support/FreezeAuto.h"
 #include "ds/Transforms/Passes.h"
 #include "ds/Transforms/Sharding.h"
 #include "llvm/ADT/StringSet.h"
@@ -617,6 +618,9 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
     UpdateSection section(func, *options);
     if (failed(section.verify()) || failed(section.build()))
       return signalPassFailure();
+    // freeze-step -1: freeze_step auto, decided by ds-run (FreezeAuto.cpp).
+    if (freezeStep == -1 && failed(optimizer::markFreezeAuto(func, optimizer)))
+      return signalPassFailure();
   }
 
   /// The pass options, checked, as the update section reads them.
@@ -650,12 +654,14 @@ struct OptimizerPass : impl::OptimizerPassBase<OptimizerPass> {
     hyper.minCoeff = minCoeff;
     hyper.schedule = {schedule, warmupSteps, totalSteps, minLr};
     hyper.gradAccum = gradAccum;
-    hyper.freezeStep = freezeStep;
+    // -1: auto (ds-run decides, at the latest after kMaxStep).
+    hyper.freezeStep =
+        freezeStep == -1 ? ::ds::freezeauto::kMaxStep : int64_t(freezeStep);
     hyper.zeroOne = {varFreezeStep, varUpdateScaler, localStepScaler,
                      localStepClipper};
     hyper.oneBitLamb = {coeffBeta, factorMax, factorMin, factorThreshold};
-    if (freezeStep < 0)
-      return func.emitError("freeze-step must not be negative, got ")
+    if (freezeStep < -1)
+      return func.emitError("freeze-step must not be below -1 (auto), got ")
              << static_cast<int64_t>(freezeStep);
     return UpdateOptions{rule, hyper, gradClip, masterWeights,
                          allgatherBucketSize};

@@ -160,6 +160,9 @@ LogicalResult prepareAtAnyStage(func::FuncOp func, const Hyperparameters &hp,
 /// Refuses what 1-bit Adam does not run yet and returns the gradients of
 /// ZeRO-0's all-reduce to this rank's own (the update exchanges them).
 LogicalResult prepareOneBitAdam(func::FuncOp func, const Hyperparameters &hp);
+/// `freeze_step: "auto"` (FreezeAuto.cpp): marks every op with a
+/// `freeze_step` for ds-run's decision; refuses other optimizers.
+LogicalResult markFreezeAuto(func::FuncOp func, StringRef optimizer);
 
 /// DeepSpeed's ZeroOneAdam (ZeroOneAdam.cpp): `ds.zero_one_adam` with the
 /// error-feedback buffers, the momentum accumulator and the counters as

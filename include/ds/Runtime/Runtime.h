@@ -150,6 +150,10 @@ struct ExecutorOptions {
   bool profile = false;
   /// Learning-rate override for the optimizer kernels (NaN: the plan's).
   double lr = NAN;
+  /// 1-bit Adam's `freeze_step: "auto"` (docs/compression.md): the last
+  /// warm-up step ds-run decided, -1 while undecided, -2 when nothing
+  /// decides (a kernel marked freeze_auto then fails).
+  int64_t freezeStep = -2;
   /// Debug: runs (1-based) whose overflow check first turns one gradient
   /// element into inf (ds-run --inject-overflow).
   std::vector<uint64_t> injectOverflow;
@@ -289,6 +293,8 @@ public:
   /// plan's) for the runs that follow: the Python engine feeds a torch
   /// lr_scheduler's value before each update.
   void setLr(double lr);
+  /// Sets ExecutorOptions::freezeStep for the runs that follow.
+  void setFreezeStep(int64_t step);
   /// Loss scaling: whether the last run's gradients overflowed (its update
   /// was skipped), and how many runs were skipped so far. The optimizer's
   /// step counter counts the runs that updated.

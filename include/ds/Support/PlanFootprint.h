@@ -115,6 +115,8 @@ struct Footprint {
   /// collectives that run only until then (the gradients' all-reduce) and
   /// those of the compressed exchanges that replace them afterwards.
   int64_t freezeStep = -1;
+  /// freeze_step auto: ds-run decides the freeze step (at most freezeStep).
+  bool freezeAuto = false;
   int compressedAllReduces = 0;
   uint64_t warmupOnlyBytes = 0, compressedBytes = 0;
   /// Of those, by kind: the warm-up-only bytes that are reduce-scatters

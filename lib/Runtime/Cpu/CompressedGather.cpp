@@ -27,7 +27,10 @@ bool afterFreeze(KernelContext &ctx, const TensorView &step, bool &frozen) {
   int64_t t = loadI(step.data, step.dtype, 0);
   if (t < 1)
     return ctx.fail("optimizer step " + std::to_string(t) + " is not >= 1");
-  frozen = t > ctx.attrs.getInt("freeze_step", 100000);
+  int64_t freeze = 0;
+  if (!freezeStepOf(ctx, freeze))
+    return false;
+  frozen = t > freeze;
   return true;
 }
 

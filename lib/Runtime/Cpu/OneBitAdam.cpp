@@ -66,7 +66,8 @@ OneBitStep readStep(KernelContext &ctx, int64_t t) {
   s.b2 = static_cast<float>(beta2), s.a2 = static_cast<float>(1.0 - beta2);
   s.eps = static_cast<float>(ctx.attrs.getFloat("eps", 1e-8));
   s.wd = static_cast<float>(ctx.attrs.getFloat("weight_decay", 0.0));
-  s.frozen = t > ctx.attrs.getInt("freeze_step", 100000);
+  int64_t freeze = 0;
+  s.frozen = freezeStepOf(ctx, freeze) && t > freeze;
   return s;
 }
 
@@ -101,6 +102,8 @@ bool kOneBitAdam(KernelContext &ctx) {
     return false;
   int64_t n = ctx.in[0].numel();
   OneBitStep s = readStep(ctx, t);
+  if (!ctx.error.empty())
+    return false;
   float b1 = s.b1, a1 = s.a1, b2 = s.b2, a2 = s.a2;
   bool frozen = s.frozen;
   const float *G = ctx.in[1].as<float>();
@@ -151,6 +154,8 @@ bool kOneBitAdamLocal(KernelContext &ctx) {
       std::memcpy(ctx.out[i].data, in.data, n * sizeof(float));
   }
   OneBitStep s = readStep(ctx, t);
+  if (!ctx.error.empty())
+    return false;
   const float *G = ctx.in[1].as<float>();
   float *P = ctx.out[0].as<float>(), *M = ctx.out[1].as<float>(),
         *V = ctx.out[2].as<float>();
@@ -182,7 +187,8 @@ bool kCompressedReduceScatter(KernelContext &ctx) {
                     std::to_string(in.numel()) + " elements, its worker "
                     "error and a result of " + std::to_string(chunk) +
                     " are not " + std::to_string(world) + " chunks");
-  if (!readCounter(ctx, ctx.in[2], t))
+  int64_t freeze = 0;
+  if (!readCounter(ctx, ctx.in[2], t) || !freezeStepOf(ctx, freeze))
     return false;
   float *we = ctx.out[1].as<float>();
   if (ctx.in[1].data != ctx.out[1].data)
@@ -191,7 +197,7 @@ bool kCompressedReduceScatter(KernelContext &ctx) {
   std::string err;
   if (world == 1) {
     std::memcpy(out, in.data, chunk * sizeof(float));
-  } else if (t <= ctx.attrs.getInt("freeze_step", 100000)) {
+  } else if (t <= freeze) {
     // The warm-up: the plain reduce-scatter, counted as reduce_scatter's.
     comm->collectiveBytes += in.numel() * sizeof(float);
     if (!comm->reduceScatter(in.data, out, chunk, DType::F32, true, err))

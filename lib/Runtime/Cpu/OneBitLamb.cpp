@@ -97,6 +97,8 @@ bool oneBitLambStep(KernelContext &ctx, const float *grad, int64_t t,
   Communicator *comm = ctx.comm;
   int world = comm ? comm->size() : 1;
   LambHyper h = readHyper(ctx);
+  if (!freezeStepOf(ctx, h.freezeStep)) // freeze_step auto: ds-run's
+    return false;
   double lr = stepLr(ctx, t);
   float b1 = static_cast<float>(h.beta1), a1 = static_cast<float>(1 - h.beta1);
   float *P = s.param, *M = s.expAvg;
