@@ -63,6 +63,8 @@ import sys
 
 import numpy as np
 
+from seq_data import write_sequences
+
 from zero_one_adam import policy
 
 # "flat" against the pipeline: the same math, f32 sums in another order.
@@ -114,12 +116,7 @@ def main():
 
     # Arithmetic sequences mod 128 (onebit_adam.py's data): 8 steps' worth
     # of global micro-batches of 2 rows per rank.
-    rng = np.random.RandomState(0)
-    rows = 8 * M * D * 2
-    start = rng.randint(0, 128, size=(rows, 1))
-    stride = rng.randint(1, 8, size=(rows, 1))
-    seq = (start + stride * np.arange(33)[None, :]) % 128
-    np.savez(w("data.npz"), idx=seq[:, :32], targets=seq[:, 1:])
+    seq = write_sequences(w("data.npz"), 8 * M * D * 2)
     # Flat rank r of step block t reads rows [t 2MD + r 2M, +2M): put there
     # what pipeline rank r reads in step t + 1, micro-batch by micro-batch.
     order = [((t * M + j) * D + r) * 2 + i for t in range(8) for r in range(D)

@@ -33,6 +33,8 @@ import sys
 
 import numpy as np
 
+from seq_data import write_sequences
+
 LINE = re.compile(r"freeze_step auto: the variance is frozen after step (\d+) "
                   r"\(\|\|v\|\| (\S+), its relative change over the last (\d+) "
                   r"steps (\S+?)(?: <|, the latest step; threshold) (\S+)\)")
@@ -52,12 +54,7 @@ def main():
     w = lambda f: os.path.join(args.work, f)
     n = args.ranks
     # The data of onebit_adam.py: arithmetic sequences mod 128, 8 batches.
-    rng = np.random.RandomState(0)
-    rows = 8 * 2 * n
-    start = rng.randint(0, 128, size=(rows, 1))
-    stride = rng.randint(1, 8, size=(rows, 1))
-    seq = (start + stride * np.arange(33)[None, :]) % 128
-    np.savez(w("data.npz"), idx=seq[:, :32], targets=seq[:, 1:])
+    write_sequences(w("data.npz"), 8 * 2 * n)
     common = [args.onnx, "--input-shape=idx:2x32", "--input-shape=targets:2x32",
               f"--world-size={n}", f"--lr={args.lr}", f"--beta2={args.beta2}",
               f"--zero={args.zero}"]

@@ -55,6 +55,8 @@ import sys
 
 import numpy as np
 
+from seq_data import write_sequences
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -80,12 +82,7 @@ def main():
     # Arithmetic sequences (a start and a stride per row, mod 128), next
     # token as target: learnable, and 8 global batches, so that 50 steps
     # lower the loss without memorising one batch.
-    rng = np.random.RandomState(0)
-    rows = 8 * 2 * n
-    start = rng.randint(0, 128, size=(rows, 1))
-    stride = rng.randint(1, 8, size=(rows, 1))
-    seq = (start + stride * np.arange(33)[None, :]) % 128
-    np.savez(w("onebit_data.npz"), idx=seq[:, :32], targets=seq[:, 1:])
+    write_sequences(w("onebit_data.npz"), 8 * 2 * n)
     shapes = ["--input-shape=idx:2x32", "--input-shape=targets:2x32"]
     common = [args.onnx, *shapes, f"--world-size={n}", f"--lr={args.lr}",
               f"--beta2={args.beta2}", f"--zero={args.zero}"]

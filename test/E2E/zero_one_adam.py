@@ -54,6 +54,8 @@ import sys
 
 import numpy as np
 
+from seq_data import write_sequences
+
 
 def policy(steps, var_freeze, var_scaler, local_scaler, clipper):
     """DeepSpeed's ZeroOneAdam, step by step: the phase of each ds step."""
@@ -95,12 +97,7 @@ def main():
     args = ap.parse_args()
     w = lambda f: os.path.join(args.work, f)
     n = args.ranks
-    rng = np.random.RandomState(0)
-    rows = 8 * 2 * n
-    start = rng.randint(0, 128, size=(rows, 1))
-    stride = rng.randint(1, 8, size=(rows, 1))
-    seq = (start + stride * np.arange(33)[None, :]) % 128
-    np.savez(w("zo_data.npz"), idx=seq[:, :32], targets=seq[:, 1:])
+    write_sequences(w("zo_data.npz"), 8 * 2 * n)
     shapes = ["--input-shape=idx:2x32", "--input-shape=targets:2x32"]
     common = [args.onnx, *shapes, f"--world-size={n}", f"--lr={args.lr}",
               f"--beta2={args.beta2}"]

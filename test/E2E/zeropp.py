@@ -28,19 +28,14 @@ import os
 import subprocess
 import sys
 
-import numpy as np
+from seq_data import write_sequences
 
 
 def setup(w, onnx, n, devices_per_node):
     """Writes the data (8 micro-batches of 2x32 tokens per rank: strided
     sequences) to w("data.npz"); returns ds-opt's common arguments (ZeRO-3
     on n ranks, AdamW)."""
-    rng = np.random.RandomState(0)
-    rows = 8 * 2 * n
-    start = rng.randint(0, 128, size=(rows, 1))
-    stride = rng.randint(1, 8, size=(rows, 1))
-    seq = (start + stride * np.arange(33)[None, :]) % 128
-    np.savez(w("data.npz"), idx=seq[:, :32], targets=seq[:, 1:])
+    write_sequences(w("data.npz"), 8 * 2 * n)
     return [onnx, "--input-shape=idx:2x32", "--input-shape=targets:2x32",
             f"--world-size={n}", "--zero=3", "--optimizer=adamw", "--lr=1e-3",
             f"--devices-per-node={devices_per_node}"]
