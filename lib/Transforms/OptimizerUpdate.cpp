@@ -39,7 +39,7 @@ UpdateOutput buildAdamFamily(OpBuilder &b, const UpdateInput &in,
   // ZeRO 1-3: the kernel sums the partition's squares over the ranks, so
   // that the trust ratio is the whole tensor's (docs/compression.md).
   if (lamb && in.partitioned)
-    op->setAttr("norm_over_ranks", b.getBoolAttr(true));
+    op.setNormOverRanks(true);
   return {op.getNewParam(),
           {{"exp_avg", op.getNewExpAvg()}, {"exp_avg_sq", op.getNewExpAvgSq()}},
           op.getNewGradAccum()};

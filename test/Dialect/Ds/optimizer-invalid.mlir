@@ -31,3 +31,12 @@ func.func @wrong_state_type(%p: tensor<4xf32>, %g: tensor<4xf32>, %m: tensor<3xf
   %np, %nm, %nv = ds.adam %p, %g, %m, %v, %t {beta1 = 0.9 : f64, beta2 = 0.999 : f64, decoupled = false, eps = 1.0e-08 : f64, lr = 1.0e-03 : f64, weight_decay = 0.0 : f64} : (tensor<4xf32>, tensor<4xf32>, tensor<3xf32>, tensor<4xf32>, tensor<i64>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
   return %np : tensor<4xf32>
 }
+
+// -----
+
+// The whole-tensor trust ratio over ZeRO partitions is Lamb's alone.
+func.func @norm_over_ranks_without_lamb(%p: tensor<4xf32>, %g: tensor<4xf32>, %m: tensor<4xf32>, %v: tensor<4xf32>, %t: tensor<i64>) -> tensor<4xf32> {
+  // expected-error @+1 {{norm_over_ranks is only for lamb = true}}
+  %np, %nm, %nv = ds.adam %p, %g, %m, %v, %t {beta1 = 0.9 : f64, beta2 = 0.999 : f64, decoupled = false, eps = 1.0e-08 : f64, lr = 1.0e-03 : f64, weight_decay = 0.0 : f64, norm_over_ranks = true} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<i64>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+  return %np : tensor<4xf32>
+}

@@ -37,6 +37,8 @@ static LogicalResult verifyOptimizer(Operation *op, double lr, Value step,
 }
 
 LogicalResult AdamOp::verify() {
+  if (getNormOverRanks() && !getLamb())
+    return emitOpError("norm_over_ranks is only for lamb = true");
   return verifyOptimizer(*this, getLr().convertToDouble(), getStep(),
                          getGradAccum(), getClipCoef());
 }

@@ -959,6 +959,11 @@ def Ds_AdamOp : Ds_Op<"adam", [Pure, Ds_OptimizerStep,
     gradient to it and every K-th applies the mean of the K gradients.
     A `clip` coefficient (an f32 scalar; only with `grad_accum`) scales
     that mean: gradient clipping over the accumulated gradient.
+
+    `norm_over_ranks` (only with `lamb`; ZeRO 1-3): the operands are this
+    rank's partition of each tensor, and the kernel all-gathers the
+    partition's sums of squares so that the trust ratio is the whole
+    tensor's (docs/compression.md).
   }];
   let arguments = (ins Ds_FloatTensor:$param, Ds_FloatTensor:$grad,
                        Ds_FloatTensor:$exp_avg, Ds_FloatTensor:$exp_avg_sq,
@@ -975,7 +980,8 @@ def Ds_AdamOp : Ds_Op<"adam", [Pure, Ds_OptimizerStep,
                        DefaultValuedAttr<I64Attr, "1">:$accum_steps,
                        DefaultValuedAttr<BoolAttr, "true">:$bias_correction,
                        DefaultValuedAttr<F64Attr, "10.0">:$max_coeff,
-                       DefaultValuedAttr<F64Attr, "0.01">:$min_coeff);
+                       DefaultValuedAttr<F64Attr, "0.01">:$min_coeff,
+                       DefaultValuedAttr<BoolAttr, "false">:$norm_over_ranks);
   let results = (outs Ds_FloatTensor:$new_param, Ds_FloatTensor:$new_exp_avg,
                       Ds_FloatTensor:$new_exp_avg_sq,
                       Optional<Ds_FloatTensor>:$new_grad_accum);
