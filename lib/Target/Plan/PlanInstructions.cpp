@@ -80,14 +80,94 @@ uint64_t bufferBytes(const pb::Plan &p, uint32_t id) {
                                                        : 0;
 }
 
+/// Appends one collective of `kind` over `g` moving `bytes` to `ins`.
+void addCollective(pb::Instruction &ins, pb::CollectiveKind kind, pb::Group g,
+                   uint64_t bytes) {
+  pb::Collective *c = ins.add_collectives();
+  c->set_kind(kind);
+  c->set_group(g);
+  c->set_bytes(bytes);
+}
+
+/// ZeRO++'s quantized gather or reduce-scatter (docs/zeropp.md): the bytes
+/// of its records (Support/Quantize.h).
+void addQuantizedCollective(const pb::Plan &p, DictionaryAttr params,
+                            pb::Instruction &ins, pb::Group g) {
+  if (ins.inputs_size() != 1 || ins.outputs_size() != 2)
+    return;
+  bool gather = ins.kind() == pb::KIND_QUANTIZED_ALL_GATHER;
+  int64_t block = intParam(params, "block_size").value_or(1);
+  int bits = static_cast<int>(intParam(params, "bits").value_or(8));
+  auto elements = [&](uint32_t id) {
+    int64_t n = 1;
+    if (id < static_cast<uint32_t>(p.buffers_size()))
+      for (int64_t d : p.buffers(id).shape())
+        n *= d;
+    return n;
+  };
+  // Elements: the shard gathered, or the chunk reduced to; N = the whole
+  // tensor over it.
+  int64_t in = elements(ins.inputs(0)), out = elements(ins.outputs(0));
+  int64_t part = gather ? in : out;
+  int64_t world = part > 0 ? (gather ? out : in) / part : 1;
+  addCollective(ins,
+                gather ? pb::COLLECTIVE_ALL_GATHER
+                       : pb::COLLECTIVE_REDUCE_SCATTER,
+                g,
+                gather ? ::ds::quant::gatherBytes(part, world, block, bits)
+                       : ::ds::quant::reduceScatterBytes(part, world, block,
+                                                         bits));
+}
+
+/// The collective a plain kernel's facts name (KernelKinds.cpp), with its
+/// result's or operand's bytes.
+void addKernelCollective(const pb::Plan &p, pb::Instruction &ins,
+                         pb::Group g) {
+  auto add = [&](pb::CollectiveKind kind, pb::Group grp, uint64_t bytes) {
+    addCollective(ins, kind, grp, bytes);
+  };
+  auto out0 = [&] {
+    return ins.outputs_size() ? bufferBytes(p, ins.outputs(0)) : 0;
+  };
+  auto in0 = [&] {
+    return ins.inputs_size() ? bufferBytes(p, ins.inputs(0)) : 0;
+  };
+  const ::ds::KernelFacts *facts = ::ds::kernelFacts(ins.kind());
+  if (!facts || facts->comm == pb::COLLECTIVE_NONE)
+    return;
+  switch (facts->comm) {
+  case pb::COLLECTIVE_ALL_REDUCE:
+    add(facts->comm, g, out0());
+    return;
+  case pb::COLLECTIVE_ALL_GATHER:
+  case pb::COLLECTIVE_REDUCE_SCATTER: {
+    // Over the tensor-parallel ranks these move sequence-parallel row
+    // blocks.
+    bool sequence = ins.kind() == pb::KIND_SP_ALL_GATHER ||
+                    ins.kind() == pb::KIND_SP_REDUCE_SCATTER ||
+                    g == pb::GROUP_TENSOR;
+    bool scatter = facts->comm == pb::COLLECTIVE_REDUCE_SCATTER &&
+                   ins.inputs_size() == 1;
+    add(facts->comm, sequence ? pb::GROUP_SEQUENCE : g,
+        scatter ? in0() : out0());
+    return;
+  }
+  case pb::COLLECTIVE_SEND:
+    add(facts->comm, pb::GROUP_PIPELINE, in0());
+    return;
+  case pb::COLLECTIVE_RECV:
+    add(facts->comm, pb::GROUP_PIPELINE, out0());
+    return;
+  default:
+    return;
+  }
+}
+
 /// The collectives `ins` runs over `group` (its `group` parameter).
 void addCollectives(const pb::Plan &p, DictionaryAttr params,
                     pb::Instruction &ins, int64_t group) {
-  auto add = [&](pb::CollectiveKind kind, pb::Group g, uint64_t bytes) {
-    pb::Collective *c = ins.add_collectives();
-    c->set_kind(kind);
-    c->set_group(g);
-    c->set_bytes(bytes);
+  auto add = [&](pb::CollectiveKind kind, pb::Group grp, uint64_t bytes) {
+    addCollective(ins, kind, grp, bytes);
   };
   pb::Group g = ::ds::groupOf(group);
   auto out0 = [&] {
@@ -176,61 +256,12 @@ void addCollectives(const pb::Plan &p, DictionaryAttr params,
     return;
   }
   case pb::KIND_QUANTIZED_ALL_GATHER:        // ZeRO++, docs/zeropp.md
-  case pb::KIND_QUANTIZED_REDUCE_SCATTER: { // (records, Support/Quantize.h)
-    if (ins.inputs_size() != 1 || ins.outputs_size() != 2)
-      return;
-    bool gather = ins.kind() == pb::KIND_QUANTIZED_ALL_GATHER;
-    int64_t block = intParam(params, "block_size").value_or(1);
-    int bits = static_cast<int>(intParam(params, "bits").value_or(8));
-    auto elements = [&](uint32_t id) {
-      int64_t n = 1;
-      if (id < static_cast<uint32_t>(p.buffers_size()))
-        for (int64_t d : p.buffers(id).shape())
-          n *= d;
-      return n;
-    };
-    // Elements: the shard gathered, or the chunk reduced to; N = the
-    // whole tensor over it.
-    int64_t in = elements(ins.inputs(0)), out = elements(ins.outputs(0));
-    int64_t part = gather ? in : out;
-    int64_t world = part > 0 ? (gather ? out : in) / part : 1;
-    add(gather ? pb::COLLECTIVE_ALL_GATHER : pb::COLLECTIVE_REDUCE_SCATTER, g,
-        gather ? ::ds::quant::gatherBytes(part, world, block, bits)
-               : ::ds::quant::reduceScatterBytes(part, world, block, bits));
-    return;
-  }
+  case pb::KIND_QUANTIZED_REDUCE_SCATTER:
+    return addQuantizedCollective(p, params, ins, g);
   default:
     break;
   }
-  const ::ds::KernelFacts *facts = ::ds::kernelFacts(ins.kind());
-  if (!facts || facts->comm == pb::COLLECTIVE_NONE)
-    return;
-  switch (facts->comm) {
-  case pb::COLLECTIVE_ALL_REDUCE:
-    add(facts->comm, g, out0());
-    return;
-  case pb::COLLECTIVE_ALL_GATHER:
-  case pb::COLLECTIVE_REDUCE_SCATTER: {
-    // Over the tensor-parallel ranks these move sequence-parallel row
-    // blocks.
-    bool sequence = ins.kind() == pb::KIND_SP_ALL_GATHER ||
-                    ins.kind() == pb::KIND_SP_REDUCE_SCATTER ||
-                    g == pb::GROUP_TENSOR;
-    bool scatter = facts->comm == pb::COLLECTIVE_REDUCE_SCATTER &&
-                   ins.inputs_size() == 1;
-    add(facts->comm, sequence ? pb::GROUP_SEQUENCE : g,
-        scatter ? in0() : out0());
-    return;
-  }
-  case pb::COLLECTIVE_SEND:
-    add(facts->comm, pb::GROUP_PIPELINE, in0());
-    return;
-  case pb::COLLECTIVE_RECV:
-    add(facts->comm, pb::GROUP_PIPELINE, out0());
-    return;
-  default:
-    return;
-  }
+  addKernelCollective(p, ins, g);
 }
 
 } // namespace
