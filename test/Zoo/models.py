@@ -159,7 +159,11 @@ def _images(batch, size=32, classes=10):
 
 def resnet18():
     torch.manual_seed(0)
-    return Classify(SmallResNet18()), _images(8, size=64)
+    # At batch 16, 64 px torch's own f32 losses agree with its f64 ones
+    # within 3e-7 over 6 steps; at batch 8 (and at 96-128 px) valid f32
+    # orders of the same sums drift apart by 1e-4 to 1e-2
+    # (test/Zoo/zoo-parity.test).
+    return Classify(SmallResNet18()), _images(16, size=64)
 
 
 def mobilenet_v2():
