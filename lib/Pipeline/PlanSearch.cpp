@@ -410,6 +410,7 @@ void Search::evaluate(Candidate &cand, bool activations) {
     if (activations)
       trial.recompute = modes.front();
     bool compiled = compileOne(trial);
+    cand.activationsTried |= activations && compiled;
     if (cand.peak < 0 || cand.state == State::Failed ||
         (compiled && (trial.state == State::Fits ||
                       (trial.peak <= cand.peak && !trial.hostTooBig))))

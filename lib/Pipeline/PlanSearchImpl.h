@@ -80,6 +80,9 @@ struct Candidate {
   /// The saved activations on the host (--offload-activations=cpu; a
   /// cluster with `host`, no pipeline).
   bool offloadActivations = false;
+  /// Whether pass 2 compiled this layout with its activations on the host
+  /// (the error when nothing fits says so, whichever placement was kept).
+  bool activationsTried = false;
   int64_t bucket = 0; // 0: the default bucket sizes
   /// The winner's refinement: one kind of bucket of its own size
   /// (--reduce-bucket-size, --allgather-bucket-size,

@@ -38,10 +38,16 @@ plan_search::offloadLadder(const Candidate &cand,
   auto [givenOpt, givenParam, givenAct] = given;
   // (optimizer, parameters): 1 the host, 2 NVMe (through host memory).
   // (The compiler refuses offload with pipeline parallelism.)
+  // The compressed optimizers (1-bit Adam and LAMB, 0/1 Adam) keep their
+  // state on the device: the compiler refuses optimizer and parameter
+  // offload with them, so no compile is spent on those placements.
+  bool compressed = cand.compression == "1bit" || cand.compression == "0/1";
   std::vector<std::pair<int, int>> pairs;
   if (cluster.host.present && cand.pp == 1) {
-    pairs = {{0, 0}, {1, 0}, {1, 1}};
-    if (cluster.nvme.present)
+    pairs = {{0, 0}};
+    if (!compressed)
+      pairs.insert(pairs.end(), {{1, 0}, {1, 1}});
+    if (cluster.nvme.present && !compressed)
       pairs.insert(pairs.end(), {{2, 0}, {2, 1}, {2, 2}});
   }
   std::vector<std::array<int, 3>> ladder;

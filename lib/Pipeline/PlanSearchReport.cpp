@@ -298,7 +298,7 @@ std::string plan_search::nothingFits(const std::vector<Candidate> &all,
   // bound of a pruned candidate.
   std::map<std::string, int64_t> peaks, bounds;
   int64_t least = -1, minMicro = -1, hostNeed = -1;
-  bool triedOffload = false, triedNvme = false;
+  bool triedOffload = false, triedNvme = false, triedActivations = false;
   // Candidates the compile budget left out: their family is not ruled out.
   std::map<std::string, int> leftOut;
   auto lower = [](std::map<std::string, int64_t> &m, const std::string &k,
@@ -318,6 +318,7 @@ std::string plan_search::nothingFits(const std::vector<Candidate> &all,
     minMicro = minMicro < 0 ? x.micro : std::min(minMicro, x.micro);
     triedOffload |= x.offload;
     triedNvme |= x.nvme || x.paramNvme;
+    triedActivations |= x.offloadActivations || x.activationsTried;
     if (x.hostTooBig) { // fits the device: the host is short
       int64_t node =
           x.hostPeak * std::min<int64_t>(x.world(), c.devicesPerNode);
@@ -371,9 +372,9 @@ std::string plan_search::nothingFits(const std::vector<Candidate> &all,
     text += ", or host memory of " + megabytes(hostNeed) +
             " per node (offloading layouts fit the device)";
   if (!c.host.present)
-    text += ", or optimizer offload (give the cluster a \"host\" section, "
-            "and \"nvme\" for NVMe; offload was not considered without "
-            "one)";
+    text += ", or optimizer, parameter or activation offload (give the "
+            "cluster a \"host\" section, and \"nvme\" for NVMe; offload "
+            "was not considered without one)";
   else if (!triedOffload)
     text += ", or optimizer offload";
   if (c.host.present && !c.nvme.present)
@@ -381,6 +382,8 @@ std::string plan_search::nothingFits(const std::vector<Candidate> &all,
             "not considered without one)";
   else if (triedNvme)
     text += " (offload to the host and to NVMe was tried)";
+  if (c.host.present && !triedActivations) // pass 2 tries it otherwise
+    text += ", or activation offload (--offload-activations=cpu)";
   if (m.fixedBatch && m.fixedBatch > 1)
     text += ", or a smaller micro-batch (the export fixes it at " +
             std::to_string(m.fixedBatch) + ": export with a dynamic batch)";
