@@ -46,10 +46,13 @@ std::vector<int> ranked(const std::vector<Candidate> &all) {
   return out;
 }
 
-void row(llvm::raw_ostream &os, const Candidate &c, llvm::StringRef mark) {
-  os << llvm::formatv("{0,-2}{1,-64} {2,12} {3,10} {4,6} {5,12} {6,-13} "
-                      "{7,-9} {8,-6} {9,-10} {10,-11} {11}\n",
-                      mark, c.layout(),
+/// One row of the ranked table, its layout left-justified in `width`
+/// (the longest layout shown, so that long layouts keep the columns).
+void row(llvm::raw_ostream &os, const Candidate &c, llvm::StringRef mark,
+         unsigned width) {
+  os << llvm::left_justify(mark, 2) << llvm::left_justify(c.layout(), width);
+  os << llvm::formatv(" {0,12} {1,10} {2,6} {3,12} {4,-13} "
+                      "{5,-9} {6,-6} {7,-10} {8,-11} {9}\n",
                       llvm::formatv("{0:F4} ms", c.step * 1e3).str(),
                       llvm::formatv("{0:E3}", c.tokensPerSecond).str(),
                       llvm::formatv("{0:F1}%", 100 * c.mfu).str(),
@@ -114,14 +117,19 @@ std::string plan_search::formatTable(const std::vector<Candidate> &all,
   std::string text;
   llvm::raw_string_ostream os(text);
   os << header << "\n";
-  os << llvm::formatv("{0,-2}{1,-64} {2,12} {3,10} {4,6} {5,12} {6,-13} "
-                      "{7,-9} {8,-6} {9,-10} {10,-11} {11}\n",
-                      "", "layout", "step", "tokens/s", "MFU", "peak",
-                      "bottleneck", "optimizer", "params", "host",
-                      "activations", "compression");
   std::vector<int> order = ranked(all);
-  for (size_t i = 0; i < order.size() && i < 10; ++i)
-    row(os, all[order[i]], order[i] == chosen ? "*" : " ");
+  size_t shown = std::min<size_t>(order.size(), 10);
+  unsigned width = 40;
+  for (size_t i = 0; i < shown; ++i)
+    width = std::max<unsigned>(width, all[order[i]].layout().size());
+  os << "  " << llvm::left_justify("layout", width);
+  os << llvm::formatv(" {0,12} {1,10} {2,6} {3,12} {4,-13} "
+                      "{5,-9} {6,-6} {7,-10} {8,-11} {9}\n",
+                      "step", "tokens/s", "MFU", "peak", "bottleneck",
+                      "optimizer", "params", "host", "activations",
+                      "compression");
+  for (size_t i = 0; i < shown; ++i)
+    row(os, all[order[i]], order[i] == chosen ? "*" : " ", width);
   // One line per family without a fitting candidate.
   std::map<std::string, std::vector<const Candidate *>> families;
   for (const Candidate &x : all)
