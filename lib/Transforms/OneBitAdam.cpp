@@ -120,7 +120,8 @@ UpdateOutput buildOneBitAdamPartition(OpBuilder &b, const UpdateInput &in,
   Value m = addState("exp_avg");
   Value v = addState("exp_avg_sq");
   UpdateOutput out;
-  Value grad = compressBucketExchange(in, hp.freezeStep, exchange, out);
+  Value grad =
+      compressBucketExchange(in, hp.freezeStep, exchange, out, hp.beta1);
   const LrSchedule &s = hp.schedule;
   Type t = in.param.getType();
   auto op = OneBitAdamLocalOp::create(
@@ -129,7 +130,8 @@ UpdateOutput buildOneBitAdamPartition(OpBuilder &b, const UpdateInput &in,
       b.getF64FloatAttr(hp.beta2), b.getF64FloatAttr(hp.eps),
       b.getF64FloatAttr(hp.weightDecay), b.getI64IntegerAttr(hp.freezeStep),
       b.getStringAttr(s.kind), b.getI64IntegerAttr(s.warmupSteps),
-      b.getI64IntegerAttr(s.totalSteps), b.getF64FloatAttr(s.minLr));
+      b.getI64IntegerAttr(s.totalSteps), b.getF64FloatAttr(s.minLr),
+      b.getBoolAttr(true));
   out.newParam = op.getNewParam();
   out.newState.insert(out.newState.begin(),
                       {{"exp_avg", op.getNewExpAvg()},
@@ -153,23 +155,33 @@ Operation *findBucketExchange(Value grad) {
 }
 
 Value compressBucketExchange(const UpdateInput &in, int64_t freezeStep,
-                             Operation *exchange, UpdateOutput &out) {
+                             Operation *exchange, UpdateOutput &out,
+                             std::optional<double> momentumBeta1) {
   Value grad = in.grad;
   auto rs = dyn_cast<ReduceScatterOp>(exchange);
   if (!rs)
     return grad; // compressed already, by an earlier parameter's update
   Type bucket = rs.getInput().getType();
   Value we = in.addTypedState("worker_error", bucket);
+  Value momentum;
+  SmallVector<Type> types{rs.getResult().getType(), bucket};
+  if (momentumBeta1) {
+    momentum = in.addTypedState("worker_momentum", bucket);
+    types.push_back(bucket);
+  }
   hoistBefore(in.step, rs);
   OpBuilder rb(rs);
   auto crs = CompressedReduceScatterOp::create(
-      rb, rs.getLoc(), TypeRange{rs.getResult().getType(), bucket},
-      rs.getInput(), we, in.step, rb.getI64IntegerAttr(freezeStep));
+      rb, rs.getLoc(), types, rs.getInput(), we, in.step, momentum,
+      rb.getI64IntegerAttr(freezeStep),
+      momentumBeta1 ? rb.getF64FloatAttr(*momentumBeta1) : FloatAttr());
   if (grad == rs.getResult())
     grad = crs.getResult();
   rs.getResult().replaceAllUsesWith(crs.getResult());
   rs.erase();
   out.newState.push_back({"worker_error", crs.getNewWorkerError()});
+  if (momentumBeta1)
+    out.newState.push_back({"worker_momentum", crs.getNewMomentum()});
   return grad;
 }
 
