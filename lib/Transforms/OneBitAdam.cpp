@@ -296,7 +296,7 @@ LogicalResult prepareAtZeroZero(func::FuncOp func, const Hyperparameters &hp,
 
 LogicalResult prepareAtAnyStage(func::FuncOp func, const Hyperparameters &hp,
                                 StringRef name, StringRef scope,
-                                StringRef gathers) {
+                                StringRef exchanged, StringRef gathers) {
   if (failed(checkCompressedLayout(func, hp, name, scope)))
     return failure();
   auto stage = func->getAttrOfType<IntegerAttr>(kZeroStageAttr);
@@ -306,10 +306,9 @@ LogicalResult prepareAtAnyStage(func::FuncOp func, const Hyperparameters &hp,
     // algorithm, and says so once.
     func.emitWarning(name + " with ZeRO stage ")
         << stage.getInt()
-        << ": after the freeze each gradient bucket's reduce-scatter is "
-           "compressed (error feedback per partition), not the momentum as "
-           "at ZeRO-0, and the parameter all-gathers too ("
-        << gathers << "docs/compression.md)";
+        << ": after the freeze " << exchanged
+        << ", and the parameter all-gathers are compressed too (" << gathers
+        << "docs/compression.md)";
     return success();
   }
   takeOutGradientReduces(func);
@@ -320,6 +319,9 @@ LogicalResult prepareOneBitAdam(func::FuncOp func, const Hyperparameters &hp) {
   return prepareAtAnyStage(
       func, hp, "onebit-adam",
       "1-bit Adam runs at ZeRO 0-3, f32, on data-parallel ranks",
+      "each gradient bucket's reduce-scatter exchanges this rank's "
+      "momentum, 1-bit with error feedback per partition (no server "
+      "compression and no all-gather of the momentum as at ZeRO-0)",
       "int8 update deltas of replicated parameters, int8 stage-3 shards; ");
 }
 

@@ -155,12 +155,13 @@ LogicalResult prepareAtZeroZero(func::FuncOp func, const Hyperparameters &hp,
                                 StringRef name, StringRef scope);
 /// The compressed optimizers that run at ZeRO 0-3 (1-bit Adam, 1-bit
 /// LAMB): refuses checkCompressedLayout's layouts; at ZeRO 1-3 says in one
-/// warning how the exchange differs from ZeRO-0's (`gathers`: what the
-/// parameter all-gathers send, or empty, before "docs/compression.md"),
-/// at ZeRO-0 takes out the gradients' all-reduce.
+/// warning how the exchange differs from ZeRO-0's (`exchanged`: what each
+/// bucket's reduce-scatter compresses; `gathers`: what the parameter
+/// all-gathers send, or empty, before "docs/compression.md"), at ZeRO-0
+/// takes out the gradients' all-reduce.
 LogicalResult prepareAtAnyStage(func::FuncOp func, const Hyperparameters &hp,
                                 StringRef name, StringRef scope,
-                                StringRef gathers);
+                                StringRef exchanged, StringRef gathers);
 /// Refuses what 1-bit Adam does not run yet and returns the gradients of
 /// ZeRO-0's all-reduce to this rank's own (the update exchanges them).
 LogicalResult prepareOneBitAdam(func::FuncOp func, const Hyperparameters &hp);
