@@ -96,6 +96,9 @@ def main():
     ap.add_argument("--dp", type=int, default=3)
     ap.add_argument("--micro", type=int, default=4)
     ap.add_argument("--zero", type=int, default=0)
+    ap.add_argument("--opt-flag", action="append", default=[],
+                    help="a ds-opt flag for every plan (e.g. "
+                         "--reduce-bucket-size=1: one bucket per tensor)")
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--freeze", type=int, default=20)
     ap.add_argument("--resume-at", type=int, default=22)
@@ -123,7 +126,8 @@ def main():
     np.savez(w("flat.npz"), idx=seq[order, :32], targets=seq[order, 1:])
 
     shapes = ["--input-shape=idx:2x32", "--input-shape=targets:2x32"]
-    common = [f"--lr={args.lr}", f"--beta2={args.beta2}", f"--zero={args.zero}"]
+    common = [f"--lr={args.lr}", f"--beta2={args.beta2}", f"--zero={args.zero}",
+              *args.opt_flag]
     pp = [f"--world-size={world}", f"--pipeline-parallel={P}",
           f"--micro-batches={M}", f"--schedule={args.schedule}"]
     plain = ["--optimizer=lamb" if args.optimizer == "onebit-lamb"
