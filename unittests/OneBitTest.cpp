@@ -178,6 +178,24 @@ TEST(OneBitAllReduce, MatchesASimulationOfEveryRank) {
   }
 }
 
+/// One rank's part of the compressed reduce-scatter, simulated: each
+/// chunk j of `v` compressed with that rank's worker error `we` of chunk
+/// j (updated); chunk `rank`'s decompressed share added to `expect`.
+void simulateChunks(const std::vector<float> &v, std::vector<float> &we,
+                    int64_t chunk, int world, int rank,
+                    std::vector<float> &expect) {
+  for (int j = 0; j < world; ++j) {
+    std::vector<float> part(v.begin() + j * chunk,
+                            v.begin() + (j + 1) * chunk);
+    std::vector<float> e(we.begin() + j * chunk, we.begin() + (j + 1) * chunk);
+    Reference c = compressNaive(part, e);
+    std::copy(e.begin(), e.end(), we.begin() + j * chunk);
+    if (j == rank)
+      for (int64_t k = 0; k < chunk; ++k)
+        expect[k] += c.signs[k] * (c.scale * (1.0f / float(world)));
+  }
+}
+
 TEST(OneBitReduceScatter, MatchesASimulationOfEveryRank) {
   // ZeRO 1-3's exchange: chunks of 13 elements (not whole bytes), one
   // scale per chunk, the worker error per chunk, no server compression.
@@ -203,18 +221,8 @@ TEST(OneBitReduceScatter, MatchesASimulationOfEveryRank) {
     // Rank r's chunk j, compressed with rank r's error of chunk j.
     std::vector<float> expect(chunk, 0.0f);
     for (int r = 0; r < world; ++r) {
-      std::vector<float> v = values(r, round, n);
-      for (int j = 0; j < world; ++j) {
-        std::vector<float> part(v.begin() + j * chunk,
-                                v.begin() + (j + 1) * chunk);
-        std::vector<float> e(weRef[r].begin() + j * chunk,
-                             weRef[r].begin() + (j + 1) * chunk);
-        Reference c = compressNaive(part, e);
-        std::copy(e.begin(), e.end(), weRef[r].begin() + j * chunk);
-        if (j == rank)
-          for (int64_t k = 0; k < chunk; ++k)
-            expect[k] += c.signs[k] * (c.scale * (1.0f / float(world)));
-      }
+      simulateChunks(values(r, round, n), weRef[r], chunk, world, rank,
+                     expect);
     }
     for (int64_t k = 0; k < chunk; ++k)
       ASSERT_NEAR(out[k], expect[k], 1e-6 * std::fabs(expect[k]) + 1e-7)
@@ -300,17 +308,7 @@ TEST(OneBitMomentumReduceScatter, KernelMatchesASimulationOfEveryRank) {
                   expect.begin());
         continue;
       }
-      for (int j = 0; j < world; ++j) {
-        std::vector<float> part(momRef[r].begin() + j * chunk,
-                                momRef[r].begin() + (j + 1) * chunk);
-        std::vector<float> e(weRef[r].begin() + j * chunk,
-                             weRef[r].begin() + (j + 1) * chunk);
-        Reference c = compressNaive(part, e);
-        std::copy(e.begin(), e.end(), weRef[r].begin() + j * chunk);
-        if (j == rank)
-          for (int64_t k = 0; k < chunk; ++k)
-            expect[k] += c.signs[k] * (c.scale * (1.0f / float(world)));
-      }
+      simulateChunks(momRef[r], weRef[r], chunk, world, rank, expect);
     }
     for (int64_t k = 0; k < chunk; ++k)
       ASSERT_NEAR(out[k], expect[k], 1e-6 * std::fabs(expect[k]) + 1e-6)

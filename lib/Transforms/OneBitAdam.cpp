@@ -10,9 +10,11 @@
 // update reads this rank's own gradient), and what the rule does not run
 // yet is refused by name. Under ZeRO 1-3 the exchange stays where ZeRO put
 // it: each gradient bucket's reduce-scatter becomes a
-// `ds.compressed_reduce_scatter` (plain until the freeze, 1-bit with a
-// worker error per partition after it) and `ds.onebit_adam_local`
-// updates this rank's partition; ZeRO's parameter all-gathers become
+// `ds.compressed_reduce_scatter` that keeps this rank's momentum of its
+// gradients (`<param>.worker_momentum`) and exchanges it after the freeze
+// (plain gradient mean until then, 1-bit with a worker error per
+// partition after it), and `ds.onebit_adam_local` updates this rank's
+// partition (m = the exchanged momentum after the freeze); ZeRO's parameter all-gathers become
 // compressed ones too: the int8 update delta (with error feedback) of a
 // replicated parameter (`ds.compressed_all_gather`, stages 1-2) and the
 // int8 gathers of a stage-3 shard (`ds.onebit_quantized_all_gather`).

@@ -7,8 +7,10 @@
 // Operands: param, this rank's gradient, exp_avg, exp_avg_sq, worker error,
 // server error, step; results the first five's new values (in place).
 // Under ZeRO 1-3 the exchange is the gradient bucket's
-// `compressed_reduce_scatter` and `onebit_adam_local` updates the partition
-// it made (the same arithmetic without the exchange).
+// `compressed_reduce_scatter` (of each rank's momentum, for 1-bit Adam)
+// and `onebit_adam_local` updates the partition it made (the same
+// arithmetic without the exchange; m = the exchanged momentum after the
+// freeze).
 //
 //===----------------------------------------------------------------------===//
 
