@@ -14,10 +14,11 @@
 // gradients (`<param>.worker_momentum`) and exchanges it after the freeze
 // (plain gradient mean until then, 1-bit with a worker error per
 // partition after it), and `ds.onebit_adam_local` updates this rank's
-// partition (m = the exchanged momentum after the freeze); ZeRO's parameter all-gathers become
-// compressed ones too: the int8 update delta (with error feedback) of a
-// replicated parameter (`ds.compressed_all_gather`, stages 1-2) and the
-// int8 gathers of a stage-3 shard (`ds.onebit_quantized_all_gather`).
+// partition (m = the exchanged momentum after the freeze); ZeRO's
+// parameter all-gathers become compressed ones too: the int8 update delta
+// (with error feedback) of a replicated parameter
+// (`ds.compressed_all_gather`, stages 1-2) and the int8 gathers of a
+// stage-3 shard (`ds.onebit_quantized_all_gather`).
 //
 //===----------------------------------------------------------------------===//
 
