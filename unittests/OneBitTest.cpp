@@ -11,15 +11,20 @@
 // of ZeRO 1-3 (per-chunk scales and worker errors), the compressed
 // all-gather of update deltas (int8 in blocks with the owner's error
 // feedback, padding without error) and stage 3's int8 gather (block
-// scales; within s/2): exact, the same arithmetic.
+// scales; within s/2): exact, the same arithmetic. The kernel
+// compressed_reduce_scatter with 1-bit Adam's momentum operand (each
+// rank's momentum, its warm-up and compressed steps) and
+// onebit_adam_local's momentum_exchange against the same simulation.
 // Tolerance: exact for signs and bits; 1e-6
 // relative for scales and values (the reference sums the norm in the same
 // double order, so they agree to the last bit in practice).
 //
 //===----------------------------------------------------------------------===//
 
+#include "Cpu/Kernels.h"
 #include "Mpi/Compressed.h"
 #include "ds/Runtime/Comm.h"
+#include "plan.pb.h"
 #include "ds/Support/OneBit.h"
 
 #include <gtest/gtest.h>
@@ -173,6 +178,24 @@ TEST(OneBitAllReduce, MatchesASimulationOfEveryRank) {
   }
 }
 
+/// One rank's part of the compressed reduce-scatter, simulated: each
+/// chunk j of `v` compressed with that rank's worker error `we` of chunk
+/// j (updated); chunk `rank`'s decompressed share added to `expect`.
+void simulateChunks(const std::vector<float> &v, std::vector<float> &we,
+                    int64_t chunk, int world, int rank,
+                    std::vector<float> &expect) {
+  for (int j = 0; j < world; ++j) {
+    std::vector<float> part(v.begin() + j * chunk,
+                            v.begin() + (j + 1) * chunk);
+    std::vector<float> e(we.begin() + j * chunk, we.begin() + (j + 1) * chunk);
+    Reference c = compressNaive(part, e);
+    std::copy(e.begin(), e.end(), we.begin() + j * chunk);
+    if (j == rank)
+      for (int64_t k = 0; k < chunk; ++k)
+        expect[k] += c.signs[k] * (c.scale * (1.0f / float(world)));
+  }
+}
+
 TEST(OneBitReduceScatter, MatchesASimulationOfEveryRank) {
   // ZeRO 1-3's exchange: chunks of 13 elements (not whole bytes), one
   // scale per chunk, the worker error per chunk, no server compression.
@@ -198,24 +221,117 @@ TEST(OneBitReduceScatter, MatchesASimulationOfEveryRank) {
     // Rank r's chunk j, compressed with rank r's error of chunk j.
     std::vector<float> expect(chunk, 0.0f);
     for (int r = 0; r < world; ++r) {
-      std::vector<float> v = values(r, round, n);
-      for (int j = 0; j < world; ++j) {
-        std::vector<float> part(v.begin() + j * chunk,
-                                v.begin() + (j + 1) * chunk);
-        std::vector<float> e(weRef[r].begin() + j * chunk,
-                             weRef[r].begin() + (j + 1) * chunk);
-        Reference c = compressNaive(part, e);
-        std::copy(e.begin(), e.end(), weRef[r].begin() + j * chunk);
-        if (j == rank)
-          for (int64_t k = 0; k < chunk; ++k)
-            expect[k] += c.signs[k] * (c.scale * (1.0f / float(world)));
-      }
+      simulateChunks(values(r, round, n), weRef[r], chunk, world, rank,
+                     expect);
     }
     for (int64_t k = 0; k < chunk; ++k)
       ASSERT_NEAR(out[k], expect[k], 1e-6 * std::fabs(expect[k]) + 1e-7)
           << "round " << round << ", element " << k;
     for (int64_t i = 0; i < n; ++i)
       ASSERT_NEAR(we[i], weRef[rank][i], 1e-6) << "worker error " << i;
+  }
+}
+
+/// Runs kernel `name` on this rank with the communicator and attributes.
+bool runKernel(const char *name, std::vector<TensorView> in,
+               std::vector<TensorView> out, const ds::plan::Instruction &ins,
+               std::string &error) {
+  const KernelInfo *k = findKernel(name);
+  if (!k) {
+    error = std::string("no kernel ") + name;
+    return false;
+  }
+  KernelContext ctx{std::move(in), std::move(out), Attrs(&ins), 0, {}, NAN,
+                    gComm};
+  bool ok = k->fn(ctx);
+  error = ctx.error;
+  return ok;
+}
+
+TensorView viewOf(std::vector<float> &v) {
+  TensorView t;
+  t.data = v.data();
+  t.dtype = DType::F32;
+  t.shape = {static_cast<int64_t>(v.size())};
+  return t;
+}
+
+void setAttr(ds::plan::Instruction &ins, const char *name, double f,
+             bool isInt) {
+  auto *a = ins.add_attributes();
+  a->set_name(name);
+  if (isInt)
+    a->set_i(static_cast<int64_t>(f));
+  else
+    a->set_f(f);
+}
+
+TEST(OneBitMomentumReduceScatter, KernelMatchesASimulationOfEveryRank) {
+  // 1-bit Adam's ZeRO 1-3 exchange, the kernel with its momentum operand
+  // (freeze after step 2, beta1 0.9, five steps): every step each rank's
+  // momentum is b1 m + (1-b1) g of its own gradient; warm-up steps give
+  // the gradient's mean, frozen steps the 1-bit mean of the momenta with
+  // the worker error per chunk. Then onebit_adam_local with
+  // momentum_exchange takes the result as m after the freeze.
+  int world = gComm->size(), rank = gComm->rank();
+  const int64_t chunk = 13, n = chunk * world;
+  const float b1 = 0.9f, a1 = float(1.0 - 0.9);
+  ds::plan::Instruction ins;
+  setAttr(ins, "freeze_step", 2, true);
+  setAttr(ins, "beta1", 0.9, false);
+  std::vector<float> we(n, 0.0f), mom(n, 0.0f), out(chunk);
+  std::vector<std::vector<float>> weRef(world, std::vector<float>(n, 0)),
+      momRef(world, std::vector<float>(n, 0));
+  for (int64_t t = 1; t <= 5; ++t) {
+    std::vector<float> in = values(rank, int(t), n);
+    std::vector<int64_t> step{t};
+    TensorView sv;
+    sv.data = step.data();
+    sv.dtype = DType::I64;
+    sv.shape = {};
+    std::string err;
+    ASSERT_TRUE(runKernel("compressed_reduce_scatter",
+                          {viewOf(in), viewOf(we), sv, viewOf(mom)},
+                          {viewOf(out), viewOf(we), viewOf(mom)}, ins, err))
+        << err;
+    std::vector<float> expect(chunk, 0.0f);
+    for (int r = 0; r < world; ++r) {
+      std::vector<float> g = values(r, int(t), n);
+      for (int64_t i = 0; i < n; ++i)
+        momRef[r][i] = momRef[r][i] * b1 + g[i] * a1;
+      for (int64_t k = 0; k < chunk && t <= 2; ++k)
+        expect[k] += g[rank * chunk + k] / float(world);
+      if (t <= 2)
+        continue;
+      if (world == 1) { // one rank: its own momentum, nothing compressed
+        std::copy(momRef[0].begin(), momRef[0].begin() + chunk,
+                  expect.begin());
+        continue;
+      }
+      simulateChunks(momRef[r], weRef[r], chunk, world, rank, expect);
+    }
+    for (int64_t k = 0; k < chunk; ++k)
+      ASSERT_NEAR(out[k], expect[k], 1e-6 * std::fabs(expect[k]) + 1e-6)
+          << "step " << t << ", element " << k;
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_NEAR(mom[i], momRef[rank][i], 1e-6) << "momentum " << i;
+      ASSERT_NEAR(we[i], weRef[rank][i], 1e-6) << "worker error " << i;
+    }
+    // The partition's update: after the freeze m is the exchanged momentum.
+    ds::plan::Instruction up = ins;
+    setAttr(up, "momentum_exchange", 1, true);
+    setAttr(up, "lr", 0.01, false);
+    std::vector<float> p(chunk, 1.0f), m(chunk, 0.5f), v(chunk, 0.25f);
+    ASSERT_TRUE(runKernel("onebit_adam_local",
+                          {viewOf(p), viewOf(out), viewOf(m), viewOf(v), sv},
+                          {viewOf(p), viewOf(m), viewOf(v)}, up, err))
+        << err;
+    for (int64_t k = 0; k < chunk; ++k) {
+      float mk = t > 2 ? out[k] : 0.5f * b1 + out[k] * a1;
+      ASSERT_EQ(m[k], mk) << "step " << t << ", m " << k;
+      ASSERT_NEAR(p[k], 1.0f - 0.01f * mk / (std::sqrt(v[k]) + 1e-8f), 1e-6)
+          << "step " << t << ", p " << k;
+    }
   }
 }
 

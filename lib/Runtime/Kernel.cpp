@@ -116,7 +116,7 @@ static const KernelSignature kSignatures[] = {
     {"adam", 5, 7, 3, 4},
     {"onebit_adam", 7, 7, 5, 5}, // Cpu/OneBitAdam.cpp
     {"onebit_adam_local", 5, 5, 3, 3},
-    {"compressed_reduce_scatter", 3, 3, 2, 2},
+    {"compressed_reduce_scatter", 3, 4, 2, 3},
     {"compressed_all_gather", 4, 4, 2, 2}, // Cpu/CompressedGather.cpp
     {"onebit_quantized_all_gather", 2, 2, 1, 1},
     // ZeRO++ (Cpu/ZeroPP.cpp): the result and the records' workspace

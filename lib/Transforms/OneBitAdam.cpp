@@ -10,12 +10,15 @@
 // update reads this rank's own gradient), and what the rule does not run
 // yet is refused by name. Under ZeRO 1-3 the exchange stays where ZeRO put
 // it: each gradient bucket's reduce-scatter becomes a
-// `ds.compressed_reduce_scatter` (plain until the freeze, 1-bit with a
-// worker error per partition after it) and `ds.onebit_adam_local`
-// updates this rank's partition; ZeRO's parameter all-gathers become
-// compressed ones too: the int8 update delta (with error feedback) of a
-// replicated parameter (`ds.compressed_all_gather`, stages 1-2) and the
-// int8 gathers of a stage-3 shard (`ds.onebit_quantized_all_gather`).
+// `ds.compressed_reduce_scatter` that keeps this rank's momentum of its
+// gradients (`<param>.worker_momentum`) and exchanges it after the freeze
+// (plain gradient mean until then, 1-bit with a worker error per
+// partition after it), and `ds.onebit_adam_local` updates this rank's
+// partition (m = the exchanged momentum after the freeze); ZeRO's
+// parameter all-gathers become compressed ones too: the int8 update delta
+// (with error feedback) of a replicated parameter
+// (`ds.compressed_all_gather`, stages 1-2) and the int8 gathers of a
+// stage-3 shard (`ds.onebit_quantized_all_gather`).
 //
 //===----------------------------------------------------------------------===//
 
@@ -120,7 +123,8 @@ UpdateOutput buildOneBitAdamPartition(OpBuilder &b, const UpdateInput &in,
   Value m = addState("exp_avg");
   Value v = addState("exp_avg_sq");
   UpdateOutput out;
-  Value grad = compressBucketExchange(in, hp.freezeStep, exchange, out);
+  Value grad =
+      compressBucketExchange(in, hp.freezeStep, exchange, out, hp.beta1);
   const LrSchedule &s = hp.schedule;
   Type t = in.param.getType();
   auto op = OneBitAdamLocalOp::create(
@@ -129,7 +133,8 @@ UpdateOutput buildOneBitAdamPartition(OpBuilder &b, const UpdateInput &in,
       b.getF64FloatAttr(hp.beta2), b.getF64FloatAttr(hp.eps),
       b.getF64FloatAttr(hp.weightDecay), b.getI64IntegerAttr(hp.freezeStep),
       b.getStringAttr(s.kind), b.getI64IntegerAttr(s.warmupSteps),
-      b.getI64IntegerAttr(s.totalSteps), b.getF64FloatAttr(s.minLr));
+      b.getI64IntegerAttr(s.totalSteps), b.getF64FloatAttr(s.minLr),
+      b.getBoolAttr(true));
   out.newParam = op.getNewParam();
   out.newState.insert(out.newState.begin(),
                       {{"exp_avg", op.getNewExpAvg()},
@@ -153,23 +158,33 @@ Operation *findBucketExchange(Value grad) {
 }
 
 Value compressBucketExchange(const UpdateInput &in, int64_t freezeStep,
-                             Operation *exchange, UpdateOutput &out) {
+                             Operation *exchange, UpdateOutput &out,
+                             std::optional<double> momentumBeta1) {
   Value grad = in.grad;
   auto rs = dyn_cast<ReduceScatterOp>(exchange);
   if (!rs)
     return grad; // compressed already, by an earlier parameter's update
   Type bucket = rs.getInput().getType();
   Value we = in.addTypedState("worker_error", bucket);
+  Value momentum;
+  SmallVector<Type> types{rs.getResult().getType(), bucket};
+  if (momentumBeta1) {
+    momentum = in.addTypedState("worker_momentum", bucket);
+    types.push_back(bucket);
+  }
   hoistBefore(in.step, rs);
   OpBuilder rb(rs);
   auto crs = CompressedReduceScatterOp::create(
-      rb, rs.getLoc(), TypeRange{rs.getResult().getType(), bucket},
-      rs.getInput(), we, in.step, rb.getI64IntegerAttr(freezeStep));
+      rb, rs.getLoc(), types, rs.getInput(), we, in.step, momentum,
+      rb.getI64IntegerAttr(freezeStep),
+      momentumBeta1 ? rb.getF64FloatAttr(*momentumBeta1) : FloatAttr());
   if (grad == rs.getResult())
     grad = crs.getResult();
   rs.getResult().replaceAllUsesWith(crs.getResult());
   rs.erase();
   out.newState.push_back({"worker_error", crs.getNewWorkerError()});
+  if (momentumBeta1)
+    out.newState.push_back({"worker_momentum", crs.getNewMomentum()});
   return grad;
 }
 
@@ -284,7 +299,7 @@ LogicalResult prepareAtZeroZero(func::FuncOp func, const Hyperparameters &hp,
 
 LogicalResult prepareAtAnyStage(func::FuncOp func, const Hyperparameters &hp,
                                 StringRef name, StringRef scope,
-                                StringRef gathers) {
+                                StringRef exchanged, StringRef gathers) {
   if (failed(checkCompressedLayout(func, hp, name, scope)))
     return failure();
   auto stage = func->getAttrOfType<IntegerAttr>(kZeroStageAttr);
@@ -294,10 +309,9 @@ LogicalResult prepareAtAnyStage(func::FuncOp func, const Hyperparameters &hp,
     // algorithm, and says so once.
     func.emitWarning(name + " with ZeRO stage ")
         << stage.getInt()
-        << ": after the freeze each gradient bucket's reduce-scatter is "
-           "compressed (error feedback per partition), not the momentum as "
-           "at ZeRO-0, and the parameter all-gathers too ("
-        << gathers << "docs/compression.md)";
+        << ": after the freeze " << exchanged
+        << ", and the parameter all-gathers are compressed too (" << gathers
+        << "docs/compression.md)";
     return success();
   }
   takeOutGradientReduces(func);
@@ -308,6 +322,9 @@ LogicalResult prepareOneBitAdam(func::FuncOp func, const Hyperparameters &hp) {
   return prepareAtAnyStage(
       func, hp, "onebit-adam",
       "1-bit Adam runs at ZeRO 0-3, f32, on data-parallel ranks",
+      "each gradient bucket's reduce-scatter exchanges this rank's "
+      "momentum, 1-bit with error feedback per partition (no server "
+      "compression and no all-gather of the momentum as at ZeRO-0)",
       "int8 update deltas of replicated parameters, int8 stage-3 shards; ");
 }
 

@@ -114,7 +114,10 @@ LogicalResult prepareOneBitLamb(func::FuncOp func, const Hyperparameters &hp) {
                           "0 <= coeff-beta < 1 and factor-threshold >= 0");
   return prepareAtAnyStage(
       func, hp, "onebit-lamb",
-      "1-bit LAMB runs at ZeRO 0-3, f32, on data-parallel ranks", "");
+      "1-bit LAMB runs at ZeRO 0-3, f32, on data-parallel ranks",
+      "each gradient bucket's reduce-scatter is compressed (error feedback "
+      "per partition), not the momentum as at ZeRO-0",
+      "");
 }
 
 } // namespace mlir::ds::optimizer

@@ -19,6 +19,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/StringMap.h"
 
+#include <optional>
 #include <string>
 
 namespace mlir::ds::optimizer {
@@ -120,9 +121,12 @@ Operation *findBucketExchange(Value grad);
 /// (`exchange`) becomes `ds.compressed_reduce_scatter` (plain until
 /// `freezeStep`), once per bucket; the first parameter updated from it
 /// keeps the worker error (`<param>.worker_error`, in `out`). Returns the
-/// gradient shard the update reads.
+/// gradient shard the update reads. With `momentumBeta1` (1-bit Adam) the
+/// op exchanges this rank's momentum of its gradients instead, kept as
+/// state `<param>.worker_momentum` (the bucket's length).
 Value compressBucketExchange(const UpdateInput &in, int64_t freezeStep,
-                             Operation *exchange, UpdateOutput &out);
+                             Operation *exchange, UpdateOutput &out,
+                             std::optional<double> momentumBeta1 = {});
 /// ZeRO 1-3's parameter exchange after a partition's update
 /// `out.newParam`: the int8 update delta with error feedback of a
 /// replicated parameter (`ds.compressed_all_gather`, which makes the whole
@@ -151,12 +155,13 @@ LogicalResult prepareAtZeroZero(func::FuncOp func, const Hyperparameters &hp,
                                 StringRef name, StringRef scope);
 /// The compressed optimizers that run at ZeRO 0-3 (1-bit Adam, 1-bit
 /// LAMB): refuses checkCompressedLayout's layouts; at ZeRO 1-3 says in one
-/// warning how the exchange differs from ZeRO-0's (`gathers`: what the
-/// parameter all-gathers send, or empty, before "docs/compression.md"),
-/// at ZeRO-0 takes out the gradients' all-reduce.
+/// warning how the exchange differs from ZeRO-0's (`exchanged`: what each
+/// bucket's reduce-scatter compresses; `gathers`: what the parameter
+/// all-gathers send, or empty, before "docs/compression.md"), at ZeRO-0
+/// takes out the gradients' all-reduce.
 LogicalResult prepareAtAnyStage(func::FuncOp func, const Hyperparameters &hp,
                                 StringRef name, StringRef scope,
-                                StringRef gathers);
+                                StringRef exchanged, StringRef gathers);
 /// Refuses what 1-bit Adam does not run yet and returns the gradients of
 /// ZeRO-0's all-reduce to this rank's own (the update exchanges them).
 LogicalResult prepareOneBitAdam(func::FuncOp func, const Hyperparameters &hp);

@@ -41,10 +41,10 @@ Checks and their tolerances:
   fails a run that exceeds it);
 - the mean loss of the last 8 steps (one pass over the 8 batches) at most
   2% above "plain"'s (1-bit Adam's published claim; the signed difference
-  is printed; --two-sided: also at most 2% below). ZeRO-1 with pipelines
-  misses it on this toy (+3.3%, against +1.5% for the same ZeRO-1 run
-  without pipelines): its test states --loss-bound=0.05, and
-  docs/compression.md lists it as partial;
+  is printed; --two-sided: also at most 2% below; --loss-bound another
+  bound). ZeRO-1 with pipelines meets it since 1-bit Adam exchanges each
+  rank's momentum there (+0.09%; +3.3% when it exchanged the gradient,
+  docs/compression.md);
 - "flat": the losses until the first compressed exchange within 1e-5
   relative of the pipeline's, the next 5 within 1e-4, every step's within
   2e-2 (FLAT_TOL: the sums' order only, which the 1-bit signs amplify
@@ -96,6 +96,9 @@ def main():
     ap.add_argument("--dp", type=int, default=3)
     ap.add_argument("--micro", type=int, default=4)
     ap.add_argument("--zero", type=int, default=0)
+    ap.add_argument("--opt-flag", action="append", default=[],
+                    help="a ds-opt flag for every plan (e.g. "
+                         "--reduce-bucket-size=1: one bucket per tensor)")
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--freeze", type=int, default=20)
     ap.add_argument("--resume-at", type=int, default=22)
@@ -104,8 +107,7 @@ def main():
     ap.add_argument("--schedule", default="1f1b")
     ap.add_argument("--two-sided", action="store_true")
     ap.add_argument("--loss-bound", type=float, default=0.02,
-                    help="the final loss at most this much above plain's "
-                    "(ZeRO-1 with pipelines: 0.05, docs/compression.md)")
+                    help="the final loss at most this much above plain's")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     w = lambda f: os.path.join(args.work, f)
@@ -124,7 +126,8 @@ def main():
     np.savez(w("flat.npz"), idx=seq[order, :32], targets=seq[order, 1:])
 
     shapes = ["--input-shape=idx:2x32", "--input-shape=targets:2x32"]
-    common = [f"--lr={args.lr}", f"--beta2={args.beta2}", f"--zero={args.zero}"]
+    common = [f"--lr={args.lr}", f"--beta2={args.beta2}", f"--zero={args.zero}",
+              *args.opt_flag]
     pp = [f"--world-size={world}", f"--pipeline-parallel={P}",
           f"--micro-batches={M}", f"--schedule={args.schedule}"]
     plain = ["--optimizer=lamb" if args.optimizer == "onebit-lamb"

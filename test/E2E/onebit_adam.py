@@ -76,6 +76,9 @@ def main():
     ap.add_argument("--two-sided", action="store_true",
                     help="the final loss also at most 2%% below the "
                          "uncompressed run's")
+    ap.add_argument("--opt-flag", action="append", default=[],
+                    help="a ds-opt flag for every plan (e.g. "
+                         "--reduce-bucket-size=1: one bucket per tensor)")
     args = ap.parse_args()
     w = lambda f: os.path.join(args.work, f)
     n = args.ranks
@@ -85,7 +88,7 @@ def main():
     write_sequences(w("onebit_data.npz"), 8 * 2 * n)
     shapes = ["--input-shape=idx:2x32", "--input-shape=targets:2x32"]
     common = [args.onnx, *shapes, f"--world-size={n}", f"--lr={args.lr}",
-              f"--beta2={args.beta2}", f"--zero={args.zero}"]
+              f"--beta2={args.beta2}", f"--zero={args.zero}", *args.opt_flag]
     plain_opt = "lamb" if args.optimizer == "lamb" else "adamw"
     plans = {
         "plain": [f"--optimizer={plain_opt}", "--bias-correction=false"],

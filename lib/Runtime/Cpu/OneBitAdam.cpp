@@ -7,8 +7,10 @@
 // Operands: param, this rank's gradient, exp_avg, exp_avg_sq, worker error,
 // server error, step; results the first five's new values (in place).
 // Under ZeRO 1-3 the exchange is the gradient bucket's
-// `compressed_reduce_scatter` and `onebit_adam_local` updates the partition
-// it made (the same arithmetic without the exchange).
+// `compressed_reduce_scatter` (of each rank's momentum, for 1-bit Adam)
+// and `onebit_adam_local` updates the partition it made (the same
+// arithmetic without the exchange; m = the exchanged momentum after the
+// freeze).
 //
 //===----------------------------------------------------------------------===//
 
@@ -159,8 +161,11 @@ bool kOneBitAdamLocal(KernelContext &ctx) {
   const float *G = ctx.in[1].as<float>();
   float *P = ctx.out[0].as<float>(), *M = ctx.out[1].as<float>(),
         *V = ctx.out[2].as<float>();
-  for (int64_t i = 0; i < n; ++i)
-    M[i] = M[i] * s.b1 + G[i] * s.a1;
+  if (s.frozen && ctx.attrs.getInt("momentum_exchange", 0))
+    std::memcpy(M, G, n * sizeof(float)); // the exchanged momentum
+  else
+    for (int64_t i = 0; i < n; ++i)
+      M[i] = M[i] * s.b1 + G[i] * s.a1;
   if (!s.frozen)
     for (int64_t i = 0; i < n; ++i)
       V[i] = V[i] * s.b2 + s.a2 * G[i] * G[i];
@@ -169,41 +174,62 @@ bool kOneBitAdamLocal(KernelContext &ctx) {
 }
 
 /// The gradient bucket's reduce-scatter (mean) of 1-bit Adam under ZeRO
-/// 1-3: input (N chunks), worker error (the input's length), step;
-/// results this rank's chunk and the new worker error (in place). Plain
-/// until the freeze step, compressed after it.
+/// 1-3: input (N chunks), worker error (the input's length), step and
+/// optionally this rank's momentum (the input's length); results this
+/// rank's chunk, the new worker error and momentum (in place). Plain until
+/// the freeze step, compressed after it: the gradient, or with the
+/// momentum operand the momentum `b1 m + (1-b1) input`, which the op
+/// updates every step.
 bool kCompressedReduceScatter(KernelContext &ctx) {
-  if (ctx.in.size() != 3 || ctx.out.size() != 2)
+  bool withMomentum = ctx.in.size() == 4;
+  if (ctx.in.size() != 3 + withMomentum || ctx.out.size() != 2 + withMomentum)
     return ctx.fail("compressed_reduce_scatter expects 3 operands and 2 "
-                    "results");
+                    "results, or 4 and 3");
   Communicator *comm = ctx.comm;
   int world = comm ? comm->size() : 1;
   const TensorView &in = ctx.in[0];
-  int64_t chunk = ctx.out[0].numel(), t;
+  int64_t chunk = ctx.out[0].numel(), t, n = in.numel();
+  bool sizes = !withMomentum || (ctx.in[3].dtype == DType::F32 &&
+                                 ctx.in[3].numel() == n &&
+                                 ctx.out[2].numel() == n);
   if (in.dtype != DType::F32 || ctx.out[0].dtype != DType::F32 ||
-      ctx.in[1].dtype != DType::F32 || ctx.in[1].numel() != in.numel() ||
-      ctx.out[1].numel() != in.numel() || chunk * world != in.numel())
+      ctx.in[1].dtype != DType::F32 || ctx.in[1].numel() != n ||
+      ctx.out[1].numel() != n || chunk * world != n || !sizes)
     return ctx.fail("compressed_reduce_scatter: an f32 input of " +
-                    std::to_string(in.numel()) + " elements, its worker "
-                    "error and a result of " + std::to_string(chunk) +
+                    std::to_string(n) + " elements, its worker error (and "
+                    "momentum) and a result of " + std::to_string(chunk) +
                     " are not " + std::to_string(world) + " chunks");
   int64_t freeze = 0;
   if (!readCounter(ctx, ctx.in[2], t) || !freezeStepOf(ctx, freeze))
     return false;
   float *we = ctx.out[1].as<float>();
   if (ctx.in[1].data != ctx.out[1].data)
-    std::memcpy(we, ctx.in[1].data, in.numel() * sizeof(float));
+    std::memcpy(we, ctx.in[1].data, n * sizeof(float));
+  const float *x = in.as<float>();
+  if (withMomentum) {
+    // This rank's momentum of its own gradients (DeepSpeed's worker-side
+    // m before its exchange); after the freeze it is what is compressed.
+    float *mom = ctx.out[2].as<float>();
+    if (ctx.in[3].data != ctx.out[2].data)
+      std::memcpy(mom, ctx.in[3].data, n * sizeof(float));
+    float b1 = static_cast<float>(ctx.attrs.getFloat("beta1", 0.9));
+    float a1 = static_cast<float>(1.0 - ctx.attrs.getFloat("beta1", 0.9));
+    for (int64_t i = 0; i < n; ++i)
+      mom[i] = mom[i] * b1 + x[i] * a1;
+    if (t > freeze)
+      x = mom;
+  }
   float *out = ctx.out[0].as<float>();
   std::string err;
   if (world == 1) {
-    std::memcpy(out, in.data, chunk * sizeof(float));
+    std::memcpy(out, x, chunk * sizeof(float));
   } else if (t <= freeze) {
     // The warm-up: the plain reduce-scatter, counted as reduce_scatter's.
-    comm->collectiveBytes += in.numel() * sizeof(float);
+    comm->collectiveBytes += n * sizeof(float);
     if (!comm->reduceScatter(in.data, out, chunk, DType::F32, true, err))
       return ctx.fail(err);
-  } else if (!onebit::compressedReduceScatter(*comm, in.as<float>(), chunk,
-                                              we, out, err)) {
+  } else if (!onebit::compressedReduceScatter(*comm, x, chunk, we, out,
+                                              err)) {
     return ctx.fail(err);
   }
   return true;

@@ -107,6 +107,13 @@ LogicalResult CompressedReduceScatterOp::verify() {
            << in;
   if (cast<ShapedType>(getStep().getType()).getNumElements() != 1)
     return emitOpError("step must be a scalar");
+  Value mom = getMomentum(), newMom = getNewMomentum();
+  if (bool(mom) != bool(newMom) || bool(mom) != getBeta1().has_value())
+    return emitOpError("momentum, its new value and beta1 come together");
+  if (mom && (mom.getType() != in || newMom.getType() != in))
+    return emitOpError("momentum and its new value must have the input's "
+                       "type ")
+           << in;
   return success();
 }
 

@@ -82,18 +82,28 @@ def Ds_CompressedReduceScatterOp : Op<Ds_Dialect, "compressed_reduce_scatter",
       the scale to rank j (all-to-all); rank j's result is
       `sum_i scale_i sign_i / N`.
 
+    With `momentum` (1-bit Adam, the input's length) and `beta1` the op
+    exchanges this rank's momentum instead of its gradient, as DeepSpeed's
+    1-bit Adam does: every step `momentum = beta1 momentum + (1 - beta1)
+    input` (this rank's own gradients); until the freeze the result is
+    still the gradient's mean, after it the compressed mean of
+    `momentum + worker_error` (the momentum itself is not replaced).
+
     No all-gather follows: each rank updates its partition and ZeRO's
     all-gather of the parameters runs as before. The op communicates, so
     it is not pure; 0/1 Adam and 1-bit LAMB can use it the same way.
   }];
   let arguments = (ins Ds_FloatTensor:$input, Ds_FloatTensor:$worker_error,
                        StaticShapeTensorOf<[I64]>:$step,
-                       ConfinedAttr<I64Attr, [IntNonNegative]>:$freeze_step);
+                       Optional<Ds_FloatTensor>:$momentum,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$freeze_step,
+                       OptionalAttr<F64Attr>:$beta1);
   let results = (outs Ds_FloatTensor:$result,
-                      Ds_FloatTensor:$new_worker_error);
+                      Ds_FloatTensor:$new_worker_error,
+                      Optional<Ds_FloatTensor>:$new_momentum);
   let assemblyFormat = [{
-    $input `,` $worker_error `,` $step attr-dict `:`
-      functional-type(operands, results)
+    $input `,` $worker_error `,` $step (`momentum` $momentum^)? attr-dict
+      `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
   let cppNamespace = "::mlir::ds";
@@ -108,7 +118,9 @@ def Ds_OneBitAdamLocalOp : Op<Ds_Dialect, "onebit_adam_local",
     (uncompressed until `freeze_step`, compressed after it). With `t` =
     `step`: `m = b1 m + (1-b1) g`; `v = b2 v + (1-b2) g^2` while
     `t <= freeze_step`, frozen afterwards; `p -= lr (m / (sqrt(v) + eps) +
-    weight_decay p)` (no bias correction, as `ds.onebit_adam`).
+    weight_decay p)` (no bias correction, as `ds.onebit_adam`). With
+    `momentum_exchange`, after the freeze `grad` is the exchanged momentum
+    (the reduce-scatter's `momentum` form) and `m = grad`.
   }];
   let arguments = (ins Ds_FloatTensor:$param, Ds_FloatTensor:$grad,
                        Ds_FloatTensor:$exp_avg, Ds_FloatTensor:$exp_avg_sq,
@@ -119,7 +131,8 @@ def Ds_OneBitAdamLocalOp : Op<Ds_Dialect, "onebit_adam_local",
                        DefaultValuedAttr<StrAttr, "\"constant\"">:$schedule,
                        DefaultValuedAttr<I64Attr, "0">:$warmup_steps,
                        DefaultValuedAttr<I64Attr, "0">:$total_steps,
-                       DefaultValuedAttr<F64Attr, "0.0">:$min_lr);
+                       DefaultValuedAttr<F64Attr, "0.0">:$min_lr,
+                       DefaultValuedAttr<BoolAttr, "false">:$momentum_exchange);
   let results = (outs Ds_FloatTensor:$new_param, Ds_FloatTensor:$new_exp_avg,
                       Ds_FloatTensor:$new_exp_avg_sq);
   let assemblyFormat = [{
