@@ -1,12 +1,12 @@
 //===- AttentionKernelsTest.cpp - fused attention against a reference -----===//
 //
 // Part of the ds project. The CPU kernels fused_attention and
-// fused_attention_grad (Cpu/Attention.cpp: tiles of 64 x 256, online
+// fused_attention_grad (Cpu/Attention.cpp: tiles of 32 or 64 x 256, online
 // softmax, probabilities recomputed from the logsumexp) against a naive
 // double-precision reference that materializes the T x T scores: causal,
-// padding (fill where false), additive, finite-fill and scattered per-head
-// masks, no mask with Tq != Tk, lengths not multiples of the tile and
-// across key tiles, one and two threads.
+// padding (fill where false), additive (trimmed or not), finite-fill and
+// scattered per-head masks, no mask with Tq != Tk, lengths not multiples
+// of the tile and across key tiles, one and two threads.
 // Tolerance: |got - want| <= 1e-5 * (|want| + mean |want| of the tensor),
 // relative 1e-5 with a floor for elements near zero (the kernel sums in
 // f32 in tile order, the reference in double). A fully masked row gives
@@ -278,6 +278,37 @@ TEST(AttentionKernels, AdditivePaddingBias) {
   c.addMask.assign(c.batch * c.tk, 0.0f);
   for (int64_t j = 50; j < c.tk; ++j)
     c.addMask[c.tk + j] = -10000.0f;
+  check(c, 1);
+}
+
+// A padding bias the scores cannot overcome trims the padded keys'
+// columns (the kernel skips them: exactly zero probability); across two
+// key tiles (Tk = 280): sequence 1's second tile is all padding, sequence
+// 0's is trimmed after key 270. (A row padded everywhere is not tested:
+// its scores + -10000 keep only 1e-3 of their f32 precision, unfused too.)
+TEST(AttentionKernels, AdditivePaddingTrimmedAcrossKeyTiles) {
+  Case c;
+  c.tq = 40, c.tk = 280;
+  c.kind = "add";
+  c.maskShape = {c.batch, 1, 1, c.tk};
+  c.addMask.assign(c.batch * c.tk, -10000.0f);
+  for (int64_t j = 0; j < 270; ++j)
+    c.addMask[j] = 0.0f;
+  for (int64_t j = 0; j < 250; ++j)
+    c.addMask[c.tk + j] = 0.0f;
+  check(c, 2);
+}
+
+// A bias of -5 leaves the padded keys e^-5 of the weight: nothing may be
+// trimmed (a trimmed column would miss the tolerance by far).
+TEST(AttentionKernels, AdditiveBiasTooSmallToTrim) {
+  Case c;
+  c.tq = c.tk = 60;
+  c.kind = "add";
+  c.maskShape = {c.batch, 1, 1, c.tk};
+  c.addMask.assign(c.batch * c.tk, 0.0f);
+  for (int64_t j = 40; j < c.tk; ++j)
+    c.addMask[c.tk + j] = -5.0f;
   check(c, 1);
 }
 

@@ -3,7 +3,7 @@
 // Part of the ds project.
 //
 // FlashAttention-2 on the CPU (issue 24 item 2). The forward walks each
-// head's queries in blocks of kBlockQ rows over the run's threads; per
+// head's queries in blocks of 32 or 64 rows over the run's threads; per
 // block it computes the scores against kBlockK keys at a time with one
 // sgemm, masks them, and keeps for each row the running maximum and sum of
 // the online softmax, rescaling the accumulated output when the maximum
@@ -21,7 +21,7 @@
 // fill (the causal mask's upper triangle) are not computed, as their
 // probabilities are exactly zero, and a row whose kept columns form one
 // run is masked by filling its two ends instead of testing each element.
-// Scratch is a few tiles per thread (kBlockQ x kBlockK floats), not a plan
+// Scratch is a few tiles per thread (64 x kBlockK floats), not a plan
 // buffer.
 //
 //===----------------------------------------------------------------------===//
@@ -33,13 +33,21 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <utility>
 
 namespace ds::rt {
 namespace {
 
-constexpr int64_t kBlockQ = 64, kBlockK = 256;
+constexpr int64_t kBlockK = 256;
+
+/// Query rows per tile: 32 under a -inf fill mask (the causal triangle is
+/// then skipped at a finer grain: 62.5% of a 128 x 128 head computed, not
+/// 75%), else 64 (bigger GEMMs; 32 was slower without a mask to skip).
+int64_t blockRows(const AttentionGeometry &g) {
+  return g.fillsMinusInf() ? 32 : 64;
+}
 
 /// A fill mask's rows, read once per instruction: for each distinct mask
 /// base (the heads the mask broadcasts over share one) and query row, the
@@ -57,7 +65,66 @@ struct Operands {
   const float *q, *k, *v;
   const void *mask; // null: no mask
   MaskRows rows;    // fill masks only
+  /// An additive mask the same for every query row: per head, the columns
+  /// [addLo, addHi) outside which every probability is exactly 0 (empty
+  /// when not computed; see readAddRanges).
+  std::vector<int32_t> addLo, addHi;
 };
+
+/// The Euclidean norm of n floats, in double.
+double norm(const float *x, int64_t n) {
+  double sum = 0;
+  for (int64_t c = 0; c < n; ++c)
+    sum += static_cast<double>(x[c]) * x[c];
+  return std::sqrt(sum);
+}
+
+/// For an additive mask that is the same for every query row (a padding
+/// bias [B,1,1,T]), the key columns of each head whose probability is
+/// exactly 0 in every row, trimmed from the two ends: by Cauchy-Schwarz a
+/// score is within c |k_j| of 0, c = |scale| max_i |q_i|, so every row's
+/// maximum is at least A = max_j (mask_j - c |k_j|), and a column with
+/// mask_j + c |k_j| below A - 100 has exp(s + mask - max) < e^-100, which
+/// fastExp (like the unfused softmax's) rounds to 0. The bounds are
+/// widened by 0.1% for the scores' f32 rounding; a key or value row with
+/// a NaN or infinity is never trimmed (its NaN reaches the output as in
+/// the unfused plan). The padded keys' columns are then not computed.
+void readAddRanges(const AttentionGeometry &g, Operands &in) {
+  if (g.kind != AttentionMask::Add || g.maskRow != 0 || g.tk == 0)
+    return;
+  const float *mask = static_cast<const float *>(in.mask);
+  in.addLo.assign(g.batch, 0);
+  in.addHi.assign(g.batch, static_cast<int32_t>(g.tk));
+  std::vector<double> kn(g.tk);
+  std::vector<uint8_t> finite(g.tk);
+  for (int64_t n = 0; n < g.batch; ++n) {
+    double qmax = 0;
+    for (int64_t i = 0; i < g.tq; ++i)
+      qmax = std::max(qmax, norm(in.q + (n * g.tq + i) * g.d, g.d));
+    double c = std::fabs(static_cast<double>(g.scale)) * qmax * 1.001;
+    double a = -INFINITY;
+    const float *m = mask + g.maskBase[n];
+    for (int64_t j = 0; j < g.tk; ++j) {
+      kn[j] = c * norm(in.k + (n * g.tk + j) * g.d, g.d);
+      finite[j] = std::isfinite(kn[j]) &&
+                  std::isfinite(norm(in.v + (n * g.tk + j) * g.dv, g.dv));
+      a = std::max(a, static_cast<double>(m[j * g.maskCol]) - kn[j]);
+    }
+    if (!std::isfinite(a) || !std::isfinite(c))
+      continue;
+    auto dead = [&](int64_t j) {
+      return finite[j] &&
+             static_cast<double>(m[j * g.maskCol]) + kn[j] < a - 100.0;
+    };
+    int64_t lo = 0, hi = g.tk;
+    while (lo < hi && dead(lo))
+      ++lo;
+    while (hi > lo && dead(hi - 1))
+      --hi;
+    in.addLo[n] = static_cast<int32_t>(lo);
+    in.addHi[n] = static_cast<int32_t>(hi);
+  }
+}
 
 /// Reads a fill mask's rows into `in.rows` (nothing for other masks).
 void readMaskRows(const AttentionGeometry &g, Operands &in) {
@@ -101,6 +168,11 @@ std::pair<int64_t, int64_t> liveColumns(const AttentionGeometry &g,
                                         const Operands &in, int64_t n,
                                         int64_t i0, int64_t j0, int64_t rows,
                                         int64_t cols) {
+  if (!in.addLo.empty()) { // a padding bias: the head's live keys
+    int64_t lo = std::clamp<int64_t>(in.addLo[n] - j0, 0, cols);
+    int64_t hi = std::clamp<int64_t>(in.addHi[n] - j0, lo, cols);
+    return {lo, hi};
+  }
   if (!g.fillsMinusInf())
     return {0, cols};
   const MaskRows &mr = in.rows;
@@ -249,15 +321,19 @@ bool kFusedAttention(KernelContext &ctx) {
               ctx.in[1].as<float>(),
               ctx.in[2].as<float>(),
               mask ? mask->data : nullptr,
+              {},
+              {},
               {}};
   readMaskRows(g, in);
+  readAddRanges(g, in);
   float *out = ctx.out[0].as<float>(), *lse = ctx.out[1].as<float>();
-  int64_t blocks = (g.tq + kBlockQ - 1) / kBlockQ;
+  int64_t blockQ = blockRows(g);
+  int64_t blocks = (g.tq + blockQ - 1) / blockQ;
   parallelFor(g.batch * blocks, 1, [&](int64_t b, int64_t e) {
     std::vector<float> S, acc;
     for (int64_t t = b; t < e; ++t) {
-      int64_t n = t / blocks, i0 = (t % blocks) * kBlockQ;
-      forwardBlock(g, in, n, i0, std::min(kBlockQ, g.tq - i0), out, lse, S,
+      int64_t n = t / blocks, i0 = (t % blocks) * blockQ;
+      forwardBlock(g, in, n, i0, std::min(blockQ, g.tq - i0), out, lse, S,
                    acc);
     }
   });
@@ -311,11 +387,12 @@ void gradHead(const AttentionGeometry &g, const Operands &in, int64_t n,
   std::fill(dV, dV + g.tk * g.dv, 0.0f);
   s.rowDot.resize(g.tq);
   rowDots(On, dOn, g.tq, g.dv, s.rowDot.data());
-  s.P.resize(kBlockQ * kBlockK);
-  s.dS.resize(kBlockQ * kBlockK);
+  int64_t blockQ = blockRows(g);
+  s.P.resize(blockQ * kBlockK);
+  s.dS.resize(blockQ * kBlockK);
   for (int64_t j0 = 0; j0 < g.tk; j0 += kBlockK) {
-    for (int64_t i0 = 0; i0 < g.tq; i0 += kBlockQ) {
-      int64_t rows = std::min(kBlockQ, g.tq - i0);
+    for (int64_t i0 = 0; i0 < g.tq; i0 += blockQ) {
+      int64_t rows = std::min(blockQ, g.tq - i0);
       auto [lo, hi] =
           liveColumns(g, in, n, i0, j0, rows, std::min(kBlockK, g.tk - j0));
       if (lo == hi)
@@ -352,8 +429,11 @@ bool kFusedAttentionGrad(KernelContext &ctx) {
               ctx.in[1].as<float>(),
               ctx.in[2].as<float>(),
               mask ? mask->data : nullptr,
+              {},
+              {},
               {}};
   readMaskRows(g, in);
+  readAddRanges(g, in);
   parallelFor(g.batch, 1, [&](int64_t b, int64_t e) {
     GradScratch s;
     for (int64_t n = b; n < e; ++n)
