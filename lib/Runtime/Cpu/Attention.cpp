@@ -71,6 +71,12 @@ struct Operands {
   std::vector<int32_t> addLo, addHi;
 };
 
+/// Row t of head n of an operand read through `h`.
+const float *rowOf(const float *p, const HeadOperand &h, int64_t n,
+                   int64_t t) {
+  return p + h.base[n] + t * h.row;
+}
+
 /// The Euclidean norm of n floats, in double.
 double norm(const float *x, int64_t n) {
   double sum = 0;
@@ -100,14 +106,14 @@ void readAddRanges(const AttentionGeometry &g, Operands &in) {
   for (int64_t n = 0; n < g.batch; ++n) {
     double qmax = 0;
     for (int64_t i = 0; i < g.tq; ++i)
-      qmax = std::max(qmax, norm(in.q + (n * g.tq + i) * g.d, g.d));
+      qmax = std::max(qmax, norm(rowOf(in.q, g.q, n, i), g.d));
     double c = std::fabs(static_cast<double>(g.scale)) * qmax * 1.001;
     double a = -INFINITY;
     const float *m = mask + g.maskBase[n];
     for (int64_t j = 0; j < g.tk; ++j) {
-      kn[j] = c * norm(in.k + (n * g.tk + j) * g.d, g.d);
+      kn[j] = c * norm(rowOf(in.k, g.k, n, j), g.d);
       finite[j] = std::isfinite(kn[j]) &&
-                  std::isfinite(norm(in.v + (n * g.tk + j) * g.dv, g.dv));
+                  std::isfinite(norm(rowOf(in.v, g.v, n, j), g.dv));
       a = std::max(a, static_cast<double>(m[j * g.maskCol]) - kn[j]);
     }
     if (!std::isfinite(a) || !std::isfinite(c))
@@ -268,7 +274,7 @@ DS_CLONES float onlineRow(float *s, int64_t cols, float &m, double &l) {
 void forwardBlock(const AttentionGeometry &g, const Operands &in, int64_t n,
                   int64_t i0, int64_t rows, float *out, float *lse,
                   std::vector<float> &S, std::vector<float> &acc) {
-  const float *Q = in.q + (n * g.tq + i0) * g.d;
+  const float *Q = rowOf(in.q, g.q, n, i0);
   S.resize(rows * kBlockK);
   acc.assign(rows * g.dv, 0.0f);
   std::vector<float> m(rows, -INFINITY);
@@ -280,10 +286,9 @@ void forwardBlock(const AttentionGeometry &g, const Operands &in, int64_t n,
     if (lo == hi)
       continue;
     int64_t jb = j0 + lo, cols = hi - lo;
-    const float *K = in.k + (n * g.tk + jb) * g.d;
-    const float *V = in.v + (n * g.tk + jb) * g.dv;
+    const float *K = rowOf(in.k, g.k, n, jb), *V = rowOf(in.v, g.v, n, jb);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, g.d,
-                g.scale, Q, g.d, K, g.d, 0.0f, S.data(), cols);
+                g.scale, Q, g.q.row, K, g.k.row, 0.0f, S.data(), cols);
     applyMask(g, in, n, i0, jb, rows, cols, S.data(), false);
     for (int64_t r = 0; r < rows; ++r) {
       float alpha = onlineRow(S.data() + r * cols, cols, m[r], l[r]);
@@ -292,7 +297,7 @@ void forwardBlock(const AttentionGeometry &g, const Operands &in, int64_t n,
           acc[r * g.dv + c] *= alpha;
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, g.dv, cols,
-                1.0f, S.data(), cols, V, g.dv, first ? 0.0f : 1.0f, acc.data(),
+                1.0f, S.data(), cols, V, g.v.row, first ? 0.0f : 1.0f, acc.data(),
                 g.dv);
     first = false;
   }
@@ -360,15 +365,16 @@ DS_CLONES void probsAndScoreGrads(float *S, float *dP, const float *lse,
   }
 }
 
-/// dot[i] = rowsum(dO O) of the rows x cols head, summed in double.
-DS_CLONES void rowDots(const float *O, const float *dO, int64_t rows,
-                       int64_t cols, float *dot) {
+/// dot[i] = rowsum(dO O) of the rows x cols head (dO's rows `ldo` apart),
+/// summed in double.
+DS_CLONES void rowDots(const float *O, const float *dO, int64_t ldo,
+                       int64_t rows, int64_t cols, float *dot) {
   for (int64_t i = 0; i < rows; ++i) {
     double sum = 0;
     {
       DS_REASSOCIATE
       for (int64_t c = 0; c < cols; ++c)
-        sum += static_cast<double>(dO[i * cols + c]) * O[i * cols + c];
+        sum += static_cast<double>(dO[i * ldo + c]) * O[i * cols + c];
     }
     dot[i] = static_cast<float>(sum);
   }
@@ -378,7 +384,7 @@ DS_CLONES void rowDots(const float *O, const float *dO, int64_t rows,
 void gradHead(const AttentionGeometry &g, const Operands &in, int64_t n,
               const float *O, const float *lse, const float *dO, float *dq,
               float *dk, float *dv, GradScratch &s) {
-  const float *On = O + n * g.tq * g.dv, *dOn = dO + n * g.tq * g.dv;
+  const float *On = O + n * g.tq * g.dv, *dOn = rowOf(dO, g.dout, n, 0);
   const float *Ln = lse + n * g.tq;
   float *dQ = dq + n * g.tq * g.d, *dK = dk + n * g.tk * g.d,
         *dV = dv + n * g.tk * g.dv;
@@ -386,7 +392,7 @@ void gradHead(const AttentionGeometry &g, const Operands &in, int64_t n,
   std::fill(dK, dK + g.tk * g.d, 0.0f);
   std::fill(dV, dV + g.tk * g.dv, 0.0f);
   s.rowDot.resize(g.tq);
-  rowDots(On, dOn, g.tq, g.dv, s.rowDot.data());
+  rowDots(On, dOn, g.dout.row, g.tq, g.dv, s.rowDot.data());
   int64_t blockQ = blockRows(g);
   s.P.resize(blockQ * kBlockK);
   s.dS.resize(blockQ * kBlockK);
@@ -398,24 +404,24 @@ void gradHead(const AttentionGeometry &g, const Operands &in, int64_t n,
       if (lo == hi)
         continue;
       int64_t jb = j0 + lo, cols = hi - lo;
-      const float *K = in.k + (n * g.tk + jb) * g.d;
-      const float *V = in.v + (n * g.tk + jb) * g.dv;
-      const float *Q = in.q + (n * g.tq + i0) * g.d;
-      const float *dOi = dOn + i0 * g.dv;
+      const float *K = rowOf(in.k, g.k, n, jb), *V = rowOf(in.v, g.v, n, jb);
+      const float *Q = rowOf(in.q, g.q, n, i0);
+      const float *dOi = dOn + i0 * g.dout.row;
+      int64_t ldq = g.q.row, ldk = g.k.row, ldv = g.v.row, ldo = g.dout.row;
       float *P = s.P.data(), *dS = s.dS.data();
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, g.d,
-                  g.scale, Q, g.d, K, g.d, 0.0f, P, cols);
+                  g.scale, Q, ldq, K, ldk, 0.0f, P, cols);
       applyMask(g, in, n, i0, jb, rows, cols, P, false);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, g.dv,
-                  1.0f, dOi, g.dv, V, g.dv, 0.0f, dS, cols);
+                  1.0f, dOi, ldo, V, ldv, 0.0f, dS, cols);
       probsAndScoreGrads(P, dS, Ln + i0, s.rowDot.data() + i0, rows, cols);
       applyMask(g, in, n, i0, jb, rows, cols, dS, true);
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, g.dv, rows,
-                  1.0f, P, cols, dOi, g.dv, 1.0f, dV + jb * g.dv, g.dv);
+                  1.0f, P, cols, dOi, ldo, 1.0f, dV + jb * g.dv, g.dv);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, g.d, cols,
-                  g.scale, dS, cols, K, g.d, 1.0f, dQ + i0 * g.d, g.d);
+                  g.scale, dS, cols, K, ldk, 1.0f, dQ + i0 * g.d, g.d);
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, g.d, rows,
-                  g.scale, dS, cols, Q, g.d, 1.0f, dK + jb * g.d, g.d);
+                  g.scale, dS, cols, Q, ldq, 1.0f, dK + jb * g.d, g.d);
     }
   }
 }
