@@ -14,15 +14,18 @@
 //   dV += P^T dO,  dS = P (dO V^T - rowsum(dO O)),  dQ += scale dS K,
 //   dK += scale dS^T Q
 // with positions a fill mask sets getting no score gradient. Tiles are
-// 64 query rows by up to 256 keys (T <= 256: one key tile, no rescaling).
-// A bool mask is read once per instruction into each row's first and last
-// kept column (per distinct mask base: the heads it broadcasts over share
-// them); a tile's columns outside every row's kept range under a -inf
-// fill (the causal mask's upper triangle) are not computed, as their
-// probabilities are exactly zero, and a row whose kept columns form one
-// run is masked by filling its two ends instead of testing each element.
-// Scratch is a few tiles per thread (64 x kBlockK floats), not a plan
-// buffer.
+// 32 (under a -inf fill) or 64 query rows by up to 256 keys (T <= 256:
+// one key tile, no rescaling). A bool mask is read once per instruction
+// into each row's first and last kept column (per distinct mask base: the
+// heads it broadcasts over share them); a tile's columns outside every
+// row's kept range under a -inf fill (the causal mask's upper triangle)
+// are not computed, as their probabilities are exactly zero, and a row
+// whose kept columns form one run is masked by filling its two ends
+// instead of testing each element. A padding bias trims the key columns
+// whose probability is provably 0 (readAddRanges). Q, K, V and dO are
+// read through per-head offsets and row strides (HeadOperand: the head
+// transposes --ds-fold-transpose folds). Scratch is a few tiles per
+// thread (64 x kBlockK floats), not a plan buffer.
 //
 //===----------------------------------------------------------------------===//
 
@@ -94,38 +97,50 @@ DS_CLONES double norm(const float *x, int64_t n) {
 /// bias [B,1,1,T]), the key columns of each head whose probability is
 /// exactly 0 in every row, trimmed from the two ends: by Cauchy-Schwarz a
 /// score is within c |k_j| of 0, c = |scale| max_i |q_i|, so every row's
-/// maximum is at least A = max_j (mask_j - c |k_j|), and a column with
+/// maximum is at least A = mask_t - c |k_t| for any t, and a column with
 /// mask_j + c |k_j| below A - 100 has exp(s + mask - max) < e^-100, which
 /// fastExp (like the unfused softmax's) rounds to 0. The bounds are
 /// widened by 0.1% for the scores' f32 rounding; a key or value row with
-/// a NaN or infinity is never trimmed (its NaN reaches the output as in
-/// the unfused plan). The padded keys' columns are then not computed.
+/// a NaN or infinity is never trimmed, and a query row with one trims
+/// nothing in its head (the NaN reaches the output as in the unfused
+/// plan). The padded keys' columns are then not computed.
 void readAddRanges(const AttentionGeometry &g, Operands &in) {
   if (g.kind != AttentionMask::Add || g.maskRow != 0 || g.tk == 0)
     return;
   const float *mask = static_cast<const float *>(in.mask);
   in.addLo.assign(g.batch, 0);
   in.addHi.assign(g.batch, static_cast<int32_t>(g.tk));
-  std::vector<double> kn(g.tk);
-  std::vector<uint8_t> finite(g.tk);
   for (int64_t n = 0; n < g.batch; ++n) {
-    double qmax = 0;
-    for (int64_t i = 0; i < g.tq; ++i)
-      qmax = std::max(qmax, norm(rowOf(in.q, g.q, n, i), g.d));
-    double c = std::fabs(static_cast<double>(g.scale)) * qmax * 1.001;
-    double a = -INFINITY;
     const float *m = mask + g.maskBase[n];
-    for (int64_t j = 0; j < g.tk; ++j) {
-      kn[j] = c * norm(rowOf(in.k, g.k, n, j), g.d);
-      finite[j] = std::isfinite(kn[j]) &&
-                  std::isfinite(norm(rowOf(in.v, g.v, n, j), g.dv));
-      a = std::max(a, static_cast<double>(m[j * g.maskCol]) - kn[j]);
+    auto maskAt = [&](int64_t j) {
+      return static_cast<double>(m[j * g.maskCol]);
+    };
+    // A lower bound of A from one column of the largest bias (any lower
+    // bound keeps the test sound): only columns biased 100 below it can be
+    // trimmed, so a head whose two ends are not is left as it is, and the
+    // norms are taken only of the query rows and the trimmed columns.
+    int64_t top = 0;
+    for (int64_t j = 1; j < g.tk; ++j)
+      top = maskAt(j) > maskAt(top) ? j : top;
+    double mtop = maskAt(top);
+    if (!(maskAt(0) < mtop - 100.0) && !(maskAt(g.tk - 1) < mtop - 100.0))
+      continue;
+    double qmax = 0; // infinite when a query row is not finite
+    for (int64_t i = 0; i < g.tq && std::isfinite(qmax); ++i) {
+      double x = norm(rowOf(in.q, g.q, n, i), g.d);
+      qmax = std::isfinite(x) ? std::max(qmax, x) : INFINITY;
     }
+    double c = std::fabs(static_cast<double>(g.scale)) * qmax * 1.001;
+    double a = mtop - c * norm(rowOf(in.k, g.k, n, top), g.d);
     if (!std::isfinite(a) || !std::isfinite(c))
       continue;
     auto dead = [&](int64_t j) {
-      return finite[j] &&
-             static_cast<double>(m[j * g.maskCol]) + kn[j] < a - 100.0;
+      if (!(maskAt(j) < a - 100.0))
+        return false;
+      double kn = c * norm(rowOf(in.k, g.k, n, j), g.d);
+      return std::isfinite(kn) &&
+             std::isfinite(norm(rowOf(in.v, g.v, n, j), g.dv)) &&
+             maskAt(j) + kn < a - 100.0;
     };
     int64_t lo = 0, hi = g.tk;
     while (lo < hi && dead(lo))
