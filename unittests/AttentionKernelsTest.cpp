@@ -302,15 +302,22 @@ TEST(AttentionKernels, PaddingKeepMask) {
   check(c, 2);
 }
 
-TEST(AttentionKernels, AdditivePaddingBias) {
+/// T queries and keys, an additive bias [batch, 1, 1, T]: sequence 1's
+/// keys from `from` on get `bias`.
+Case paddingBias(int64_t T, int64_t from, float bias) {
   Case c;
-  c.tq = c.tk = 77;
-  c.d = c.dv = 32;
-  c.kind = "add"; // BERT: (keep - 1) * 10000
+  c.tq = c.tk = T;
+  c.kind = "add";
   c.maskShape = {c.batch, 1, 1, c.tk};
   c.addMask.assign(c.batch * c.tk, 0.0f);
-  for (int64_t j = 50; j < c.tk; ++j)
-    c.addMask[c.tk + j] = -10000.0f;
+  for (int64_t j = from; j < c.tk; ++j)
+    c.addMask[c.tk + j] = bias;
+  return c;
+}
+
+TEST(AttentionKernels, AdditivePaddingBias) {
+  Case c = paddingBias(77, 50, -10000.0f); // BERT: (keep - 1) * 10000
+  c.d = c.dv = 32;
   check(c, 1);
 }
 
@@ -335,14 +342,7 @@ TEST(AttentionKernels, AdditivePaddingTrimmedAcrossKeyTiles) {
 // A bias of -5 leaves the padded keys e^-5 of the weight: nothing may be
 // trimmed (a trimmed column would miss the tolerance by far).
 TEST(AttentionKernels, AdditiveBiasTooSmallToTrim) {
-  Case c;
-  c.tq = c.tk = 60;
-  c.kind = "add";
-  c.maskShape = {c.batch, 1, 1, c.tk};
-  c.addMask.assign(c.batch * c.tk, 0.0f);
-  for (int64_t j = 40; j < c.tk; ++j)
-    c.addMask[c.tk + j] = -5.0f;
-  check(c, 1);
+  check(paddingBias(60, 40, -5.0f), 1);
 }
 
 // Operands read through the head transposes (perm_q, perm_k, perm_v,
@@ -352,12 +352,8 @@ TEST(AttentionKernels, StridedOperands) {
   Case c = causal(300);
   c.batch = 1, c.strided = true;
   check(c, 2);
-  Case p;
-  p.tq = p.tk = 77, p.kind = "add", p.strided = true;
-  p.maskShape = {p.batch, 1, 1, p.tk};
-  p.addMask.assign(p.batch * p.tk, 0.0f);
-  for (int64_t j = 50; j < p.tk; ++j)
-    p.addMask[p.tk + j] = -10000.0f;
+  Case p = paddingBias(77, 50, -10000.0f);
+  p.strided = true;
   check(p, 1);
   Case r;
   r.tq = 65, r.tk = 130, r.d = 8, r.dv = 24, r.strided = true;
