@@ -82,6 +82,14 @@ func.func @forward(%a: tensor<2x8x4x16xf32> {ds.input = "a"}, %b: tensor<2x4x16x
 // ON: {{^}}8{{$}}
 // OFF: {{^}}31{{$}}
 // KT: {{^}}4{{$}}
+// With --fuse-attention the same 8: the fused ops read Q, K, V and the
+// output gradient through their head transposes (2 layers: 2 forward and
+// 2 gradient kernels, each with perm_q; the gradients with perm_grad).
+// RUN: ds-opt %ds_src/examples/gpt/gpt.onnx --optimizer=adam --fuse-attention --emit=dsrt -o %t.fa.dsrt 2>/dev/null
+// RUN: grep -c 'kernel "transpose"' %t.fa.dsrt | FileCheck %s --check-prefix=ON
+// RUN: grep -c 'perm_q = array<i64: 0, 2, 1, 3>' %t.fa.dsrt | FileCheck %s --check-prefix=KT
+// RUN: grep -c 'perm_grad = array<i64: 0, 2, 1, 3>' %t.fa.dsrt | FileCheck %s --check-prefix=FAG
+// FAG: {{^}}2{{$}}
 
 // -----
 
