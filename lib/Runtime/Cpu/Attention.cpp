@@ -100,7 +100,8 @@ DS_CLONES double norm(const float *x, int64_t n) {
 /// maximum is at least A = mask_t - c |k_t| for any t, and a column with
 /// mask_j + c |k_j| below A - 100 has exp(s + mask - max) < e^-100, which
 /// fastExp (like the unfused softmax's) rounds to 0. The bounds are
-/// widened by 0.1% for the scores' f32 rounding; a key or value row with
+/// widened by 0.1% for the scores' f32 rounding and by 1e-6 of the
+/// magnitudes for the f32 sum of score and bias; a key or value row with
 /// a NaN or infinity is never trimmed, and a query row with one trims
 /// nothing in its head (the NaN reaches the output as in the unfused
 /// plan). The padded keys' columns are then not computed.
@@ -131,16 +132,20 @@ void readAddRanges(const AttentionGeometry &g, Operands &in) {
       qmax = std::isfinite(x) ? std::max(qmax, x) : INFINITY;
     }
     double c = std::fabs(static_cast<double>(g.scale)) * qmax * 1.001;
-    double a = mtop - c * norm(rowOf(in.k, g.k, n, top), g.d);
+    double ktop = c * norm(rowOf(in.k, g.k, n, top), g.d), a = mtop - ktop;
     if (!std::isfinite(a) || !std::isfinite(c))
       continue;
     auto dead = [&](int64_t j) {
       if (!(maskAt(j) < a - 100.0))
         return false;
       double kn = c * norm(rowOf(in.k, g.k, n, j), g.d);
+      // The kernel adds score and bias in f32: 1e-6 of the magnitudes
+      // covers those roundings (16 ulps) for biases of any size.
+      double slack =
+          1e-6 * (std::fabs(maskAt(j)) + kn + std::fabs(mtop) + ktop);
       return std::isfinite(kn) &&
              std::isfinite(norm(rowOf(in.v, g.v, n, j), g.dv)) &&
-             maskAt(j) + kn < a - 100.0;
+             maskAt(j) + kn < a - 100.0 - slack;
     };
     int64_t lo = 0, hi = g.tk;
     while (lo < hi && dead(lo))
@@ -317,8 +322,8 @@ void forwardBlock(const AttentionGeometry &g, const Operands &in, int64_t n,
           acc[r * g.dv + c] *= alpha;
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, g.dv, cols,
-                1.0f, S.data(), cols, V, g.v.row, first ? 0.0f : 1.0f, acc.data(),
-                g.dv);
+                1.0f, S.data(), cols, V, g.v.row, first ? 0.0f : 1.0f,
+                acc.data(), g.dv);
     first = false;
   }
   float *O = out + (n * g.tq + i0) * g.dv;
