@@ -1,12 +1,12 @@
 //===- AttentionKernelsTest.cpp - fused attention against a reference -----===//
 //
 // Part of the ds project. The CPU kernels fused_attention and
-// fused_attention_grad (Cpu/Attention.cpp: tiles of 64 x 256, online
+// fused_attention_grad (Cpu/Attention.cpp: tiles of 32 or 64 x 256, online
 // softmax, probabilities recomputed from the logsumexp) against a naive
 // double-precision reference that materializes the T x T scores: causal,
-// padding (fill where false), additive, finite-fill and scattered per-head
-// masks, no mask with Tq != Tk, lengths not multiples of the tile and
-// across key tiles, one and two threads.
+// padding (fill where false), additive (trimmed or not), finite-fill and
+// scattered per-head masks, no mask with Tq != Tk, lengths not multiples
+// of the tile and across key tiles, one and two threads.
 // Tolerance: |got - want| <= 1e-5 * (|want| + mean |want| of the tensor),
 // relative 1e-5 with a floor for elements near zero (the kernel sums in
 // f32 in tile order, the reference in double). A fully masked row gives
@@ -36,6 +36,10 @@ struct Case {
   std::vector<int64_t> maskShape; // broadcast to [batch, heads, tq, tk]
   std::vector<uint8_t> boolMask;
   std::vector<float> addMask;
+  /// Query, key, value and output gradient stored [batch, T, heads, D] and
+  /// read through perm_q/perm_k/perm_v/perm_grad = [0, 2, 1, 3] (the head
+  /// transposes --ds-fold-transpose folds).
+  bool strided = false;
 };
 
 std::vector<float> random(int64_t n, unsigned seed, float lo = -1.0f,
@@ -70,6 +74,13 @@ ds::plan::Instruction attrs(const Case &c) {
   auto *f = ins.add_attributes();
   f->set_name("fill");
   f->set_f(c.fill);
+  if (c.strided)
+    for (const char *name : {"perm_q", "perm_k", "perm_v", "perm_grad"}) {
+      auto *p = ins.add_attributes();
+      p->set_name(name);
+      for (int64_t d : {0, 2, 1, 3})
+        p->mutable_ints()->add_values(d);
+    }
   return ins;
 }
 
@@ -163,6 +174,19 @@ std::string runKernel(const char *name, const Case &c,
   return k->fn(ctx) ? "" : (ctx.error.empty() ? "failed" : ctx.error);
 }
 
+/// `x` [batch, heads, rows, cols] stored as [batch, rows, heads, cols].
+std::vector<float> headsInner(const Case &c, const std::vector<float> &x,
+                              int64_t rows, int64_t cols) {
+  std::vector<float> y(x.size());
+  for (int64_t b = 0; b < c.batch; ++b)
+    for (int64_t h = 0; h < c.heads; ++h)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t e = 0; e < cols; ++e)
+          y[((b * rows + r) * c.heads + h) * cols + e] =
+              x[((b * c.heads + h) * rows + r) * cols + e];
+  return y;
+}
+
 /// Runs forward and gradient and compares them with the reference.
 void check(Case c, int threads) {
   setThreadCount(threads);
@@ -174,9 +198,18 @@ void check(Case c, int threads) {
   auto shape = [&](int64_t r, int64_t cols) {
     return std::vector<int64_t>{c.batch, c.heads, r, cols};
   };
-  std::vector<TensorView> in = {view(t.q, shape(c.tq, c.d)),
-                                view(t.k, shape(c.tk, c.d)),
-                                view(t.v, shape(c.tk, c.dv))};
+  // The kernels' operands: head-major, or [batch, T, heads, D] read
+  // through the permutation.
+  std::vector<float> sq = t.q, sk = t.k, sv = t.v, sdout = t.dout;
+  auto operand = [&](std::vector<float> &x, int64_t rows, int64_t cols) {
+    if (!c.strided)
+      return view(x, shape(rows, cols));
+    x = headsInner(c, x, rows, cols);
+    return view(x, {c.batch, rows, c.heads, cols});
+  };
+  std::vector<TensorView> in = {operand(sq, c.tq, c.d),
+                                operand(sk, c.tk, c.d),
+                                operand(sv, c.tk, c.dv)};
   if (c.kind == "add")
     in.push_back(view(c.addMask, c.maskShape));
   else if (c.kind != "none")
@@ -192,7 +225,7 @@ void check(Case c, int threads) {
   std::vector<TensorView> gin = {in[0], in[1], in[2],
                                  view(out, shape(c.tq, c.dv)),
                                  view(lse, {c.batch, c.heads, c.tq}),
-                                 view(t.dout, shape(c.tq, c.dv))};
+                                 operand(sdout, c.tq, c.dv)};
   if (in.size() > 3)
     gin.push_back(in[3]);
   ASSERT_EQ(runKernel("fused_attention_grad", c, gin,
@@ -269,16 +302,84 @@ TEST(AttentionKernels, PaddingKeepMask) {
   check(c, 2);
 }
 
-TEST(AttentionKernels, AdditivePaddingBias) {
+/// T queries and keys, an additive bias [batch, 1, 1, T]: sequence 1's
+/// keys from `from` on get `bias`.
+Case paddingBias(int64_t T, int64_t from, float bias) {
   Case c;
-  c.tq = c.tk = 77;
-  c.d = c.dv = 32;
-  c.kind = "add"; // BERT: (keep - 1) * 10000
+  c.tq = c.tk = T;
+  c.kind = "add";
   c.maskShape = {c.batch, 1, 1, c.tk};
   c.addMask.assign(c.batch * c.tk, 0.0f);
-  for (int64_t j = 50; j < c.tk; ++j)
-    c.addMask[c.tk + j] = -10000.0f;
+  for (int64_t j = from; j < c.tk; ++j)
+    c.addMask[c.tk + j] = bias;
+  return c;
+}
+
+TEST(AttentionKernels, AdditivePaddingBias) {
+  Case c = paddingBias(77, 50, -10000.0f); // BERT: (keep - 1) * 10000
+  c.d = c.dv = 32;
   check(c, 1);
+}
+
+// A padding bias the scores cannot overcome trims the padded keys'
+// columns (the kernel skips them: exactly zero probability); across two
+// key tiles (Tk = 280): sequence 1's second tile is all padding, sequence
+// 0's is trimmed after key 270. (A row padded everywhere is not tested:
+// its scores + -10000 keep only 1e-3 of their f32 precision, unfused too.)
+TEST(AttentionKernels, AdditivePaddingTrimmedAcrossKeyTiles) {
+  Case c;
+  c.tq = 40, c.tk = 280;
+  c.kind = "add";
+  c.maskShape = {c.batch, 1, 1, c.tk};
+  c.addMask.assign(c.batch * c.tk, -10000.0f);
+  for (int64_t j = 0; j < 270; ++j)
+    c.addMask[j] = 0.0f;
+  for (int64_t j = 0; j < 250; ++j)
+    c.addMask[c.tk + j] = 0.0f;
+  check(c, 2);
+}
+
+// A bias of -5 leaves the padded keys e^-5 of the weight: nothing may be
+// trimmed (a trimmed column would miss the tolerance by far).
+TEST(AttentionKernels, AdditiveBiasTooSmallToTrim) {
+  check(paddingBias(60, 40, -5.0f), 1);
+}
+
+// Operands read through the head transposes (perm_q, perm_k, perm_v,
+// perm_grad): causal across the key tiles, a padding bias, and Tq != Tk
+// with D != Dv, on two threads.
+TEST(AttentionKernels, StridedOperands) {
+  Case c = causal(300);
+  c.batch = 1, c.strided = true;
+  check(c, 2);
+  Case p = paddingBias(77, 50, -10000.0f);
+  p.strided = true;
+  check(p, 1);
+  Case r;
+  r.tq = 65, r.tk = 130, r.d = 8, r.dv = 24, r.strided = true;
+  check(r, 2);
+}
+
+// A permutation that moves the innermost dimension is refused by name.
+TEST(AttentionKernels, StridedOperandMustKeepInnermost) {
+  Case c;
+  c.batch = c.heads = 1;
+  c.tq = c.tk = 4, c.d = c.dv = 4;
+  ds::plan::Instruction ins = attrs(c);
+  auto *p = ins.add_attributes();
+  p->set_name("perm_k");
+  for (int64_t d : {0, 1, 3, 2})
+    p->mutable_ints()->add_values(d);
+  std::vector<float> x(16), out(16), lse(4);
+  std::vector<int64_t> s = {1, 1, 4, 4};
+  KernelContext ctx{{view(x, s), view(x, s), view(x, s)},
+                    {view(out, s), view(lse, {1, 1, 4})},
+                    Attrs(&ins), 0, {}, NAN, nullptr};
+  ASSERT_FALSE(findKernel("fused_attention")->fn(ctx));
+  EXPECT_NE(ctx.error.find("perm_k is not a permutation keeping the "
+                           "innermost dimension last"),
+            std::string::npos)
+      << ctx.error;
 }
 
 TEST(AttentionKernels, NoMaskRectangular) {

@@ -5,8 +5,9 @@
 // The CPU (Cpu/Attention.cpp) and CUDA (Cuda/Attention.cu) kernels of
 // fused_attention and fused_attention_grad read their instruction the same
 // way: query [batch..., Tq, D], key [batch..., Tk, D], value [batch..., Tk,
-// Dv] flattened to `batch` heads, and the mask read through broadcast
-// strides (the attributes scale, mask_kind, fill: DsAttention.td).
+// Dv] flattened to `batch` heads (each possibly read through a folded
+// transpose: HeadOperand), and the mask read through broadcast strides
+// (the attributes scale, mask_kind, fill: DsAttention.td).
 //
 //===----------------------------------------------------------------------===//
 
@@ -22,6 +23,16 @@ namespace ds::rt {
 
 /// How the scores are masked (mask_kind).
 enum class AttentionMask { None, FillTrue, FillFalse, Add };
+
+/// How the kernels read query, key, value or the output gradient: element
+/// (head n, row t, column c) at base[n] + t * row + c. Head-major
+/// [batch..., T, D] unless --ds-fold-transpose handed the untransposed
+/// buffer and its permutation (perm_q, perm_k, perm_v, perm_grad): then
+/// the head transpose is a stride, not a copy.
+struct HeadOperand {
+  std::vector<int64_t> base;
+  int64_t row = 0;
+};
 
 struct AttentionGeometry {
   int64_t batch = 0, tq = 0, tk = 0, d = 0, dv = 0;
@@ -46,7 +57,53 @@ struct AttentionGeometry {
     return s;
   }
   std::vector<int64_t> lead; // the batch dimensions
+  HeadOperand q, k, v, dout; // dout: the gradient's only
 };
+
+/// Reads `t` as transpose(t, perm) with perm the attribute `permName`
+/// (absent: as is): `t`'s shape becomes the permuted one and `h` its
+/// layout. The permutation must keep the innermost dimension last.
+inline bool headOperand(KernelContext &ctx, const char *what,
+                        const char *permName, TensorView &t, HeadOperand &h) {
+  int64_t r = t.rank();
+  std::vector<int64_t> perm = ctx.attrs.getInts(permName);
+  if (perm.empty() && r < 3)
+    return true; // attentionGeometryOf names the rank
+  if (perm.empty())
+    for (int64_t i = 0; i < r; ++i)
+      perm.push_back(i);
+  std::vector<bool> seen(r, false);
+  bool valid = static_cast<int64_t>(perm.size()) == r;
+  for (int64_t i = 0; valid && i < r; ++i) {
+    valid = perm[i] >= 0 && perm[i] < r && !seen[perm[i]];
+    if (valid)
+      seen[perm[i]] = true;
+  }
+  if (!valid || r < 3 || perm[r - 1] != r - 1)
+    return ctx.fail(std::string(what) + ": " + permName +
+                    " is not a permutation keeping the innermost dimension "
+                    "last");
+  std::vector<int64_t> bufStride(r, 1), shape(r), stride(r);
+  for (int64_t d = r - 1; d > 0; --d)
+    bufStride[d - 1] = bufStride[d] * t.shape[d];
+  for (int64_t d = 0; d < r; ++d)
+    shape[d] = t.shape[perm[d]], stride[d] = bufStride[perm[d]];
+  int64_t heads = 1;
+  for (int64_t d = 0; d + 2 < r; ++d)
+    heads *= shape[d];
+  h.row = stride[r - 2];
+  h.base.assign(heads, 0);
+  for (int64_t n = 0; n < heads; ++n) {
+    int64_t rest = n, off = 0;
+    for (int64_t d = r - 3; d >= 0; --d) {
+      off += (rest % shape[d]) * stride[d];
+      rest /= shape[d];
+    }
+    h.base[n] = off;
+  }
+  t.shape = std::move(shape);
+  return true;
+}
 
 /// Fills `g` from query, key, value and the optional mask (null when
 /// mask_kind is none); fails the kernel naming what does not match.
@@ -139,27 +196,34 @@ inline bool checkAttentionResult(KernelContext &ctx, const char *what,
 /// (null when none).
 inline bool attentionForwardOperands(KernelContext &ctx, AttentionGeometry &g,
                                      const TensorView *&mask) {
+  const char *what = "fused_attention";
   mask = ctx.in.size() > 3 ? &ctx.in[3] : nullptr;
-  return attentionGeometryOf(ctx, "fused_attention", ctx.in[0], ctx.in[1],
-                             ctx.in[2], mask, g) &&
-         checkAttentionResult(ctx, "fused_attention", g, ctx.out[0],
-                              ctx.out[1]);
+  TensorView q = ctx.in[0], k = ctx.in[1], v = ctx.in[2];
+  return headOperand(ctx, what, "perm_q", q, g.q) &&
+         headOperand(ctx, what, "perm_k", k, g.k) &&
+         headOperand(ctx, what, "perm_v", v, g.v) &&
+         attentionGeometryOf(ctx, what, q, k, v, mask, g) &&
+         checkAttentionResult(ctx, what, g, ctx.out[0], ctx.out[1]);
 }
 
 /// The gradient's operands (q, k, v, out, lse, dout[, mask]; dq, dk, dv).
 inline bool attentionGradOperands(KernelContext &ctx, AttentionGeometry &g,
                                   const TensorView *&mask) {
+  const char *what = "fused_attention_grad";
   mask = ctx.in.size() > 6 ? &ctx.in[6] : nullptr;
-  if (!attentionGeometryOf(ctx, "fused_attention_grad", ctx.in[0], ctx.in[1],
-                           ctx.in[2], mask, g) ||
-      !checkAttentionResult(ctx, "fused_attention_grad", g, ctx.in[3],
-                            ctx.in[4]))
+  TensorView in[3] = {ctx.in[0], ctx.in[1], ctx.in[2]}, dout = ctx.in[5];
+  if (!headOperand(ctx, what, "perm_q", in[0], g.q) ||
+      !headOperand(ctx, what, "perm_k", in[1], g.k) ||
+      !headOperand(ctx, what, "perm_v", in[2], g.v) ||
+      !headOperand(ctx, what, "perm_grad", dout, g.dout) ||
+      !attentionGeometryOf(ctx, what, in[0], in[1], in[2], mask, g) ||
+      !checkAttentionResult(ctx, what, g, ctx.in[3], ctx.in[4]))
     return false;
-  if (ctx.in[5].shape != ctx.in[3].shape || ctx.in[5].dtype != DType::F32)
+  if (dout.shape != ctx.in[3].shape || dout.dtype != DType::F32)
     return ctx.fail("fused_attention_grad: the gradient does not have the "
                     "result's shape");
   for (int i = 0; i < 3; ++i)
-    if (ctx.out[i].shape != ctx.in[i].shape || ctx.out[i].dtype != DType::F32)
+    if (ctx.out[i].shape != in[i].shape || ctx.out[i].dtype != DType::F32)
       return ctx.fail("fused_attention_grad: gradient " + std::to_string(i) +
                       " does not have its operand's shape");
   return true;

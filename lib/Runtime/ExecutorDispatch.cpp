@@ -337,7 +337,12 @@ void Executor::Impl::recordProfile(int i, const plan::Instruction &ins,
   auto &entry = stats.kernelTimes[ins.kernel()];
   entry.milliseconds += ms;
   entry.calls += 1;
-  if (isGemm(ins)) {
+  if (ins.kind() == plan::KIND_FUSED_ATTENTION ||
+      ins.kind() == plan::KIND_FUSED_ATTENTION_GRAD) {
+    // Several GEMMs per head: the cost model's count (the whole T x T
+    // products; the masked tiles the kernels skip are not subtracted).
+    entry.flops += static_cast<double>(ins.flops());
+  } else if (isGemm(ins)) {
     // 2*M*N*K: every result element is a K-long dot product.
     const TensorView &a = ctx.in[0];
     bool transA = ctx.attrs.getInt("trans_a", 0) && a.rank() >= 2;

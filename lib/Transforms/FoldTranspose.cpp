@@ -6,14 +6,16 @@
 // pass description in Passes.td): a transpose of the last two dimensions of
 // a matmul's result becomes the product of the transposed operands, and a
 // transpose that keeps the innermost dimension of its input as one of the
-// two GEMM dimensions, read only by matmuls, is marked `ds.gemm_operand`:
-// the lowering then hands the matmul kernel the untransposed input and the
+// two GEMM dimensions, read only by matmuls (or as fused attention's
+// query, key, value or output gradient), is marked `ds.gemm_operand`:
+// the lowering then hands the kernel the untransposed input and the
 // permutation (a strided batched GEMM) instead of copying it.
 //
 //===----------------------------------------------------------------------===//
 
 #include "ds/Transforms/Passes.h"
 
+#include "ds/Dialect/Ds/IR/DsAttention.h"
 #include "ds/Dialect/Ds/IR/DsOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -89,7 +91,9 @@ bool swapProduct(TransposeOp t) {
 /// (the CPU kernel's strided path converts no 16-bit data), rank >= 3 (2-D
 /// is trans_a/trans_b, folded without a mark), the input's innermost
 /// dimension one of the two GEMM dimensions (unit stride), only matmuls of
-/// matrices read it.
+/// matrices read it, or fused attentions as query, key, value or output
+/// gradient when the innermost dimension stays last (their kernels read
+/// each head's rows through a row stride).
 bool gemmOperand(TransposeOp t) {
   ArrayRef<int64_t> perm = t.getPerm();
   int64_t r = perm.size();
@@ -99,7 +103,10 @@ bool gemmOperand(TransposeOp t) {
   if (perm[r - 1] != r - 1 && perm[r - 2] != r - 1)
     return false;
   // Matrices both (a 1-D operand's promotion is not a strided GEMM).
-  return !t->use_empty() && llvm::all_of(t->getUses(), [](OpOperand &use) {
+  return !t->use_empty() && llvm::all_of(t->getUses(), [&](OpOperand &use) {
+    if (!attentionStridedOperand(use.getOwner(), use.getOperandNumber())
+             .empty())
+      return perm[r - 1] == r - 1;
     auto mm = dyn_cast<MatMulOp>(use.getOwner());
     return mm && cast<RankedTensorType>(mm.getLhs().getType()).getRank() >= 2 &&
            cast<RankedTensorType>(mm.getRhs().getType()).getRank() >= 2;

@@ -82,6 +82,14 @@ func.func @forward(%a: tensor<2x8x4x16xf32> {ds.input = "a"}, %b: tensor<2x4x16x
 // ON: {{^}}8{{$}}
 // OFF: {{^}}31{{$}}
 // KT: {{^}}4{{$}}
+// With --fuse-attention the same 8: the fused ops read Q, K, V and the
+// output gradient through their head transposes (2 layers: 2 forward and
+// 2 gradient kernels, each with perm_q; the gradients with perm_grad).
+// RUN: ds-opt %ds_src/examples/gpt/gpt.onnx --optimizer=adam --fuse-attention --emit=dsrt -o %t.fa.dsrt 2>/dev/null
+// RUN: grep -c 'kernel "transpose"' %t.fa.dsrt | FileCheck %s --check-prefix=ON
+// RUN: grep -c 'perm_q = array<i64: 0, 2, 1, 3>' %t.fa.dsrt | FileCheck %s --check-prefix=KT
+// RUN: grep -c 'perm_grad = array<i64: 0, 2, 1, 3>' %t.fa.dsrt | FileCheck %s --check-prefix=FAG
+// FAG: {{^}}2{{$}}
 
 // -----
 
@@ -95,4 +103,39 @@ func.func @forward(%a: tensor<2x8x4x16xf32> {ds.input = "a"}, %v: tensor<16xf32>
   %at = ds.transpose %a {perm = array<i64: 0, 2, 1, 3>} : tensor<2x8x4x16xf32> -> tensor<2x4x8x16xf32>
   %s = ds.matmul %at, %v : (tensor<2x4x8x16xf32>, tensor<16xf32>) -> tensor<2x4x8xf32>
   return %s : tensor<2x4x8xf32>
+}
+
+// -----
+
+// Fused attention reads query, key, value and (its gradient) the output
+// gradient through the head transposes: perm_q, perm_k, perm_v, perm_grad,
+// no copy. The key's transpose feeds a matmul too (a strided operand of
+// both). A transpose that moves the innermost dimension out of the last
+// place (%vt here) stays a copy.
+// CHECK-LABEL: func.func @forward
+// CHECK: ds.transpose %arg0 {ds.gemm_operand, perm = array<i64: 0, 2, 1, 3>}
+// CHECK: ds.transpose %arg1 {ds.gemm_operand, perm = array<i64: 0, 2, 1, 3>}
+// CHECK-NOT: ds.gemm_operand
+// CHECK: ds.transpose %arg3 {ds.gemm_operand, perm = array<i64: 0, 2, 1, 3>}
+// LOWER-LABEL: func.func @forward
+// LOWER-COUNT-1: dsrt.kernel "transpose"
+// LOWER-NOT: dsrt.kernel "transpose"
+// LOWER: dsrt.kernel "fused_attention"({{.*}}) -> ({{.*}}) {params = {fill = 0.000000e+00 : f64, mask_kind = "none", perm_k = array<i64: 0, 2, 1, 3>, perm_q = array<i64: 0, 2, 1, 3>, scale = 2.500000e-01 : f64}} : (memref<2x8x4x16xf32>, memref<2x8x4x16xf32>, memref<2x4x8x16xf32>)
+// LOWER: dsrt.kernel "fused_attention_grad"({{.*}}) -> ({{.*}}) {params = {fill = 0.000000e+00 : f64, mask_kind = "none", perm_grad = array<i64: 0, 2, 1, 3>, perm_k = array<i64: 0, 2, 1, 3>, perm_q = array<i64: 0, 2, 1, 3>, scale = 2.500000e-01 : f64}}
+// LOWER: dsrt.kernel "matmul"({{.*}}) -> ({{.*}}) {params = {perm_a = array<i64: 0, 2, 1, 3>}}
+func.func @forward(%q: tensor<2x8x4x16xf32> {ds.input = "q"}, %k: tensor<2x8x4x16xf32> {ds.input = "k"},
+                   %v: tensor<2x4x16x8xf32> {ds.input = "v"}, %g: tensor<2x8x4x16xf32> {ds.input = "g"})
+    -> (tensor<2x4x8x16xf32> {ds.output = "o"}, tensor<2x4x8x16xf32> {ds.output = "dq"},
+        tensor<2x4x8x8xf32> {ds.output = "s"}) {
+  %qt = ds.transpose %q {perm = array<i64: 0, 2, 1, 3>} : tensor<2x8x4x16xf32> -> tensor<2x4x8x16xf32>
+  %kt = ds.transpose %k {perm = array<i64: 0, 2, 1, 3>} : tensor<2x8x4x16xf32> -> tensor<2x4x8x16xf32>
+  %vt = ds.transpose %v {perm = array<i64: 0, 1, 3, 2>} : tensor<2x4x16x8xf32> -> tensor<2x4x8x16xf32>
+  %gt = ds.transpose %g {perm = array<i64: 0, 2, 1, 3>} : tensor<2x8x4x16xf32> -> tensor<2x4x8x16xf32>
+  %o, %lse = ds.fused_attention %qt, %kt, %vt {mask_kind = "none", scale = 0.25 : f64}
+    : (tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>) -> (tensor<2x4x8x16xf32>, tensor<2x4x8xf32>)
+  %dq, %dk, %dv = ds.fused_attention_grad %qt, %kt, %vt, %o, %lse, %gt {mask_kind = "none", scale = 0.25 : f64}
+    : (tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8xf32>, tensor<2x4x8x16xf32>)
+      -> (tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>)
+  %s = ds.matmul %kt, %v : (tensor<2x4x8x16xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x8x8xf32>
+  return %o, %dq, %s : tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x8xf32>
 }

@@ -640,7 +640,11 @@ def FoldTransposePass : Pass<"ds-fold-transpose", "func::FuncOp"> {
       `[B, T, H, d] -> [B, H, T, d]` and `-> [B, H, d, T]`), is marked
       `ds.gemm_operand`: the lowering passes the untransposed input and the
       permutation (`perm_a`/`perm_b`) to the matmul kernel, a strided
-      batched GEMM, instead of copying.
+      batched GEMM, instead of copying. The same holds for a transpose
+      read as `ds.fused_attention`'s query, key or value or its gradient's
+      output gradient when the innermost dimension stays last (`perm_q`,
+      `perm_k`, `perm_v`, `perm_grad`: the kernels read each head's rows
+      through a row stride).
 
     ```mlir
     %kt = ds.transpose %k {perm = array<i64: 0, 2, 3, 1>} : tensor<2x8x4x16xf32> -> tensor<2x4x16x8xf32>

@@ -11,6 +11,8 @@
 
 #include "Lowering.h"
 
+#include "ds/Dialect/Ds/IR/DsAttention.h"
+
 namespace mlir::ds::lowering {
 MemRefType bufferType(Type tensor) {
   auto t = cast<RankedTensorType>(tensor);
@@ -79,7 +81,10 @@ FailureOr<KernelCall> prepareKernelCall(Operation *op, LoweringState &state,
       for (int64_t i = 0; swap && i + 2 < r; ++i)
         swap = perm[i] == i;
       call.ins.push_back(source);
-      if (swap)
+      StringRef attention = attentionStridedOperand(op, index);
+      if (!attention.empty())
+        call.params.set(attention, b.getDenseI64ArrayAttr(perm));
+      else if (swap)
         call.params.set(index == 0 ? "trans_a" : "trans_b", b.getBoolAttr(true));
       else
         call.params.set(index == 0 ? "perm_a" : "perm_b",

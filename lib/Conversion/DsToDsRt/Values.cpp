@@ -12,6 +12,8 @@
 
 #include "Lowering.h"
 
+#include "ds/Dialect/Ds/IR/DsAttention.h"
+
 namespace mlir::ds::lowering {
 namespace {
 
@@ -46,7 +48,8 @@ struct ConstantLowering : LoweringOf<ConstantOp, ShapeOp, ConstantOfShapeOp> {
 /// Or a transpose --ds-fold-transpose marked `ds.gemm_operand`: f32, its
 /// input's innermost dimension one of the last two (unit stride for the
 /// GEMM); the kernel reads the input through the permutation (`perm_a` /
-/// `perm_b`, a strided batched GEMM). Checked again here: a canonicalization
+/// `perm_b`, a strided batched GEMM; fused attention's `perm_q`, ...:
+/// attentionStridedOperand). Checked again here: a canonicalization
 /// after the pass may have composed the permutation.
 bool foldsIntoMatMul(TransposeOp t) {
   ArrayRef<int64_t> perm = t.getPerm();
@@ -60,9 +63,14 @@ bool foldsIntoMatMul(TransposeOp t) {
                  t.getType().getElementType().isF32();
   if (!swap && !strided)
     return false;
-  // Either operand of a matmul; the backward pass's weight gradients are
-  // A^T @ G.
-  return llvm::all_of(t->getUses(), [](OpOperand &use) {
+  // Either operand of a matmul (the backward pass's weight gradients are
+  // A^T @ G), or a fused attention's strided operand (innermost dimension
+  // last).
+  return llvm::all_of(t->getUses(), [&](OpOperand &use) {
+    if (strided && perm[rank - 1] == rank - 1 &&
+        !attentionStridedOperand(use.getOwner(), use.getOperandNumber())
+             .empty())
+      return true;
     return isa<MatMulOp>(use.getOwner());
   });
 }

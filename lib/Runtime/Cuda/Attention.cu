@@ -2,7 +2,8 @@
 //
 // Part of the ds project (runtime: no MLIR or LLVM).
 //
-// The twins of Cpu/Attention.cpp, on AttentionGeometry.h. A plain,
+// The twins of Cpu/Attention.cpp, on AttentionGeometry.h (operands read
+// through their per-head offsets and row strides). A plain,
 // correct kernel, not a tuned one: the forward is one thread per query
 // row with the online softmax in registers and the output accumulated in
 // place; the gradient is one thread per query row for dQ and one per key
@@ -25,20 +26,36 @@ struct Geo {
   float scale, fill;
   const int64_t *maskBase; // device copy, batch entries
   const void *mask;
+  // Query, key, value and output gradient rows (HeadOperand): device
+  // copies of the per-head bases, and the row strides.
+  const int64_t *qBase, *kBase, *vBase, *oBase;
+  int64_t qRow, kRow, vRow, oRow;
 };
 
+/// The five per-head offset tables in one device buffer of 5 x batch:
+/// mask, query, key, value, output gradient (zeros where absent).
 Geo deviceGeo(const AttentionGeometry &g, const int64_t *base,
               const void *mask) {
-  return Geo{g.batch,   g.tq,      g.tk,
-             g.d,       g.dv,      g.maskRow,
-             g.maskCol, static_cast<int>(g.kind), g.scale,
-             g.fill,    base,      mask};
+  int64_t b = g.batch;
+  return Geo{g.batch,    g.tq,       g.tk,
+             g.d,        g.dv,       g.maskRow,
+             g.maskCol,  static_cast<int>(g.kind), g.scale,
+             g.fill,     base,       mask,
+             base + b,   base + 2 * b, base + 3 * b,
+             base + 4 * b, g.q.row,  g.k.row,
+             g.v.row,    g.dout.row};
+}
+
+__device__ const float *rowAt(const float *p, const int64_t *base,
+                              int64_t row, int64_t n, int64_t t) {
+  return p + base[n] + t * row;
 }
 
 /// The masked, scaled score of (n, i, j); `filled` tells a fill mask set it.
 __device__ float score(const Geo &g, const float *q, const float *k,
                        int64_t n, int64_t i, int64_t j, bool &filled) {
-  const float *qi = q + (n * g.tq + i) * g.d, *kj = k + (n * g.tk + j) * g.d;
+  const float *qi = rowAt(q, g.qBase, g.qRow, n, i),
+              *kj = rowAt(k, g.kBase, g.kRow, n, j);
   float s = 0.0f;
   for (int64_t c = 0; c < g.d; ++c)
     s += qi[c] * kj[c];
@@ -72,7 +89,7 @@ __global__ void forwardKernel(Geo g, const float *q, const float *k,
       float alpha = expf(m - mx), p = expf(s - mx);
       l = l * alpha + p;
       m = mx;
-      const float *vj = v + (n * g.tk + j) * g.dv;
+      const float *vj = rowAt(v, g.vBase, g.vRow, n, j);
       for (int64_t c = 0; c < g.dv; ++c)
         o[c] = o[c] * alpha + p * vj[c];
     }
@@ -93,9 +110,10 @@ __global__ void forwardKernel(Geo g, const float *q, const float *k,
 __global__ void rowDotKernel(Geo g, const float *out, const float *dout,
                              float *rowDot) {
   DS_GRID_LOOP(row, g.batch * g.tq) {
+    const float *dOi = rowAt(dout, g.oBase, g.oRow, row / g.tq, row % g.tq);
     double s = 0.0;
     for (int64_t c = 0; c < g.dv; ++c)
-      s += static_cast<double>(dout[row * g.dv + c]) * out[row * g.dv + c];
+      s += static_cast<double>(dOi[c]) * out[row * g.dv + c];
     rowDot[row] = static_cast<float>(s);
   }
 }
@@ -109,7 +127,8 @@ __device__ float scoreGrad(const Geo &g, const float *q, const float *k,
   float s = score(g, q, k, n, i, j, filled);
   int64_t row = n * g.tq + i;
   p = expf(s - lse[row]);
-  const float *dOi = dout + row * g.dv, *vj = v + (n * g.tk + j) * g.dv;
+  const float *dOi = rowAt(dout, g.oBase, g.oRow, n, i),
+              *vj = rowAt(v, g.vBase, g.vRow, n, j);
   float dp = 0.0f;
   for (int64_t c = 0; c < g.dv; ++c)
     dp += dOi[c] * vj[c];
@@ -129,7 +148,7 @@ __global__ void gradQueryKernel(Geo g, const float *q, const float *k,
       float p, ds = scoreGrad(g, q, k, v, lse, dout, rowDot, n, i, j, p);
       if (p == 0.0f)
         continue;
-      const float *kj = k + (n * g.tk + j) * g.d;
+      const float *kj = rowAt(k, g.kBase, g.kRow, n, j);
       for (int64_t c = 0; c < g.d; ++c)
         dqi[c] += g.scale * ds * kj[c];
     }
@@ -151,8 +170,8 @@ __global__ void gradKeyValueKernel(Geo g, const float *q, const float *k,
       float p, ds = scoreGrad(g, q, k, v, lse, dout, rowDot, n, i, j, p);
       if (p == 0.0f)
         continue;
-      int64_t row = n * g.tq + i;
-      const float *qi = q + row * g.d, *dOi = dout + row * g.dv;
+      const float *qi = rowAt(q, g.qBase, g.qRow, n, i),
+                  *dOi = rowAt(dout, g.oBase, g.oRow, n, i);
       for (int64_t c = 0; c < g.dv; ++c)
         dvj[c] += p * dOi[c];
       for (int64_t c = 0; c < g.d; ++c)
@@ -161,12 +180,21 @@ __global__ void gradKeyValueKernel(Geo g, const float *q, const float *k,
   }
 }
 
-/// The mask's per-head offsets on the device (null without a mask).
+/// The per-head offsets of the mask and the operands on the device (the
+/// layout deviceGeo reads; a copy from pageable memory is staged before
+/// cudaMemcpyAsync returns).
 bool uploadBase(KernelContext &ctx, const AttentionGeometry &g,
                 Scratch &dev) {
   if (!dev.p)
-    return ctx.fail("fused_attention: no device memory for the mask offsets");
-  if (cudaMemcpyAsync(dev.p, g.maskBase.data(), g.batch * sizeof(int64_t),
+    return ctx.fail("fused_attention: no device memory for the offsets");
+  std::vector<int64_t> host(5 * g.batch, 0);
+  const std::vector<int64_t> *parts[] = {&g.maskBase, &g.q.base, &g.k.base,
+                                         &g.v.base, &g.dout.base};
+  for (int i = 0; i < 5; ++i)
+    if (static_cast<int64_t>(parts[i]->size()) == g.batch)
+      std::copy(parts[i]->begin(), parts[i]->end(),
+                host.begin() + i * g.batch);
+  if (cudaMemcpyAsync(dev.p, host.data(), host.size() * sizeof(int64_t),
                       cudaMemcpyHostToDevice, gStream) != cudaSuccess)
     return launched(ctx);
   return true;
@@ -180,7 +208,7 @@ bool kFusedAttention(KernelContext &ctx) {
   int64_t rows = g.batch * g.tq;
   if (rows == 0)
     return true;
-  Scratch base(g.batch * sizeof(int64_t));
+  Scratch base(5 * g.batch * sizeof(int64_t));
   if (!uploadBase(ctx, g, base))
     return false;
   Geo dg = deviceGeo(g, base.as<int64_t>(), mask ? mask->data : nullptr);
@@ -198,7 +226,7 @@ bool kFusedAttentionGrad(KernelContext &ctx) {
   int64_t rows = g.batch * g.tq, cols = g.batch * g.tk;
   if (rows == 0 || cols == 0)
     return true;
-  Scratch base(g.batch * sizeof(int64_t)), rowDot(rows * sizeof(float));
+  Scratch base(5 * g.batch * sizeof(int64_t)), rowDot(rows * sizeof(float));
   if (!uploadBase(ctx, g, base))
     return false;
   if (!rowDot.p)

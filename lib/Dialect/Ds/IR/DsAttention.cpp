@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ds/Dialect/Ds/IR/DsAttention.h"
 #include "ds/Dialect/Ds/IR/DsOps.h"
 #include "ds/Dialect/Ds/IR/DsShapes.h"
 
@@ -157,4 +158,13 @@ FusedAttentionOp::buildVJP(OpBuilder &b, ValueRange resultGrads,
   operandGrads[1] = grad.getGradKey();
   operandGrads[2] = grad.getGradValue();
   return success();
+}
+
+StringRef mlir::ds::attentionStridedOperand(Operation *op, unsigned index) {
+  static const char *const names[] = {"perm_q", "perm_k", "perm_v"};
+  if (isa<FusedAttentionOp>(op))
+    return index < 3 ? names[index] : "";
+  if (isa<FusedAttentionGradOp>(op))
+    return index < 3 ? names[index] : index == 5 ? "perm_grad" : "";
+  return "";
 }
