@@ -7,7 +7,7 @@
 // first one's place; its results replace theirs in order (new params, then
 // exp_avg, then exp_avg_sq).
 // CHECK-LABEL: func.func @adam
-// CHECK-NEXT: %[[R:.*]]:9 = ds.multi_adam params(%arg0, %arg1, %arg2) grads(%arg3, %arg4, %arg5) exp_avgs(%arg6, %arg7, %arg8) exp_avg_sqs(%arg9, %arg10, %arg11) step(%arg12) {beta1 = 9.000000e-01 : f64, beta2 = 9.990000e-01 : f64, decoupled = true, eps = 1.000000e-08 : f64, lr = 1.000000e-02 : f64, weight_decay = 1.000000e-01 : f64}
+// CHECK-NEXT: %[[R:.*]]:9 = ds.multi_adam params(%arg0, %arg1, %arg2) grads(%arg3, %arg4, %arg5) exp_avgs(%arg6, %arg7, %arg8) exp_avg_sqs(%arg9, %arg10, %arg11) step(%arg12) {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, decoupled = true, eps = 1.000000e-08 : f64, lr = 1.000000e-02 : f64, weight_decay = 1.000000e-01 : f64}
 // CHECK-NOT: ds.adam
 // CHECK: return %[[R]]#0, %[[R]]#3, %[[R]]#6, %[[R]]#1, %[[R]]#4, %[[R]]#7, %[[R]]#2, %[[R]]#5, %[[R]]#8
 func.func @adam(%p0: tensor<4x3xf32>, %p1: tensor<3xf32>, %p2: tensor<5xf32>,
@@ -29,24 +29,25 @@ func.func @adam(%p0: tensor<4x3xf32>, %p1: tensor<3xf32>, %p2: tensor<5xf32>,
 // interleaved members included. A Lamb update, one with a gradient
 // accumulator and a group of one stay as they are.
 // CHECK-LABEL: func.func @groups
-// CHECK-NEXT: %[[D:.*]]:6 = ds.multi_adam params(%arg0, %arg2) grads(%arg4, %arg6) {{.*}} weight_decay = 1.000000e-01 : f64}
-// CHECK-NEXT: %[[N:.*]]:6 = ds.multi_adam params(%arg1, %arg3) grads(%arg5, %arg7) {{.*}} weight_decay = 0.000000e+00 : f64}
-// CHECK-NEXT: ds.adam %arg0, %arg4, {{.*}} lamb = true
-// CHECK-NEXT: ds.adam %arg1, %arg5, %arg8, %arg8, %arg9, %arg8 {
-// CHECK-NEXT: ds.adam %arg2, %arg6, {{.*}} lr = 5.000000e-01
+// CHECK-NEXT: %[[D:.*]]:6 = ds.multi_adam params(%arg0, %arg2) grads(%arg4, %arg6) exp_avgs(%arg8, %arg10) exp_avg_sqs(%arg8, %arg10) step(%arg15) {{.*}} weight_decay = 1.000000e-01 : f64}
+// CHECK-NEXT: %[[N:.*]]:6 = ds.multi_adam params(%arg1, %arg3) grads(%arg5, %arg7) exp_avgs(%arg9, %arg11) exp_avg_sqs(%arg9, %arg11) step(%arg15) {{.*}} weight_decay = 0.000000e+00 : f64}
+// CHECK-NEXT: ds.adam %arg0, %arg4, %arg12, %arg12, %arg15 {{.*}} lamb = true
+// CHECK-NEXT: ds.adam %arg1, %arg5, %arg13, %arg13, %arg15, %arg13 {
+// CHECK-NEXT: ds.adam %arg2, %arg6, %arg14, %arg14, %arg15 {{.*}} lr = 5.000000e-01
 // CHECK-NOT: ds.multi_adam
 // CHECK: return %[[D]]#0, %[[N]]#0, %[[D]]#2, %[[N]]#2
 func.func @groups(%w0: tensor<4xf32>, %b0: tensor<4xf32>, %w1: tensor<4xf32>, %b1: tensor<4xf32>,
                   %gw0: tensor<4xf32>, %gb0: tensor<4xf32>, %gw1: tensor<4xf32>, %gb1: tensor<4xf32>,
-                  %s: tensor<4xf32>, %step: tensor<i64>)
+                  %s0: tensor<4xf32>, %s1: tensor<4xf32>, %s2: tensor<4xf32>, %s3: tensor<4xf32>,
+                  %s4: tensor<4xf32>, %s5: tensor<4xf32>, %s6: tensor<4xf32>, %step: tensor<i64>)
     -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) {
-  %p0, %m0, %v0 = ds.adam %w0, %gw0, %s, %s, %step {beta1 = 0.9 : f64, beta2 = 0.999 : f64, decoupled = true, eps = 1.0e-8 : f64, lr = 0.01 : f64, weight_decay = 0.1 : f64} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<i64>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
-  %p1, %m1, %v1 = ds.adam %b0, %gb0, %s, %s, %step {beta1 = 0.9 : f64, beta2 = 0.999 : f64, decoupled = true, eps = 1.0e-8 : f64, lr = 0.01 : f64, weight_decay = 0.0 : f64} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<i64>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
-  %p2, %m2, %v2 = ds.adam %w1, %gw1, %s, %s, %step {beta1 = 0.9 : f64, beta2 = 0.999 : f64, decoupled = true, eps = 1.0e-8 : f64, lr = 0.01 : f64, weight_decay = 0.1 : f64} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<i64>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
-  %p3, %m3, %v3 = ds.adam %b1, %gb1, %s, %s, %step {beta1 = 0.9 : f64, beta2 = 0.999 : f64, decoupled = true, eps = 1.0e-8 : f64, lr = 0.01 : f64, weight_decay = 0.0 : f64} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<i64>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
-  %l0, %l1, %l2 = ds.adam %w0, %gw0, %s, %s, %step {beta1 = 0.9 : f64, beta2 = 0.999 : f64, decoupled = false, eps = 1.0e-8 : f64, lamb = true, lr = 0.01 : f64, weight_decay = 0.0 : f64} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<i64>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
-  %q0, %q1, %q2, %q3 = ds.adam %b0, %gb0, %s, %s, %step, %s {accum_steps = 2 : i64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, decoupled = false, eps = 1.0e-8 : f64, lr = 0.01 : f64, weight_decay = 0.0 : f64} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<i64>, tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
-  %r0, %r1, %r2 = ds.adam %w1, %gw1, %s, %s, %step {beta1 = 0.9 : f64, beta2 = 0.999 : f64, decoupled = false, eps = 1.0e-8 : f64, lr = 0.5 : f64, weight_decay = 0.0 : f64} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<i64>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+  %p0, %m0, %v0 = ds.adam %w0, %gw0, %s0, %s0, %step {beta1 = 0.9 : f64, beta2 = 0.999 : f64, decoupled = true, eps = 1.0e-8 : f64, lr = 0.01 : f64, weight_decay = 0.1 : f64} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<i64>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+  %p1, %m1, %v1 = ds.adam %b0, %gb0, %s1, %s1, %step {beta1 = 0.9 : f64, beta2 = 0.999 : f64, decoupled = true, eps = 1.0e-8 : f64, lr = 0.01 : f64, weight_decay = 0.0 : f64} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<i64>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+  %p2, %m2, %v2 = ds.adam %w1, %gw1, %s2, %s2, %step {beta1 = 0.9 : f64, beta2 = 0.999 : f64, decoupled = true, eps = 1.0e-8 : f64, lr = 0.01 : f64, weight_decay = 0.1 : f64} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<i64>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+  %p3, %m3, %v3 = ds.adam %b1, %gb1, %s3, %s3, %step {beta1 = 0.9 : f64, beta2 = 0.999 : f64, decoupled = true, eps = 1.0e-8 : f64, lr = 0.01 : f64, weight_decay = 0.0 : f64} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<i64>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+  %l0, %l1, %l2 = ds.adam %w0, %gw0, %s4, %s4, %step {beta1 = 0.9 : f64, beta2 = 0.999 : f64, decoupled = false, eps = 1.0e-8 : f64, lamb = true, lr = 0.01 : f64, weight_decay = 0.0 : f64} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<i64>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+  %q0, %q1, %q2, %q3 = ds.adam %b0, %gb0, %s5, %s5, %step, %s5 {accum_steps = 2 : i64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, decoupled = false, eps = 1.0e-8 : f64, lr = 0.01 : f64, weight_decay = 0.0 : f64} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<i64>, tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+  %r0, %r1, %r2 = ds.adam %w1, %gw1, %s6, %s6, %step {beta1 = 0.9 : f64, beta2 = 0.999 : f64, decoupled = false, eps = 1.0e-8 : f64, lr = 0.5 : f64, weight_decay = 0.0 : f64} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<i64>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
   return %p0, %p1, %m0, %m1, %l0, %q0, %r0 : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
 }
 
