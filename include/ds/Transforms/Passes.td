@@ -709,9 +709,10 @@ def FuseOptimizerPass : Pass<"ds-fuse-optimizer", "func::FuncOp"> {
     sees no new buffer. Left as they are: Lamb and `norm_over_ranks`,
     gradient accumulation (`grad_accum`), a clip coefficient operand,
     offloaded (`ds.on_host`) updates, non-f32 parameters, and groups of
-    one. In practice the GPTs' fp32 updates at ZeRO 0 and 3 fuse whole;
-    under ZeRO 1-2 each update reads the shard the step copies just
-    before it, and under bf16/fp16 the f32 cast of its gradient, so they
+    one. In practice the GPTs' fp32 updates at ZeRO 0 and 3 (and plain
+    data parallelism) fuse whole; under ZeRO 1-2 each update reads the
+    shard the step copies just before it, under bf16/fp16 the f32 cast of
+    its gradient and with gradient clipping the clipped gradient, so they
     stay one per parameter (fusing them would keep all those copies alive
     at once).
 
