@@ -487,6 +487,39 @@ TEST(Cuda, Optimizers) {
             1e-5);
 }
 
+/// The multi-tensor updates: three tensors of sizes that do not fill a
+/// block, the CPU kernel the reference.
+TEST(Cuda, MultiTensorOptimizers) {
+  auto f = [](int64_t n, uint32_t seed) {
+    return random(DType::F32, {n}, seed, true);
+  };
+  auto e = [](int64_t n) { return empty(DType::F32, {n}); };
+  Tensor step = ints(DType::I64, {}, {3});
+  const int64_t sizes[3] = {300, 7, 1030};
+  std::vector<Tensor> ins, outs;
+  for (int g = 0; g < 4; ++g)
+    for (int i = 0; i < 3; ++i)
+      ins.push_back(f(sizes[i], 200 + 3 * g + i));
+  ins.push_back(step);
+  for (int r = 0; r < 3; ++r)
+    for (int i = 0; i < 3; ++i)
+      outs.push_back(e(sizes[i]));
+  EXPECT_LE(compare("multi_adam", ins, outs,
+                    {F("lr", 1e-2), F("weight_decay", 0.1), I("decoupled", 1)}),
+            1e-5);
+  std::vector<Tensor> sgdIns, sgdOuts;
+  for (int g = 0; g < 3; ++g)
+    for (int i = 0; i < 3; ++i)
+      sgdIns.push_back(f(sizes[i], 220 + 3 * g + i));
+  sgdIns.push_back(step);
+  for (int r = 0; r < 2; ++r)
+    for (int i = 0; i < 3; ++i)
+      sgdOuts.push_back(e(sizes[i]));
+  EXPECT_LE(compare("multi_sgd", sgdIns, sgdOuts,
+                    {F("lr", 0.1), F("momentum", 0.9), F("dampening", 0.1)}),
+            1e-5);
+}
+
 /// 0/1 Adam on one rank (its exchanges are the identity there), one case
 /// per phase: its counters are those of the step (ds::zeroone), the
 /// accumulator and lrs not zero where the local-step phase has them.
@@ -696,7 +729,8 @@ TEST(Cuda, EveryKernelTested) {
       "topk_grad", "resize", "resize_grad", "fused_elementwise",
       "fused_attention", "fused_attention_grad",
       "zero_one_adam", "embedding_bag", "embedding_bag_grad", "onebit_lamb",
-      "quantized_all_gather", "quantized_reduce_scatter"};
+      "quantized_all_gather", "quantized_reduce_scatter", "multi_adam",
+      "multi_sgd"};
   // Pipeline and tensor parallelism run on the CPU backend only so far
   // (the CUDA backend refuses stage and tensor-parallel plans): their
   // kernels have no CUDA twin yet.

@@ -194,6 +194,8 @@ void mlir::ds::addTrainingPasses(OpPassManager &pm, const TrainingOptions &o,
   }
   if (o.fuseElementwise) // last: fusion hides the ops the passes above match
     pm.addNestedPass<func::FuncOp>(createFuseElementwisePass());
+  if (training && o.fuseOptimizer) // after offload, which marks host updates
+    pm.addNestedPass<func::FuncOp>(createFuseOptimizerPass());
 }
 
 void mlir::ds::addLoweringPasses(OpPassManager &pm, const TrainingOptions &o) {

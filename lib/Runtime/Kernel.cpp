@@ -126,6 +126,9 @@ static const KernelSignature kSignatures[] = {
     {"onebit_lamb", 7, 9, 5, 7},   // Cpu/OneBitLamb.cpp (7, 5: ZeRO 1-3)
     {"sgd", 4, 6, 2, 3},
     {"onnx_update", 5, 6, 2, 3},
+    // N parameters, N gradients, N of each state, the step (MultiTensor.cpp)
+    {"multi_adam", 5, 1 << 20, 3, 1 << 20},
+    {"multi_sgd", 3, 1 << 20, 1, 1 << 20},
     // Collectives and the loss scaler's overflow check
     {"all_reduce", 1, 1, 1, 1},
     {"all_gather", 1, 1, 1, 1},

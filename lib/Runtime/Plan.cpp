@@ -521,7 +521,7 @@ static int64_t indexLimit(const plan::Plan &p, const plan::Instruction &ins,
 /// The optimizer's name and settings, from its kernel.
 static void addOptimizer(const plan::Instruction &ins, PlanInfo &info) {
   const plan::Optimizer &o = ins.optimizer();
-  info.optimizer = kernelName(ins.kind());
+  info.optimizer = optimizerKernelName(ins.kind());
   if (o.has_lr())
     info.lr = o.lr();
   if (o.decoupled())

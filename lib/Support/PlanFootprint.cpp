@@ -340,7 +340,7 @@ void addCollectivesAndOptimizer(const plan::Plan &p,
       // The optimizer asked for: AdamW and Lamb run the adam kernel.
       f.optimizer = ins.optimizer().lamb()        ? "lamb"
                     : ins.optimizer().decoupled() ? "adamw"
-                                                  : kernelName(ins.kind());
+                                                  : optimizerKernelName(ins.kind());
       if (ins.optimizer().has_freeze_step())
         f.freezeStep = ins.optimizer().freeze_step();
       for (const plan::Attribute &a : ins.attributes())
@@ -353,7 +353,15 @@ void addCollectivesAndOptimizer(const plan::Plan &p,
             ins.optimizer().local_step_clipper()};
       if (ins.optimizer().accum_steps() > 1)
         f.accumSteps = ins.optimizer().accum_steps();
-      f.grads += keptGradient(p, ins.inputs(1), writer);
+      if (isMultiTensorOptimizer(ins.kind())) {
+        // N params, N gradients, N of each state and the step in; N new
+        // params and N of each new state out: N is ins - 1 - outs.
+        int n = ins.inputs_size() - 1 - ins.outputs_size();
+        for (int i = 0; i < n; ++i)
+          f.grads += keptGradient(p, ins.inputs(n + i), writer);
+      } else {
+        f.grads += keptGradient(p, ins.inputs(1), writer);
+      }
     }
     if (ins.kind() == plan::KIND_TP_ROWS && ins.outputs_size() == 1)
       for (const plan::Attribute &a : ins.attributes())

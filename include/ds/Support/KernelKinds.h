@@ -79,7 +79,20 @@ inline bool isMatMul(plan::Kind kind) {
 inline bool isOptimizer(plan::Kind kind) {
   return kind == plan::KIND_ADAM || kind == plan::KIND_SGD ||
          kind == plan::KIND_ONEBIT_ADAM || kind == plan::KIND_ONEBIT_ADAM_LOCAL ||
-         kind == plan::KIND_ZERO_ONE_ADAM || kind == plan::KIND_ONEBIT_LAMB;
+         kind == plan::KIND_ZERO_ONE_ADAM || kind == plan::KIND_ONEBIT_LAMB ||
+         kind == plan::KIND_MULTI_ADAM || kind == plan::KIND_MULTI_SGD;
+}
+/// A multi-tensor optimizer step (ds.multi_adam, ds.multi_sgd): N params,
+/// then N gradients, then the states.
+inline bool isMultiTensorOptimizer(plan::Kind kind) {
+  return kind == plan::KIND_MULTI_ADAM || kind == plan::KIND_MULTI_SGD;
+}
+/// The optimizer an update kernel of `kind` runs: a multi-tensor step's
+/// single-tensor kernel ("adam" for multi_adam), else the kernel's name.
+inline const char *optimizerKernelName(plan::Kind kind) {
+  return kind == plan::KIND_MULTI_ADAM  ? "adam"
+         : kind == plan::KIND_MULTI_SGD ? "sgd"
+                                        : kernelName(kind);
 }
 /// The loss's gradient, where the backward pass starts.
 inline bool startsBackward(plan::Kind kind) {

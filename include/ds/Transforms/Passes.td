@@ -693,6 +693,43 @@ def FuseElementwisePass : Pass<"ds-fuse-elementwise", "func::FuncOp"> {
   }];
 }
 
+def FuseOptimizerPass : Pass<"ds-fuse-optimizer", "func::FuncOp"> {
+  let summary = "fuse the per-parameter optimizer steps into multi-tensor ops";
+  let description = [{
+    Issue 24 item 3: the optimizer pass writes one `ds.adam` (`ds.sgd`) per
+    parameter, each a kernel call of its own; a GPT's biases and LayerNorm
+    gains make most of them tiny. This pass groups, in program order, the
+    updates of one kind with identical attributes (hyper-parameters,
+    schedule) and the same step counter into one `ds.multi_adam`
+    (`ds.multi_sgd`), whose kernel walks all their tensors as one flat
+    index space over the run's threads with the single kernel's
+    per-element arithmetic (bit-identical results).
+
+    The fused op takes the place of the group's first update, so an update
+    joins a group only when every operand it reads already exists there
+    and nothing between the two reads the parameter or state it
+    overwrites; otherwise it starts a new group. The results are the same
+    values, written into the same storage (`ds.update`), so the memory plan
+    sees no new buffer. Left as they are: Lamb and `norm_over_ranks`,
+    gradient accumulation (`grad_accum`), a clip coefficient operand,
+    offloaded (`ds.on_host`) updates, non-f32 parameters, and groups of
+    one. In practice the GPTs' fp32 updates at ZeRO 0 and 3 (and plain
+    data parallelism) fuse whole; under ZeRO 1-2 each update reads the
+    shard the step copies just before it, under bf16/fp16 the f32 cast of
+    its gradient and with gradient clipping the clipped gradient, so they
+    stay one per parameter (fusing them would keep all those copies alive
+    at once).
+
+    ```mlir
+    %p0, %m0, %v0 = ds.adam %w, %gw, %mw, %vw, %step {...} : ...
+    %p1, %m1, %v1 = ds.adam %b, %gb, %mb, %vb, %step {...} : ...
+    // becomes
+    %r:6 = ds.multi_adam params(%w, %b) grads(%gw, %gb) exp_avgs(%mw, %mb)
+        exp_avg_sqs(%vw, %vb) step(%step) {...} : ...
+    ```
+  }];
+}
+
 def SyncBatchNormPass : Pass<"ds-sync-batchnorm", "func::FuncOp"> {
   let summary = "BatchNormalization statistics over the data-parallel ranks";
   let description = [{

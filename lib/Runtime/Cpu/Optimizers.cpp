@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Adam.h"
 #include "Kernels.h"
 #include "Lamb.h"
 #include "Vec.h"
@@ -82,13 +83,6 @@ static bool accumulateOnly(KernelContext &ctx, size_t states, int64_t &t,
   return false;
 }
 
-namespace {
-/// Adam's per-element constants.
-struct AdamCoefficients {
-  float stepSize, bc2Sqrt, b1, b2, a1, a2, eps, wd, decay;
-  bool decayed, decoupled;
-};
-
 /// Adam over [0, n): torch's f32 operations in torch's order (vectorized:
 /// the same IEEE operations per element, no contraction into FMA, so the
 /// same bits). One loop per weight-decay mode, the test hoisted out.
@@ -113,7 +107,75 @@ DS_CLONES void adamRange(const AdamCoefficients &k, const float *P,
     DS_ADAM_BODY(P[i], G[i] + k.wd * P[i])
 #undef DS_ADAM_BODY
 }
-} // namespace
+
+AdamCoefficients adamCoefficients(const KernelContext &ctx, int64_t t) {
+  double lr = stepLr(ctx, t);
+  double beta1 = ctx.attrs.getFloat("beta1", 0.9);
+  double beta2 = ctx.attrs.getFloat("beta2", 0.999);
+  double wd = ctx.attrs.getFloat("weight_decay", 0.0);
+  // DeepSpeed's bias_correction: false leaves the moments undivided.
+  bool correct = ctx.attrs.getInt("bias_correction", 1) != 0;
+  double bc1 = correct ? 1.0 - std::pow(beta1, static_cast<double>(t)) : 1.0;
+  double bc2 = correct ? 1.0 - std::pow(beta2, static_cast<double>(t)) : 1.0;
+  AdamCoefficients k;
+  k.stepSize = static_cast<float>(lr / bc1);
+  k.bc2Sqrt = static_cast<float>(std::sqrt(bc2));
+  k.b1 = static_cast<float>(beta1), k.b2 = static_cast<float>(beta2);
+  k.a1 = static_cast<float>(1.0 - beta1), k.a2 = static_cast<float>(1.0 - beta2);
+  k.eps = static_cast<float>(ctx.attrs.getFloat("eps", 1e-8));
+  k.wd = static_cast<float>(wd), k.decay = static_cast<float>(1.0 - lr * wd);
+  k.decayed = wd != 0.0;
+  k.decoupled = ctx.attrs.getInt("decoupled", 0) != 0;
+  return k;
+}
+
+/// Lamb's constants of step `t` (the adam kernel's `lamb` form).
+static LambCoefficients lambCoefficients(const KernelContext &ctx, int64_t t) {
+  double lr = stepLr(ctx, t);
+  double beta1 = ctx.attrs.getFloat("beta1", 0.9);
+  double beta2 = ctx.attrs.getFloat("beta2", 0.999);
+  bool correct = ctx.attrs.getInt("bias_correction", 1) != 0;
+  double bc1 = correct ? 1.0 - std::pow(beta1, static_cast<double>(t)) : 1.0;
+  double bc2 = correct ? 1.0 - std::pow(beta2, static_cast<double>(t)) : 1.0;
+  return {static_cast<float>(beta1),
+          static_cast<float>(1.0 - beta1),
+          static_cast<float>(beta2),
+          static_cast<float>(1.0 - beta2),
+          static_cast<float>(bc1),
+          static_cast<float>(std::sqrt(bc2)),
+          static_cast<float>(ctx.attrs.getFloat("eps", 1e-8)),
+          static_cast<float>(ctx.attrs.getFloat("weight_decay", 0.0)),
+          lr,
+          ctx.attrs.getFloat("min_coeff", 0.01),
+          ctx.attrs.getFloat("max_coeff", 10.0)};
+}
+
+SgdCoefficients sgdCoefficients(const KernelContext &ctx, int64_t t) {
+  SgdCoefficients k;
+  k.lr = static_cast<float>(stepLr(ctx, t));
+  k.momentum = static_cast<float>(ctx.attrs.getFloat("momentum", 0.0));
+  k.dampening = static_cast<float>(ctx.attrs.getFloat("dampening", 0.0));
+  k.wd = static_cast<float>(ctx.attrs.getFloat("weight_decay", 0.0));
+  k.nesterov = ctx.attrs.getInt("nesterov", 0) != 0;
+  k.useMomentum = k.momentum != 0.0f;
+  k.firstStep = t <= 1;
+  return k;
+}
+
+void sgdRange(const SgdCoefficients &k, const float *P, const float *G,
+              const float *B, float *Po, float *Bo, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    float d = G[i];
+    if (k.wd != 0.0f)
+      d = d + k.wd * P[i];
+    if (k.useMomentum) {
+      float buf = k.firstStep ? d : B[i] * k.momentum + (1.0f - k.dampening) * d;
+      Bo[i] = buf;
+      d = k.nesterov ? d + k.momentum * buf : buf;
+    }
+    Po[i] = P[i] + (-k.lr) * d;
+  }
+}
 
 void lambDirection(const LambCoefficients &k, const float *P, const float *G,
                    const float *M, const float *V, float *Mo, float *Vo,
@@ -189,21 +251,6 @@ bool kAdam(KernelContext &ctx) {
   const float *gradData = g.as<float>();
   if (accumulateOnly(ctx, 2, t, mean, gradData))
     return true;
-  double lr = stepLr(ctx, t);
-  double beta1 = ctx.attrs.getFloat("beta1", 0.9);
-  double beta2 = ctx.attrs.getFloat("beta2", 0.999);
-  float eps = static_cast<float>(ctx.attrs.getFloat("eps", 1e-8));
-  double wd = ctx.attrs.getFloat("weight_decay", 0.0);
-  bool decoupled = ctx.attrs.getInt("decoupled", 0) != 0;
-  // DeepSpeed's bias_correction: false leaves the moments undivided.
-  bool correct = ctx.attrs.getInt("bias_correction", 1) != 0;
-  double bc1 = correct ? 1.0 - std::pow(beta1, static_cast<double>(t)) : 1.0;
-  double bc2 = correct ? 1.0 - std::pow(beta2, static_cast<double>(t)) : 1.0;
-  float stepSize = static_cast<float>(lr / bc1);
-  float bc2Sqrt = static_cast<float>(std::sqrt(bc2));
-  float b1 = static_cast<float>(beta1), b2 = static_cast<float>(beta2);
-  float a1 = static_cast<float>(1.0 - beta1), a2 = static_cast<float>(1.0 - beta2);
-  float wdF = static_cast<float>(wd), decay = static_cast<float>(1.0 - lr * wd);
   const float *P = pin.as<float>(), *G = gradData, *M = min.as<float>(),
               *V = vin.as<float>();
   float *Po = ctx.out[0].as<float>(), *Mo = ctx.out[1].as<float>(),
@@ -211,26 +258,23 @@ bool kAdam(KernelContext &ctx) {
   if (ctx.attrs.getInt("lamb", 0)) {
     // Lamb: Adam's direction plus decoupled decay, scaled per tensor by the
     // trust ratio (DeepSpeed's FusedLamb; Lamb.h).
-    LambCoefficients k{b1, a1, b2, a2, static_cast<float>(bc1), bc2Sqrt, eps,
-                       wdF, lr, ctx.attrs.getFloat("min_coeff", 0.01),
-                       ctx.attrs.getFloat("max_coeff", 10.0)};
+    LambCoefficients l = lambCoefficients(ctx, t);
     if (!ctx.attrs.getInt("norm_over_ranks", 0)) {
-      lambStep(k, P, G, M, V, Po, Mo, Vo, pin.numel());
+      lambStep(l, P, G, M, V, Po, Mo, Vo, pin.numel());
       return true;
     }
     // ZeRO 1-3: this rank's partition of the tensor; the trust ratio takes
     // the whole tensor's norms from every rank's partial sums.
     std::vector<float> u(pin.numel());
     double sums[2];
-    lambDirection(k, P, G, M, V, Mo, Vo, u.data(), pin.numel(), sums);
+    lambDirection(l, P, G, M, V, Mo, Vo, u.data(), pin.numel(), sums);
     std::string err;
     if (!combineOverRanks(ctx.comm, sums, 2, 0, err))
       return ctx.fail(err);
-    lambApply(k, sums[0], sums[1], P, u.data(), Po, pin.numel());
+    lambApply(l, sums[0], sums[1], P, u.data(), Po, pin.numel());
     return true;
   }
-  AdamCoefficients k{stepSize, bc2Sqrt, b1, b2, a1, a2, eps, wdF, decay,
-                     wd != 0.0, decoupled};
+  AdamCoefficients k = adamCoefficients(ctx, t);
   parallelFor(pin.numel(), 16384, [&](int64_t b, int64_t e) {
     adamRange(k, P + b, G + b, M + b, V + b, Po + b, Mo + b, Vo + b, e - b);
   });
@@ -247,26 +291,11 @@ bool kSgd(KernelContext &ctx) {
   const float *gradData = g.as<float>();
   if (accumulateOnly(ctx, 1, t, mean, gradData))
     return true;
-  float lr = static_cast<float>(stepLr(ctx, t));
-  float momentum = static_cast<float>(ctx.attrs.getFloat("momentum", 0.0));
-  float dampening = static_cast<float>(ctx.attrs.getFloat("dampening", 0.0));
-  float wd = static_cast<float>(ctx.attrs.getFloat("weight_decay", 0.0));
-  bool nesterov = ctx.attrs.getInt("nesterov", 0) != 0;
+  SgdCoefficients k = sgdCoefficients(ctx, t);
   const float *P = pin.as<float>(), *G = gradData, *B = bufIn.as<float>();
   float *Po = ctx.out[0].as<float>(), *Bo = ctx.out[1].as<float>();
-  bool useMomentum = momentum != 0.0f;
   parallelFor(pin.numel(), 16384, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      float d = G[i];
-      if (wd != 0.0f)
-        d = d + wd * P[i];
-      if (useMomentum) {
-        float buf = t <= 1 ? d : B[i] * momentum + (1.0f - dampening) * d;
-        Bo[i] = buf;
-        d = nesterov ? d + momentum * buf : buf;
-      }
-      Po[i] = P[i] + (-lr) * d;
-    }
+    sgdRange(k, P + b, G + b, B + b, Po + b, Bo + b, e - b);
   });
   return true;
 }

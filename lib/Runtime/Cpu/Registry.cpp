@@ -18,6 +18,7 @@ namespace ds::rt {
 //===----------------------------------------------------------------------===//
 
 void registerEmbeddingBagKernels(KernelRegistry &r); // EmbeddingBag.cpp (misc)
+void registerMultiTensorKernels(KernelRegistry &r);  // MultiTensor.cpp
 
 const KernelRegistry &cpuKernels() {
   static const KernelRegistry registry = KernelRegistry::of(
@@ -30,7 +31,8 @@ const KernelRegistry &cpuKernels() {
        registerOneBitKernels, registerFusedKernels,
        registerAttentionKernels,
        registerZeroOneKernels, registerCompressedGatherKernels,
-       registerOneBitLambKernels, registerZeroPPKernels});
+       registerOneBitLambKernels, registerZeroPPKernels,
+       registerMultiTensorKernels});
   return registry;
 }
 

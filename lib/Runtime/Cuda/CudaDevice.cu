@@ -25,6 +25,7 @@ namespace cuda {
 cudaStream_t gStream = nullptr;
 
 void registerEmbeddingBagKernels(KernelRegistry &r); // EmbeddingBag.cu (misc)
+void registerMultiTensorKernels(KernelRegistry &r);  // MultiTensor.cu
 
 /// The CUDA kernels: every CPU kernel but pipeline and tensor parallelism's.
 const KernelRegistry &cudaKernels() {
@@ -37,7 +38,7 @@ const KernelRegistry &cudaKernels() {
        registerFusedKernels,
        registerAttentionKernels,
        registerZeroOneKernels, registerOneBitLambKernels,
-       registerZeroPPKernels});
+       registerZeroPPKernels, registerMultiTensorKernels});
   return registry;
 }
 

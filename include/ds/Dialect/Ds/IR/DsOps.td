@@ -1398,5 +1398,7 @@ def Ds_TiedGradSumOp : Ds_Op<"tied_grad_sum", [Ds_Collective,
 include "ds/Dialect/Ds/IR/DsFused.td"
 // Fused attention (issue 24 item 2).
 include "ds/Dialect/Ds/IR/DsAttention.td"
+// Multi-tensor optimizer steps (issue 24 item 3).
+include "ds/Dialect/Ds/IR/DsMultiTensor.td"
 
 #endif // DS_DIALECT_DS_IR_DSOPS_TD

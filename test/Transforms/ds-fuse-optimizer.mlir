@@ -1,0 +1,108 @@
+// The per-parameter updates of one kind, attributes and step counter fused
+// into one multi-tensor op (issue 24 item 3).
+// RUN: ds-opt %s --ds-fuse-optimizer -split-input-file | FileCheck %s
+// RUN: ds-opt %s --ds-fuse-optimizer -split-input-file | ds-opt -split-input-file | FileCheck %s
+
+// Three Adam updates with equal attributes become one ds.multi_adam at the
+// first one's place; its results replace theirs in order (new params, then
+// exp_avg, then exp_avg_sq).
+// CHECK-LABEL: func.func @adam
+// CHECK-NEXT: %[[R:.*]]:9 = ds.multi_adam params(%arg0, %arg1, %arg2) grads(%arg3, %arg4, %arg5) exp_avgs(%arg6, %arg7, %arg8) exp_avg_sqs(%arg9, %arg10, %arg11) step(%arg12) {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, decoupled = true, eps = 1.000000e-08 : f64, lr = 1.000000e-02 : f64, weight_decay = 1.000000e-01 : f64}
+// CHECK-NOT: ds.adam
+// CHECK: return %[[R]]#0, %[[R]]#3, %[[R]]#6, %[[R]]#1, %[[R]]#4, %[[R]]#7, %[[R]]#2, %[[R]]#5, %[[R]]#8
+func.func @adam(%p0: tensor<4x3xf32>, %p1: tensor<3xf32>, %p2: tensor<5xf32>,
+                %g0: tensor<4x3xf32>, %g1: tensor<3xf32>, %g2: tensor<5xf32>,
+                %m0: tensor<4x3xf32>, %m1: tensor<3xf32>, %m2: tensor<5xf32>,
+                %v0: tensor<4x3xf32>, %v1: tensor<3xf32>, %v2: tensor<5xf32>,
+                %step: tensor<i64>)
+    -> (tensor<4x3xf32>, tensor<4x3xf32>, tensor<4x3xf32>, tensor<3xf32>,
+        tensor<3xf32>, tensor<3xf32>, tensor<5xf32>, tensor<5xf32>, tensor<5xf32>) {
+  %a0, %b0, %c0 = ds.adam %p0, %g0, %m0, %v0, %step {beta1 = 0.9 : f64, beta2 = 0.999 : f64, decoupled = true, eps = 1.0e-8 : f64, lr = 0.01 : f64, weight_decay = 0.1 : f64} : (tensor<4x3xf32>, tensor<4x3xf32>, tensor<4x3xf32>, tensor<4x3xf32>, tensor<i64>) -> (tensor<4x3xf32>, tensor<4x3xf32>, tensor<4x3xf32>)
+  %a1, %b1, %c1 = ds.adam %p1, %g1, %m1, %v1, %step {beta1 = 0.9 : f64, beta2 = 0.999 : f64, decoupled = true, eps = 1.0e-8 : f64, lr = 0.01 : f64, weight_decay = 0.1 : f64} : (tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<i64>) -> (tensor<3xf32>, tensor<3xf32>, tensor<3xf32>)
+  %a2, %b2, %c2 = ds.adam %p2, %g2, %m2, %v2, %step {beta1 = 0.9 : f64, beta2 = 0.999 : f64, decoupled = true, eps = 1.0e-8 : f64, lr = 0.01 : f64, weight_decay = 0.1 : f64} : (tensor<5xf32>, tensor<5xf32>, tensor<5xf32>, tensor<5xf32>, tensor<i64>) -> (tensor<5xf32>, tensor<5xf32>, tensor<5xf32>)
+  return %a0, %b0, %c0, %a1, %b1, %c1, %a2, %b2, %c2 : tensor<4x3xf32>, tensor<4x3xf32>, tensor<4x3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<5xf32>, tensor<5xf32>, tensor<5xf32>
+}
+
+// -----
+
+// Parameter groups (no weight decay on the biases): one op per group, the
+// interleaved members included. A Lamb update, one with a gradient
+// accumulator and a group of one stay as they are.
+// CHECK-LABEL: func.func @groups
+// CHECK-NEXT: %[[D:.*]]:6 = ds.multi_adam params(%arg0, %arg2) grads(%arg4, %arg6) exp_avgs(%arg8, %arg10) exp_avg_sqs(%arg8, %arg10) step(%arg15) {{.*}} weight_decay = 1.000000e-01 : f64}
+// CHECK-NEXT: %[[N:.*]]:6 = ds.multi_adam params(%arg1, %arg3) grads(%arg5, %arg7) exp_avgs(%arg9, %arg11) exp_avg_sqs(%arg9, %arg11) step(%arg15) {{.*}} weight_decay = 0.000000e+00 : f64}
+// CHECK-NEXT: ds.adam %arg0, %arg4, %arg12, %arg12, %arg15 {{.*}} lamb = true
+// CHECK-NEXT: ds.adam %arg1, %arg5, %arg13, %arg13, %arg15, %arg13 {
+// CHECK-NEXT: ds.adam %arg2, %arg6, %arg14, %arg14, %arg15 {{.*}} lr = 5.000000e-01
+// CHECK-NOT: ds.multi_adam
+// CHECK: return %[[D]]#0, %[[N]]#0, %[[D]]#2, %[[N]]#2
+func.func @groups(%w0: tensor<4xf32>, %b0: tensor<4xf32>, %w1: tensor<4xf32>, %b1: tensor<4xf32>,
+                  %gw0: tensor<4xf32>, %gb0: tensor<4xf32>, %gw1: tensor<4xf32>, %gb1: tensor<4xf32>,
+                  %s0: tensor<4xf32>, %s1: tensor<4xf32>, %s2: tensor<4xf32>, %s3: tensor<4xf32>,
+                  %s4: tensor<4xf32>, %s5: tensor<4xf32>, %s6: tensor<4xf32>, %step: tensor<i64>)
+    -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) {
+  %p0, %m0, %v0 = ds.adam %w0, %gw0, %s0, %s0, %step {beta1 = 0.9 : f64, beta2 = 0.999 : f64, decoupled = true, eps = 1.0e-8 : f64, lr = 0.01 : f64, weight_decay = 0.1 : f64} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<i64>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+  %p1, %m1, %v1 = ds.adam %b0, %gb0, %s1, %s1, %step {beta1 = 0.9 : f64, beta2 = 0.999 : f64, decoupled = true, eps = 1.0e-8 : f64, lr = 0.01 : f64, weight_decay = 0.0 : f64} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<i64>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+  %p2, %m2, %v2 = ds.adam %w1, %gw1, %s2, %s2, %step {beta1 = 0.9 : f64, beta2 = 0.999 : f64, decoupled = true, eps = 1.0e-8 : f64, lr = 0.01 : f64, weight_decay = 0.1 : f64} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<i64>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+  %p3, %m3, %v3 = ds.adam %b1, %gb1, %s3, %s3, %step {beta1 = 0.9 : f64, beta2 = 0.999 : f64, decoupled = true, eps = 1.0e-8 : f64, lr = 0.01 : f64, weight_decay = 0.0 : f64} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<i64>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+  %l0, %l1, %l2 = ds.adam %w0, %gw0, %s4, %s4, %step {beta1 = 0.9 : f64, beta2 = 0.999 : f64, decoupled = false, eps = 1.0e-8 : f64, lamb = true, lr = 0.01 : f64, weight_decay = 0.0 : f64} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<i64>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+  %q0, %q1, %q2, %q3 = ds.adam %b0, %gb0, %s5, %s5, %step, %s5 {accum_steps = 2 : i64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, decoupled = false, eps = 1.0e-8 : f64, lr = 0.01 : f64, weight_decay = 0.0 : f64} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<i64>, tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+  %r0, %r1, %r2 = ds.adam %w1, %gw1, %s6, %s6, %step {beta1 = 0.9 : f64, beta2 = 0.999 : f64, decoupled = false, eps = 1.0e-8 : f64, lr = 0.5 : f64, weight_decay = 0.0 : f64} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<i64>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+  return %p0, %p1, %m0, %m1, %l0, %q0, %r0 : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+}
+
+// -----
+
+// ZeRO 1-2's form: each update reads a shard copied just before it, which
+// does not exist at the group's first update: a new group starts (and a
+// group of one is left alone), so the copies never live at once.
+// CHECK-LABEL: func.func @operand_made_between
+// CHECK: ds.shard %arg0
+// CHECK-NEXT: ds.adam
+// CHECK-NEXT: ds.shard %arg1
+// CHECK-NEXT: ds.adam
+// CHECK-NOT: ds.multi_adam
+func.func @operand_made_between(%w0: tensor<8xf32>, %w1: tensor<8xf32>, %g: tensor<4xf32>,
+                                %s: tensor<4xf32>, %step: tensor<i64>) -> (tensor<4xf32>, tensor<4xf32>) {
+  %x0 = ds.shard %w0 {group = 0 : i64} : tensor<8xf32> -> tensor<4xf32>
+  %p0, %m0, %v0 = ds.adam %x0, %g, %s, %s, %step {beta1 = 0.9 : f64, beta2 = 0.999 : f64, decoupled = false, eps = 1.0e-8 : f64, lr = 0.01 : f64, weight_decay = 0.0 : f64} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<i64>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+  %x1 = ds.shard %w1 {group = 0 : i64} : tensor<8xf32> -> tensor<4xf32>
+  %p1, %m1, %v1 = ds.adam %x1, %g, %s, %s, %step {beta1 = 0.9 : f64, beta2 = 0.999 : f64, decoupled = false, eps = 1.0e-8 : f64, lr = 0.01 : f64, weight_decay = 0.0 : f64} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<i64>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+  return %p0, %p1 : tensor<4xf32>, tensor<4xf32>
+}
+
+// -----
+
+// A read of a parameter between two updates: moving the second update
+// ahead of it would change what it reads, so the second one is left.
+// CHECK-LABEL: func.func @read_between
+// CHECK-NEXT: ds.adam %arg0
+// CHECK-NEXT: ds.neg %arg1
+// CHECK-NEXT: ds.adam %arg1
+// CHECK-NOT: ds.multi_adam
+func.func @read_between(%w0: tensor<4xf32>, %w1: tensor<4xf32>, %g: tensor<4xf32>,
+                        %s: tensor<4xf32>, %step: tensor<i64>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) {
+  %p0, %m0, %v0 = ds.adam %w0, %g, %s, %s, %step {beta1 = 0.9 : f64, beta2 = 0.999 : f64, decoupled = false, eps = 1.0e-8 : f64, lr = 0.01 : f64, weight_decay = 0.0 : f64} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<i64>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+  %n = ds.neg %w1 : tensor<4xf32>
+  %p1, %m1, %v1 = ds.adam %w1, %g, %s, %s, %step {beta1 = 0.9 : f64, beta2 = 0.999 : f64, decoupled = false, eps = 1.0e-8 : f64, lr = 0.01 : f64, weight_decay = 0.0 : f64} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<i64>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+  return %p0, %p1, %n : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+}
+
+// -----
+
+// SGD without momentum reads no buffer (its buffer operand is the
+// gradient, its result unused): ds.multi_sgd has none; with momentum, one
+// buffer per parameter.
+// CHECK-LABEL: func.func @sgd
+// CHECK-NEXT: %[[P:.*]]:2 = ds.multi_sgd params(%arg0, %arg1) grads(%arg2, %arg3) momentum_buffers() step(%arg6) {dampening = 0.000000e+00 : f64, lr = 1.000000e-01 : f64, momentum = 0.000000e+00 : f64, nesterov = false, weight_decay = 0.000000e+00 : f64}
+// CHECK-NEXT: %[[Q:.*]]:4 = ds.multi_sgd params(%arg0, %arg1) grads(%arg2, %arg3) momentum_buffers(%arg4, %arg5) step(%arg6) {{.*}} momentum = 9.000000e-01
+// CHECK-NEXT: return %[[P]]#0, %[[P]]#1, %[[Q]]#0, %[[Q]]#1, %[[Q]]#2, %[[Q]]#3
+func.func @sgd(%w0: tensor<4xf32>, %w1: tensor<2xf32>, %g0: tensor<4xf32>, %g1: tensor<2xf32>,
+               %b0: tensor<4xf32>, %b1: tensor<2xf32>, %step: tensor<i64>)
+    -> (tensor<4xf32>, tensor<2xf32>, tensor<4xf32>, tensor<2xf32>, tensor<4xf32>, tensor<2xf32>) {
+  %p0, %u0 = ds.sgd %w0, %g0, %g0, %step {dampening = 0.0 : f64, lr = 0.1 : f64, momentum = 0.0 : f64, nesterov = false, weight_decay = 0.0 : f64} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<i64>) -> (tensor<4xf32>, tensor<4xf32>)
+  %p1, %u1 = ds.sgd %w1, %g1, %g1, %step {dampening = 0.0 : f64, lr = 0.1 : f64, momentum = 0.0 : f64, nesterov = false, weight_decay = 0.0 : f64} : (tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<i64>) -> (tensor<2xf32>, tensor<2xf32>)
+  %q0, %c0 = ds.sgd %w0, %g0, %b0, %step {dampening = 0.0 : f64, lr = 0.1 : f64, momentum = 0.9 : f64, nesterov = false, weight_decay = 0.0 : f64} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<i64>) -> (tensor<4xf32>, tensor<4xf32>)
+  %q1, %c1 = ds.sgd %w1, %g1, %b1, %step {dampening = 0.0 : f64, lr = 0.1 : f64, momentum = 0.9 : f64, nesterov = false, weight_decay = 0.0 : f64} : (tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<i64>) -> (tensor<2xf32>, tensor<2xf32>)
+  return %p0, %p1, %q0, %q1, %c0, %c1 : tensor<4xf32>, tensor<2xf32>, tensor<4xf32>, tensor<2xf32>, tensor<4xf32>, tensor<2xf32>
+}
