@@ -436,12 +436,13 @@ bool calibrateCompute(const CalibrationPlan &plan, Communicator &world,
       "adds (quick 128) run through the executor, less the add's own call; "
       "stash_save and stash_restore_bytes_per_s: a pipeline stash's copy "
       "into a fresh buffer and back, at 2 and 8 MiB (quick 1 and 4)");
-  if (m.compute.dispatchOverhead <= 0 || m.compute.runOverhead <= 0)
-    m.notes.push_back(std::string("kernels.") +
-                      (m.compute.dispatchOverhead <= 0 ? "dispatch_overhead"
-                                                       : "run_overhead") +
-                      ": left out, the fit left it at or below zero (the "
-                      "planner takes 0)");
+  for (auto [name, v] : {std::pair{"dispatch_overhead",
+                                   m.compute.dispatchOverhead},
+                         {"run_overhead", m.compute.runOverhead}})
+    if (v <= 0)
+      m.notes.push_back(std::string("kernels.") + name +
+                        ": left out, the fit left it at or below zero (the "
+                        "planner takes 0)");
   m.notes.push_back("device.memory_bandwidth: a triad (12 bytes per "
                     "element) over three arrays of 4x the last-level cache "
                     "(quick: 1x); copy_bandwidth: a copy (8 bytes)");
