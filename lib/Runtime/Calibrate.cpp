@@ -435,7 +435,7 @@ bool calibrateCompute(const CalibrationPlan &plan, Communicator &world,
       "kernels.dispatch_overhead and run_overhead: plans of 8 and 512 tiny "
       "adds (quick 128) run through the executor, less the add's own call; "
       "stash_save and stash_restore_bytes_per_s: a pipeline stash's copy "
-      "into a fresh buffer and back, at 2 and 8 MiB (quick 1 and 4)");
+      "out of the arena and back, at 2 and 8 MiB (quick 1 and 4)");
   for (auto [name, v] : {std::pair{"dispatch_overhead",
                                    m.compute.dispatchOverhead},
                          {"run_overhead", m.compute.runOverhead}})

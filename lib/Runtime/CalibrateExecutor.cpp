@@ -9,9 +9,10 @@
 //    `add`s of 16 elements takes run + N x (dispatch + the add's own
 //    call), timed at two N; the add's own call is timed alone;
 //  - a pipeline stage's activation stash: ds-run copies a micro-batch's
-//    kept bytes into a fresh buffer when another micro-batch needs the
-//    arena (a save) and back before its backward (a restore), which this
-//    times the same way (a fresh std::vector, then memcpy).
+//    kept bytes out of the arena when another micro-batch needs it (a
+//    save, into a buffer a finished micro-batch left: Executor::Impl::
+//    stashPool) and back before its backward (a restore), which this
+//    times the same way (memcpy into a buffer written before, and back).
 //
 //===----------------------------------------------------------------------===//
 
@@ -111,10 +112,8 @@ bool measureStash(const CalibrationPlan &plan, ComputeFigures &f,
     std::vector<unsigned char> kept(b, 2);
     if (!medianSeconds(
             [&](std::string &) {
-              std::vector<unsigned char> fresh;
-              fresh.resize(b); // Executor::Impl::saveStash's buffer
-              std::memcpy(fresh.data(), arena.data(), b);
-              return fresh[b - 1] == 1;
+              std::memcpy(kept.data(), arena.data(), b);
+              return kept[b - 1] == 1;
             },
             budget, 5, save[k], err) ||
         !medianSeconds(

@@ -149,8 +149,8 @@ bool measureKinds(const CalibrationPlan &plan, ComputeFigures &f,
 /// through the executor, less the add's own call.
 bool measureExecutor(const CalibrationPlan &plan, ComputeFigures &f,
                      std::string &err);
-/// The pipeline stash's save (a fresh buffer, then a copy) and restore (a
-/// copy) rates.
+/// The pipeline stash's save (a copy out of the arena into a reused
+/// buffer) and restore (a copy back) rates.
 bool measureStash(const CalibrationPlan &plan, ComputeFigures &f,
                   std::string &err);
 /// The last-level cache's bytes (sysfs), or 32 MiB when it does not say.
