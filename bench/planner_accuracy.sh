@@ -10,9 +10,9 @@
 # figures timed at the shapes of GPT plans (--calibrate-kernels-of), then
 # predicts each configuration (ds-opt --cluster, predicted.step_time_s) and
 # measures it (ds-run: STEPS steps, the median after WARMUP). It prints
-# per configuration the predicted step (median over the rounds) against
-# the fastest round's measured step (the least disturbed; the median over
-# the rounds and the spreads beside it: bench/planner_accuracy.py says
+# per configuration the fastest round's predicted step against the
+# fastest round's measured step (the least disturbed; the medians over
+# the rounds and the spreads beside them: bench/planner_accuracy.py says
 # why), the median and p90 absolute relative error, Spearman's rank
 # correlation, whether the configuration predicted fastest was the
 # measured fastest (per model: the configurations of a model train the
