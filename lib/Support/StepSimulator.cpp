@@ -76,9 +76,10 @@ struct ChunkTimes {
   /// The arena bytes a micro-batch keeps from its forward to its backward
   /// (the stash ds-run copies out and back).
   double stashBytes = 0;
-  /// A plan whose update section runs once per step (`update_once`): that
-  /// section's kernel time, exposed communication and FLOPs, counted once
-  /// instead of once per micro-batch.
+  /// The update section's kernel time, exposed communication and FLOPs,
+  /// counted once per step instead of once per micro-batch (its full run
+  /// happens once; without update_once the earlier accumulating runs are
+  /// `accumCompute`).
   double onceCompute = 0, onceExposed = 0, onceFlops = 0;
   Timeline tl;
 
