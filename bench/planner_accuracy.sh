@@ -9,13 +9,16 @@
 # mpirun -np 2 with one thread each, for the collectives), with per-kernel
 # figures timed at the shapes of GPT plans (--calibrate-kernels-of), then
 # predicts each configuration (ds-opt --cluster, predicted.step_time_s) and
-# measures it (ds-run: the median step after WARMUP). It prints predicted
-# vs measured per configuration (medians over the rounds), the median and
-# p90 absolute relative error, Spearman's rank correlation, and whether the
-# configuration predicted fastest was the measured fastest (per model: the
-# configurations of a model train the same global batch).
+# measures it (ds-run: STEPS steps, the median after WARMUP). It prints
+# per configuration the fastest round's predicted step against the
+# fastest round's measured step (the least disturbed; the medians over
+# the rounds and the spreads beside them: bench/planner_accuracy.py says
+# why), the median and p90 absolute relative error, Spearman's rank
+# correlation, whether the configuration predicted fastest was the
+# measured fastest (per model: the configurations of a model train the
+# same global batch), and a last line saying which goals are met.
 #
-#   bench/planner_accuracy.sh                  # 3 rounds: 5-10 minutes here
+#   bench/planner_accuracy.sh                  # 3 rounds: about 3 minutes here
 #   ROUNDS=1 ONLY=gpt bench/planner_accuracy.sh
 #   KINDS=0 bench/planner_accuracy.sh          # family figures only (before)
 #   BOOST=1 bench/planner_accuracy.sh          # see below
@@ -54,6 +57,6 @@ if [ ! -f "$WORK/gpt.tokens" ]; then
 np.random.randint(0, 512, 200000).astype(np.uint16).tofile('$WORK/gpt.tokens')"
 fi
 /usr/bin/python3 "$ROOT/bench/planner_accuracy.py" --build "$BUILD" --work "$WORK" \
-  --steps "${STEPS:-8}" --warmup "${WARMUP:-2}" --rounds "${ROUNDS:-3}" \
+  --steps "${STEPS:-14}" --warmup "${WARMUP:-4}" --rounds "${ROUNDS:-3}" \
   --kinds "${KINDS:-1}" ${ONLY:+--only "$ONLY"}
 echo "accuracy: total $(( $(date +%s) - start )) s; load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2

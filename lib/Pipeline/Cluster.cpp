@@ -18,6 +18,7 @@
 #include "llvm/Support/FileSystem.h"
 
 #include <cmath>
+#include <tuple>
 
 using namespace mlir;
 using namespace mlir::ds;
@@ -236,13 +237,27 @@ llvm::Error ClusterReader::offload(const json::Object &root,
 llvm::Error ClusterReader::kernels(const json::Object &k,
                                    ::ds::ClusterSpec &c) {
   if (llvm::Error e = keys(k, "kernels",
-                           {"launch_overhead", "gemm", "families", "kinds"}))
+                           {"launch_overhead", "dispatch_overhead",
+                            "run_overhead", "stash_save_bytes_per_s",
+                            "stash_restore_bytes_per_s", "gemm", "families",
+                            "kinds"}))
     return e;
   if (llvm::Error e = kinds(k, c))
     return e;
   if (llvm::Error e = number(k, "launch_overhead", "kernels", "seconds", false,
                              c.launchOverhead, true))
     return e;
+  // The executor's own time and the pipeline stash's copies (optional;
+  // absent: 0, and the stash copied at the memory bandwidth).
+  for (auto [key, unit, out, zero] :
+       {std::tuple{"dispatch_overhead", "seconds", &c.dispatchOverhead, true},
+        {"run_overhead", "seconds", &c.runOverhead, true},
+        {"stash_save_bytes_per_s", "bytes/s", &c.stashSaveBytesPerSecond,
+         false},
+        {"stash_restore_bytes_per_s", "bytes/s",
+         &c.stashRestoreBytesPerSecond, false}})
+    if (llvm::Error e = number(k, key, "kernels", unit, false, *out, zero))
+      return e;
   if (const json::Value *g = k.get("gemm")) {
     const json::Array *a = g->getAsArray();
     if (!a || a->empty())

@@ -45,7 +45,8 @@ std::vector<float> ComputeFigures::flatten() const {
   for (const GemmClass &g : gemm)
     v.push_back(static_cast<float>(g.flopsPerS));
   for (double x : {fp32, bf16, fp16, memoryBandwidth, copyBandwidth,
-                   launchOverhead, share})
+                   launchOverhead, dispatchOverhead, runOverhead, stashSave,
+                   stashRestore, share})
     v.push_back(static_cast<float>(x));
   for (const FamilyFigure &f : families)
     for (double x : {f.bytesPerS, f.flopsPerS, f.overhead})
@@ -61,7 +62,8 @@ void ComputeFigures::unflatten(const std::vector<float> &v) {
   for (GemmClass &g : gemm)
     g.flopsPerS = v[i++];
   for (double *x : {&fp32, &bf16, &fp16, &memoryBandwidth, &copyBandwidth,
-                    &launchOverhead, &share})
+                    &launchOverhead, &dispatchOverhead, &runOverhead,
+                    &stashSave, &stashRestore, &share})
     *x = v[i++];
   for (FamilyFigure &f : families)
     for (double *x : {&f.bytesPerS, &f.flopsPerS, &f.overhead})
@@ -203,8 +205,17 @@ struct Measured {
 };
 
 std::string kernelsJson(const ComputeFigures &c) {
+  // The executor's overheads only when the fit left them positive (a
+  // note says so otherwise; absent means 0).
   std::string j = "  \"kernels\": {\n    \"launch_overhead\": " +
-                  num(c.launchOverhead) + ",\n    \"gemm\": [\n";
+                  num(c.launchOverhead) + ",\n";
+  if (c.dispatchOverhead > 0)
+    j += "    \"dispatch_overhead\": " + num(c.dispatchOverhead) + ",\n";
+  if (c.runOverhead > 0)
+    j += "    \"run_overhead\": " + num(c.runOverhead) + ",\n";
+  j += "    \"stash_save_bytes_per_s\": " + num(c.stashSave) +
+       ",\n    \"stash_restore_bytes_per_s\": " + num(c.stashRestore) +
+       ",\n    \"gemm\": [\n";
   for (size_t i = 0; i < c.gemm.size(); ++i)
     j += "      {" +
          (c.gemm[i].maxFlops ? "\"max_flops\": " + num(c.gemm[i].maxFlops) +
@@ -397,6 +408,8 @@ bool calibrateCompute(const CalibrationPlan &plan, Communicator &world,
       !agree(world, measureMemoryBandwidth(plan, m.compute, err), err) ||
       !agree(world, measureFamilies(plan, m.compute, err), err) ||
       !agree(world, measureKinds(plan, m.compute, err), err) ||
+      !agree(world, measureExecutor(plan, m.compute, err), err) ||
+      !agree(world, measureStash(plan, m.compute, err), err) ||
       !agree(world, measureShare(plan, m.compute.share, err), err))
     return false;
   scaleByShare(m.compute.share, m.compute);
@@ -418,6 +431,18 @@ bool calibrateCompute(const CalibrationPlan &plan, Communicator &world,
                 "%.2f (mean over the ranks; 1: a host of its own)",
                 m.compute.share);
   m.notes.push_back(shareNote);
+  m.notes.push_back(
+      "kernels.dispatch_overhead and run_overhead: plans of 8 and 512 tiny "
+      "adds (quick 128) run through the executor, less the add's own call; "
+      "stash_save and stash_restore_bytes_per_s: a pipeline stash's copy "
+      "out of the arena and back, at 2 and 8 MiB (quick 1 and 4)");
+  for (auto [name, v] : {std::pair{"dispatch_overhead",
+                                   m.compute.dispatchOverhead},
+                         {"run_overhead", m.compute.runOverhead}})
+    if (v <= 0)
+      m.notes.push_back(std::string("kernels.") + name +
+                        ": left out, the fit left it at or below zero (the "
+                        "planner takes 0)");
   m.notes.push_back("device.memory_bandwidth: a triad (12 bytes per "
                     "element) over three arrays of 4x the last-level cache "
                     "(quick: 1x); copy_bandwidth: a copy (8 bytes)");

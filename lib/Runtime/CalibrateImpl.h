@@ -116,6 +116,10 @@ struct ComputeFigures {
   std::vector<FamilyFigure> families;
   std::vector<KindFigure> kinds; // --calibrate-kernels-of
   double launchOverhead = 0;
+  /// The executor's seconds per instruction beyond its kernel's call and
+  /// per run; the stash's save and restore bytes/s (CalibrateExecutor.cpp).
+  double dispatchOverhead = 0, runOverhead = 0;
+  double stashSave = 0, stashRestore = 0;
   double share = 1; // of the host's cores (measureShare); figures scaled
   /// Flattened (for averaging over ranks) and back.
   std::vector<float> flatten() const;
@@ -140,6 +144,14 @@ bool measureMemoryBandwidth(const CalibrationPlan &plan, ComputeFigures &f,
 /// Each kernel of the plans in `plan.kernelsOf` (--calibrate-kernels-of)
 /// at those plans' operand shapes; nothing without such plans.
 bool measureKinds(const CalibrationPlan &plan, ComputeFigures &f,
+                  std::string &err);
+/// The executor's dispatch and run overheads: plans of tiny adds run
+/// through the executor, less the add's own call.
+bool measureExecutor(const CalibrationPlan &plan, ComputeFigures &f,
+                     std::string &err);
+/// The pipeline stash's save (a copy out of the arena into a reused
+/// buffer) and restore (a copy back) rates.
+bool measureStash(const CalibrationPlan &plan, ComputeFigures &f,
                   std::string &err);
 /// The last-level cache's bytes (sysfs), or 32 MiB when it does not say.
 uint64_t lastLevelCache();

@@ -70,6 +70,10 @@ void scaleByShare(double share, ComputeFigures &f) {
                     &f.copyBandwidth})
     *x *= share;
   f.launchOverhead /= share;
+  f.dispatchOverhead /= share;
+  f.runOverhead /= share;
+  f.stashSave *= share;
+  f.stashRestore *= share;
   for (FamilyFigure &fam : f.families) {
     fam.bytesPerS *= share;
     fam.flopsPerS *= share;

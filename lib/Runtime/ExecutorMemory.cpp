@@ -229,6 +229,10 @@ void Executor::Impl::saveStash(int micro) {
   uint64_t total = 0;
   for (const ByteRange &r : stashSpans)
     total += r.end - r.begin;
+  if (st.bytes.capacity() < total && !stashPool.empty()) {
+    st.bytes = std::move(stashPool.back());
+    stashPool.pop_back();
+  }
   st.bytes.resize(total);
   uint64_t at = 0;
   for (const ByteRange &r : stashSpans) {
@@ -244,6 +248,8 @@ void Executor::Impl::endMicroBatch(int micro) {
   auto it = stash.find(micro);
   if (it != stash.end() && it->second.saved)
     stashBytes -= it->second.bytes.size();
+  if (it != stash.end() && it->second.bytes.capacity() > 0)
+    stashPool.push_back(std::move(it->second.bytes));
   stash.erase(micro);
   ++runs;
   if (stepState.overflow)

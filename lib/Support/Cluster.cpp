@@ -226,6 +226,14 @@ double kernelSeconds(const ClusterSpec &c, plan::Kind kind, double flops,
   return std::max(t, bytes / byteRate) + launch;
 }
 
+double stashSeconds(const ClusterSpec &c, double bytes, bool restore) {
+  double rate =
+      restore ? c.stashRestoreBytesPerSecond : c.stashSaveBytesPerSecond;
+  if (rate > 0)
+    return bytes / rate;
+  return c.memoryBandwidth > 0 ? 2 * bytes / c.memoryBandwidth : 0;
+}
+
 double collectiveSeconds(const ClusterSpec &c, LinkKind kind, int ranks,
                          double bytes, bool acrossNodes) {
   if (ranks < 2)

@@ -111,10 +111,27 @@ int stashCopies(const std::vector<PipeStep> &stage, int chunk) {
   return most;
 }
 
+std::vector<StashTraffic> stashTraffic(const std::vector<PipeStep> &stage) {
+  std::map<int, int> holds; // chunk -> the micro-batch its arena holds
+  std::vector<StashTraffic> out(stage.size());
+  for (size_t i = 0; i < stage.size(); ++i) {
+    const PipeStep &p = stage[i];
+    auto it = holds.emplace(p.chunk, -1).first;
+    int &h = it->second;
+    if (p.forward || h != p.micro) {
+      out[i].save = h >= 0;
+      out[i].restore = !p.forward;
+    }
+    h = p.forward ? p.micro : -1;
+  }
+  return out;
+}
+
 PipeSimulation simulatePipeline(const std::vector<std::vector<PipeStep>> &s,
                                 const std::vector<double> &forward,
                                 const std::vector<double> &backward,
-                                double link) {
+                                double link,
+                                const std::vector<std::vector<double>> *extra) {
   int ranks = static_cast<int>(s.size());
   int chunks = static_cast<int>(forward.size());
   PipeSimulation out;
@@ -147,6 +164,9 @@ PipeSimulation simulatePipeline(const std::vector<std::vector<PipeStep>> &s,
           ready = std::max(ready, it->second + link);
         }
         double t = p.forward ? forward[p.chunk] : backward[p.chunk];
+        if (extra && r < static_cast<int>(extra->size()) &&
+            next[r] < (*extra)[r].size())
+          t += (*extra)[r][next[r]];
         out.items.push_back({r, p, ready, ready + t});
         freeAt[r] = ready + t;
         busy[r] += t;

@@ -61,6 +61,10 @@ public:
       for (int g = 0; g < 5; ++g)
         across[g] = layout.acrossNodes(static_cast<plan::Group>(g));
     }
+    if (p.pipeline().backward_start() > 0) {
+      backwardStart = static_cast<int>(p.pipeline().backward_start());
+      updateStart = static_cast<int>(p.pipeline().update_start());
+    }
   }
 
   void add(int i, const plan::Instruction &ins);
@@ -86,6 +90,7 @@ private:
   /// is the device.
   double thread() const { return gpu ? issue : std::max(issue, compute); }
   void waitForThread();
+  void chargeExecutor(int i);
 
   const plan::Plan &p;
   const CostModel &m;
@@ -105,7 +110,25 @@ private:
   /// the compute stream's work so far; on a CPU, host copies in line.
   bool runtimeOrder = false, gpu = true;
   double issue = 0;
+  /// A pipeline stage's sections, each a run of its own (-1: none).
+  int backwardStart = -1, updateStart = -1;
 };
+
+/// The CPU executor's own time before instruction `i`: its dispatch, and
+/// at the first instruction of a run (the program, or a stage's forward,
+/// backward and update sections) the run's. A GPU's thread issues ahead
+/// of the device: not charged there.
+void TimelineBuilder::chargeExecutor(int i) {
+  if (!m.cluster || gpu)
+    return;
+  double s = m.cluster->dispatchOverhead;
+  if (i == 0 || i == backwardStart || (updateStart > 0 && i == updateStart))
+    s += m.cluster->runOverhead;
+  if (s <= 0)
+    return;
+  compute += s;
+  t.overheadSeconds += s;
+}
 
 /// A device instruction is launched only when the thread reaches it: the
 /// device waits for the host kernels before it (offload wait).
@@ -332,6 +355,7 @@ void TimelineBuilder::add(int i, const plan::Instruction &ins) {
   e.kernel = ins.kernel();
   e.node = ins.location();
   e.bytes = static_cast<double>(ins.bytes());
+  chargeExecutor(i);
   if (addTransfer(ins, e))
     return;
   if (ins.on_host())

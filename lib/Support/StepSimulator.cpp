@@ -68,9 +68,18 @@ int dataParallel(const plan::Plan &p) {
 /// micro-batch.
 struct ChunkTimes {
   double fwd = 0, bwd = 0, update = 0, sendBytes = 0;
-  /// A plan whose update section runs once per step (`update_once`): that
-  /// section's kernel time, exposed communication and FLOPs, counted once
-  /// instead of once per micro-batch.
+  /// Without update_once, ds-run runs the update section after every
+  /// micro-batch's backward; before the last one its optimizers only add
+  /// the gradient to their accumulators: that run's seconds (0 with
+  /// update_once), and its kernel time.
+  double accumRun = 0, accumCompute = 0;
+  /// The arena bytes a micro-batch keeps from its forward to its backward
+  /// (the stash ds-run copies out and back).
+  double stashBytes = 0;
+  /// The update section's kernel time, exposed communication and FLOPs,
+  /// counted once per step instead of once per micro-batch (its full run
+  /// happens once; without update_once the earlier accumulating runs are
+  /// `accumCompute`).
   double onceCompute = 0, onceExposed = 0, onceFlops = 0;
   Timeline tl;
 
@@ -81,9 +90,40 @@ struct ChunkTimes {
   }
 };
 
+/// The update section's run before the last micro-batch (no update_once):
+/// its kernels as timed, but each optimizer with accumulation only adds
+/// its gradient to the accumulator (reads both, writes one: 3 x the
+/// parameter's f32 bytes, timed as an `add`), and the executor's overhead.
+void accumulatingUpdate(const plan::Plan &sp, const CostModel &model,
+                        int update, ChunkTimes &c) {
+  const plan::Program &prog = sp.programs(0);
+  double overhead = 0;
+  for (const TimelineEvent &e : c.tl.events) {
+    if (e.instruction < update || e.track != 0 ||
+        e.instruction >= prog.instructions_size())
+      continue;
+    const plan::Instruction &ins = prog.instructions(e.instruction);
+    double t = e.duration;
+    if (isOptimizer(ins.kind()) && ins.optimizer().accum_steps() > 1 &&
+        ins.inputs_size() > 0 &&
+        ins.inputs(0) < static_cast<uint32_t>(sp.buffers_size())) {
+      double n = static_cast<double>(sp.buffers(ins.inputs(0)).bytes()) / 4;
+      t = model.cluster ? kernelSeconds(*model.cluster, plan::KIND_ADD, n,
+                                        12 * n, Precision::FP32)
+                        : 12 * n / model.bytesPerSecond;
+    }
+    c.accumCompute += t;
+  }
+  if (model.cluster && !model.cluster->gpu)
+    overhead = model.cluster->dispatchOverhead *
+               std::max(0, prog.instructions_size() - update);
+  c.accumRun = c.accumCompute + overhead;
+}
+
 ChunkTimes chunkTimes(const plan::Plan &sp, const CostModel &model) {
   ChunkTimes c;
   c.tl = timeline(sp, model);
+  c.stashBytes = static_cast<double>(sp.pipeline().stash_bytes());
   int split = static_cast<int>(sp.pipeline().backward_start());
   int update = static_cast<int>(sp.pipeline().update_start());
   double fwdEnd = 0, bwdEnd = 0;
@@ -98,7 +138,9 @@ ChunkTimes chunkTimes(const plan::Plan &sp, const CostModel &model) {
   c.fwd = fwdEnd;
   c.bwd = bwdEnd - fwdEnd;
   c.update = std::max(0.0, c.tl.stepSeconds - bwdEnd);
-  if (sp.pipeline().update_once() && update > 0) {
+  // The update section's figures count once per step; without
+  // update_once the earlier micro-batches' accumulating runs come on top.
+  if (update > 0) {
     for (const TimelineEvent &e : c.tl.events)
       if (e.instruction >= update && e.track == 0) {
         c.onceCompute += e.duration;
@@ -106,6 +148,8 @@ ChunkTimes chunkTimes(const plan::Plan &sp, const CostModel &model) {
       }
     c.onceExposed = std::min(c.tl.exposedCommSeconds,
                              std::max(0.0, c.update - c.onceCompute));
+    if (!sp.pipeline().update_once() && sp.programs_size() > 0)
+      accumulatingUpdate(sp, model, update, c);
   }
   if (sp.programs_size() > 0) {
     const plan::Program &prog = sp.programs(0);
@@ -153,6 +197,39 @@ Timeline pipelineTimeline(const PipeSimulation &sim,
   return t;
 }
 
+/// What each item of the schedule runs beyond its chunk's forward or
+/// backward: the stash's copies out of and back into its chunk's arena
+/// (stashTraffic, at the cluster's stash rates), and before the last
+/// micro-batch an accumulating run of the update section after a backward
+/// (`accumRun`, without update_once). The copies are added to `busy`.
+std::vector<std::vector<double>>
+itemExtras(const std::vector<std::vector<PipeStep>> &order,
+           const ClusterSpec &c, const std::vector<double> &accumRun,
+           const std::vector<double> &stash, int m, std::vector<double> &busy) {
+  std::vector<std::vector<double>> extra(order.size());
+  int chunks = static_cast<int>(stash.size());
+  for (size_t r = 0; r < order.size(); ++r) {
+    std::vector<StashTraffic> traffic = stashTraffic(order[r]);
+    extra[r].assign(order[r].size(), 0);
+    for (size_t i = 0; i < order[r].size(); ++i) {
+      const PipeStep &p = order[r][i];
+      if (p.chunk < 0 || p.chunk >= chunks)
+        continue;
+      double copies = (traffic[i].save ? stashSeconds(c, stash[p.chunk], false)
+                                       : 0) +
+                      (traffic[i].restore
+                           ? stashSeconds(c, stash[p.chunk], true)
+                           : 0);
+      extra[r][i] = copies;
+      if (r < busy.size())
+        busy[r] += copies;
+      if (!p.forward && p.micro < m - 1)
+        extra[r][i] += accumRun[p.chunk];
+    }
+  }
+  return extra;
+}
+
 StepPrediction predictPipeline(const plan::Plan &p, const ClusterSpec &c,
                                const CostModel &model) {
   StepPrediction s;
@@ -162,7 +239,7 @@ StepPrediction predictPipeline(const plan::Plan &p, const ClusterSpec &c,
   int virt = std::max<int>(1, static_cast<int>(pl.virtual_stages()));
   int m = std::max<int>(1, static_cast<int>(pl.micro_batches()));
   s.microBatches = m;
-  std::vector<double> fwd, bwd;
+  std::vector<double> fwd, bwd, accumRun, stash;
   std::vector<double> busy(stages, 0), update(stages, 0), comm(stages, 0),
       offload(stages, 0);
   double send = 0, flops = 0;
@@ -170,9 +247,12 @@ StepPrediction predictPipeline(const plan::Plan &p, const ClusterSpec &c,
     ChunkTimes t = chunkTimes(pl.stage_plans(k), model);
     fwd.push_back(t.fwd);
     bwd.push_back(t.bwd);
+    accumRun.push_back(t.accumRun);
+    stash.push_back(t.stashBytes);
     int r = k % stages;
     update[r] += t.update;
-    busy[r] += ChunkTimes::perStep(t.tl.computeSeconds, t.onceCompute, m);
+    busy[r] += ChunkTimes::perStep(t.tl.computeSeconds, t.onceCompute, m) +
+               t.accumCompute * (m - 1);
     comm[r] +=
         ChunkTimes::perStep(t.tl.exposedCommSeconds, t.onceExposed, m);
     offload[r] += t.tl.offloadWaitSeconds * m;
@@ -190,8 +270,11 @@ StepPrediction predictPipeline(const plan::Plan &p, const ClusterSpec &c,
   double link = collectiveSeconds(c, LinkKind::SendRecv, 2, send,
                                   layout.acrossNodes(plan::GROUP_PIPELINE));
   std::string kind = virt > 1 ? std::string("interleaved") : pl.schedule();
-  PipeSimulation sim =
-      simulatePipeline(pipelineSchedule(kind, stages, m, virt), fwd, bwd, link);
+  std::vector<std::vector<PipeStep>> order =
+      pipelineSchedule(kind, stages, m, virt);
+  std::vector<std::vector<double>> extra =
+      itemExtras(order, c, accumRun, stash, m, busy);
+  PipeSimulation sim = simulatePipeline(order, fwd, bwd, link, &extra);
   s.timeline = pipelineTimeline(sim, update, virt);
   int busiest = static_cast<int>(
       std::max_element(busy.begin(), busy.end()) - busy.begin());

@@ -15,6 +15,10 @@ range for a CPU. The ranges, and why:
     1e8 on one core; a busy host may slow it tenfold); conv 1e7 to 1e13
     FLOP/s.
   - launch_overhead: 1e-9 to 1e-3 s (a function call to a scheduler tick).
+  - dispatch_overhead, run_overhead (each only when its fit is positive):
+    1e-10 to 1e-3 s (a few instructions of the executor to a tick).
+  - stash_save_bytes_per_s, stash_restore_bytes_per_s: 1e7 to 1e12
+    (a copy on a shared core to well above any socket's bandwidth).
   - kernels.kinds (--kinds, --calibrate-kernels-of): each entry a kernel
     name with bytes_per_s (1e5 to 1e13: erf or the loss run near 1e8 on a
     shared core, a copy in cache near 1e11) and/or overhead (0 to 0.01 s).
@@ -102,12 +106,20 @@ def check_kinds(kinds):
 
 
 def check_kernels(k, quick, kinds=False):
-    if not keys(k, ["launch_overhead", "gemm", "families"] +
-                (["kinds"] if kinds else []), "kernels"):
+    # dispatch_overhead and run_overhead are left out when their fit is not
+    # positive (a note says so): optional, in their place.
+    optional = [key for key in ["dispatch_overhead", "run_overhead"] if key in k]
+    if not keys(k, ["launch_overhead"] + optional +
+                ["stash_save_bytes_per_s", "stash_restore_bytes_per_s",
+                 "gemm", "families"] + (["kinds"] if kinds else []), "kernels"):
         return
     if kinds:
         check_kinds(k["kinds"])
     in_range(k["launch_overhead"], 1e-9, 1e-3, "kernels.launch_overhead")
+    for key in optional:
+        in_range(k[key], 1e-10, 1e-3, "kernels." + key)
+    for key in ["stash_save_bytes_per_s", "stash_restore_bytes_per_s"]:
+        in_range(k[key], 1e7, 1e12, "kernels." + key)
     gemm = k["gemm"]
     check(len(gemm) == (3 if quick else 6),
           f"{len(gemm)} GEMM classes, expected {3 if quick else 6}")
@@ -148,8 +160,12 @@ def unscale(m):
         d["memory_bandwidth"] /= share
     if "copy_bandwidth" in m.get("calibration", {}):
         m["calibration"]["copy_bandwidth"] /= share
-    if "launch_overhead" in k:
-        k["launch_overhead"] *= share
+    for key in ["launch_overhead", "dispatch_overhead", "run_overhead"]:
+        if key in k:
+            k[key] *= share
+    for key in ["stash_save_bytes_per_s", "stash_restore_bytes_per_s"]:
+        if key in k:
+            k[key] /= share
     for g in k.get("gemm", []):
         g["flops_per_s"] /= share
     for sec in (k.get("families", {}), k.get("kinds", {})):

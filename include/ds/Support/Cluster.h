@@ -89,6 +89,19 @@ struct ClusterSpec {
   /// Seconds per kernel call (kernels.launch_overhead; when absent, the
   /// default of the device kind: kDefaultGpuLaunch or 0 on a CPU).
   double launchOverhead = 0;
+  /// The CPU executor's own time (kernels.dispatch_overhead and
+  /// run_overhead; 0 when absent): seconds per instruction it runs beyond
+  /// the kernel's call (binding the operands' views, the waits' checks),
+  /// and per run of a program or pipeline section. On a CPU the executing
+  /// thread is the device, so both are on the compute clock; a GPU's
+  /// thread issues ahead of its device and they are not charged.
+  double dispatchOverhead = 0, runOverhead = 0;
+  /// A pipeline stage's activation stash (kernels.stash_save_bytes_per_s
+  /// and stash_restore_bytes_per_s): ds-run copies a micro-batch's kept
+  /// bytes out of the arena into a fresh buffer when another micro-batch
+  /// needs the arena, and back before its backward. Stash bytes per
+  /// second of each; 0 (absent): a copy, 2 x bytes / memory_bandwidth.
+  double stashSaveBytesPerSecond = 0, stashRestoreBytesPerSecond = 0;
   struct GemmClass {
     double maxFlops = std::numeric_limits<double>::infinity();
     double flopsPerSecond = 0;
@@ -142,6 +155,11 @@ double gemmRate(const ClusterSpec &c, Precision p);
 /// with figures of its own (`kinds`) takes overhead + bytes / bytes_per_s.
 double kernelSeconds(const ClusterSpec &c, plan::Kind kind, double flops,
                      double bytes, Precision p);
+
+/// Seconds to save (`restore` false) or restore `bytes` of a pipeline
+/// stage's activation stash on `c`: the calibrated rate, else a copy at
+/// the memory bandwidth (2 x bytes / memory_bandwidth); 0 without either.
+double stashSeconds(const ClusterSpec &c, double bytes, bool restore);
 
 /// t(n, B) = latency*(n-1) + f*B/bandwidth (f = 2(n-1)/n all-reduce,
 /// (n-1)/n all-gather and reduce-scatter, 1 otherwise) with the

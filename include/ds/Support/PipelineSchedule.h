@@ -63,10 +63,25 @@ struct PipeSimulation {
 /// micro-batch (and `linkSeconds` per hand-over between chunks): every item
 /// waits for its rank and for its input from the neighbouring chunk.
 /// `stepSeconds` is 0 when the schedule cannot complete (a deadlock).
-PipeSimulation simulatePipeline(const std::vector<std::vector<PipeStep>> &s,
-                                const std::vector<double> &forward,
-                                const std::vector<double> &backward,
-                                double linkSeconds = 0);
+/// `extra` (optional, shaped as `s`): seconds item i of rank r takes beyond
+/// its chunk's forward or backward (the stash's copies, an update section
+/// run after a micro-batch's backward).
+PipeSimulation simulatePipeline(
+    const std::vector<std::vector<PipeStep>> &s,
+    const std::vector<double> &forward, const std::vector<double> &backward,
+    double linkSeconds = 0,
+    const std::vector<std::vector<double>> *extra = nullptr);
+
+/// The stash copies ds-run makes for one rank's order (the rules of
+/// stashCopies, per chunk): for each item, whether it first saves the
+/// micro-batch the chunk's arena holds (a forward, or another micro-batch's
+/// backward, while the arena holds a forward's state) and whether it
+/// restores its own micro-batch (a backward whose state is not in the
+/// arena).
+struct StashTraffic {
+  bool save = false, restore = false;
+};
+std::vector<StashTraffic> stashTraffic(const std::vector<PipeStep> &stage);
 
 /// The byte ranges of the arena (space 1) and host arena (space 5) a stage
 /// plan's forward section leaves for its backward section: the bytes

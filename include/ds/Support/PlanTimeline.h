@@ -71,6 +71,10 @@ struct Timeline {
   /// All the time the device waits on offload (transfers and the host
   /// optimizer), the step's tail included.
   double offloadWaitSeconds = 0;
+  /// The CPU executor's own time on the compute clock (the cluster's
+  /// dispatch_overhead per instruction and run_overhead per run), not in
+  /// computeSeconds.
+  double overheadSeconds = 0;
   double flops = 0;         // per rank, per step (run)
   int64_t tokens = 0;       // per rank: elements of the first integer input,
                             // else its leading dimension (samples)
