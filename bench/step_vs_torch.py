@@ -17,7 +17,9 @@ between them; each round's first step is a warm-up. Printed: fastest and
 median step per side, ds/torch, ds's GFLOP/s (6 * params * tokens +
 12 * layers * d * T^2 per sequence) against OpenBLAS sgemm's peak measured
 in the same run with the same threads, and ds-run's top kernels by time
-(ds-run --profile). At 1 thread each side's CPU time per step is printed
+(ds-run --profile), and the floor: the step's unavoidable GEMM work at the
+sgemm peak over torch's fastest step, the lowest ratio any implementation
+can reach with this core and BLAS. At 1 thread each side's CPU time per step is printed
 too: it leaves out the time other processes hold the core, so it compares
 the two on a busy machine.
 
@@ -125,6 +127,26 @@ def ds_cpu_ms(args, plan, data, steps):
     return (cpu(steps + 1) - cpu(1)) / steps
 
 
+def floor_ratio(model, shape, peak, torch_ms):
+    """The lowest ds/torch ratio any implementation can reach on this core
+    and BLAS: the step's unavoidable GEMM work (every nn.Linear weight and the
+    tied head, 6 FLOPs per weight and token for the forward product and both
+    gradients, plus half of the attention products, as if a causal mask let
+    a kernel skip the other half) at the sgemm peak, against torch's fastest
+    step. Elementwise work, reductions and the optimizer count as free."""
+    import torch
+    layers, d, batch, seq = shape
+    weights = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    if hasattr(model, "tok"):  # the BERT encoder's head is `x @ tok.weight.t()`
+        weights += model.tok.weight.numel()
+    gemm = 6 * weights * batch * seq + 6 * layers * d * seq * seq * batch
+    ms = gemm / peak / 1e6
+    print(f"  floor: GEMM work {gemm / 1e9:.2f} GFLOP = {ms:.2f} ms at sgemm peak = "
+          f"{ms / torch_ms:.2f} of torch's fastest step (no step on this core and BLAS "
+          f"has a lower ratio)")
+    return ms / torch_ms
+
+
 def bench(args, name, work, threads, peak, set_blas_threads):
     import torch
     model, loss_fn, path, data, (layers, d, batch, seq), desc = (
@@ -170,6 +192,7 @@ def bench(args, name, work, threads, peak, set_blas_threads):
               f"(median); ratio {min(ds_cpu) / min(torch_cpu):.2f}")
     gf = flops / min(ds_all) / 1e6
     print(f"  ds-run fastest step: {gf:.1f} GFLOP/s = {gf / peak:.2f} of sgemm peak")
+    floor = floor_ratio(model, (layers, d, batch, seq), peak, best_min)
     out = ds_run(args, plan, data, threads, 3, ["--profile"])[1]
     lines = out.splitlines()
     if "profile of the last run:" in lines:
@@ -177,7 +200,7 @@ def bench(args, name, work, threads, peak, set_blas_threads):
         print(f"  ds-run top kernels (--profile, last of 3 steps):")
         for line in lines[at + 1:at + 1 + args.top]:
             print("    " + line.strip())
-    return name, threads, r_min, r_med
+    return name, threads, r_min, r_med, floor
 
 
 def main():
@@ -213,8 +236,8 @@ def main():
         for name in args.models.split(","):
             summary.append(bench(args, name, work, threads, peak, set_blas_threads))
     print("summary, ds/torch (fastest, median):")
-    for name, threads, r_min, r_med in summary:
-        print(f"  {name:10s} {threads} thr  {r_min:.2f}  {r_med:.2f}")
+    for name, threads, r_min, r_med, floor in summary:
+        print(f"  {name:10s} {threads} thr  {r_min:.2f}  {r_med:.2f}   (floor {floor:.2f})")
 
 
 if __name__ == "__main__":
