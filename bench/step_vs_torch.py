@@ -56,7 +56,14 @@ def loaded_blas():
     for path in sorted(libs):
         lib = ctypes.CDLL(path)
         if hasattr(lib, "openblas_set_num_threads"):
-            return sorted(libs), "OpenBLAS", lib.openblas_set_num_threads
+            # The kernels OpenBLAS picked: OPENBLAS_CORETYPE may force older
+            # ones (Haswell's AVX2 where the core has AVX-512); ds-run loads
+            # the same library with the same environment.
+            lib.openblas_get_corename.restype = ctypes.c_char_p
+            core = lib.openblas_get_corename().decode()
+            forced = os.environ.get("OPENBLAS_CORETYPE")
+            kind = f"OpenBLAS, {core} kernels" + (f", OPENBLAS_CORETYPE={forced}" if forced else "")
+            return sorted(libs), kind, lib.openblas_set_num_threads
         if hasattr(lib, "MKL_Set_Num_Threads"):
             return sorted(libs), "MKL", lib.MKL_Set_Num_Threads
     return sorted(libs), None, None
