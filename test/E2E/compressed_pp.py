@@ -66,7 +66,7 @@ import numpy as np
 
 from seq_data import write_sequences
 
-from zero_one_adam import policy
+from zero_one_adam import policy, same_weights
 
 # "flat" against the pipeline: the same math, f32 sums in another order.
 # Until the first compressed exchange the losses agree to 1e-5 (measured
@@ -281,9 +281,7 @@ def main():
         run("comp", "first", at, ["--save", ck])
         rest, _ = run("comp", "rest", args.steps, ["--resume", ck])
         same = [a["loss"] for a in comp_log[at:]] == [b["loss"] for b in rest]
-        wa, wb = np.load(w("comp.npz")), np.load(w("rest.npz"))
-        same_w = sorted(wa.files) == sorted(wb.files) and all(
-            np.array_equal(wa[k], wb[k]) for k in wa.files)
+        same_w = same_weights(w("comp.npz"), w("rest.npz"))
         print(f"resumed at step {at}: losses identical {same}, weights "
               f"identical {same_w}")
         ok &= same and same_w

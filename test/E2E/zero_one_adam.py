@@ -91,6 +91,13 @@ def policy(steps, var_freeze, var_scaler, local_scaler, clipper):
     return phases
 
 
+def same_weights(path_a, path_b):
+    """Whether two --save-weights files hold the same tensors bit for bit."""
+    wa, wb = np.load(path_a), np.load(path_b)
+    return sorted(wa.files) == sorted(wb.files) and all(
+        np.array_equal(wa[k], wb[k]) for k in wa.files)
+
+
 def main():
     ap = argparse.ArgumentParser()
     for tool in ("--ds-opt", "--ds-run", "--mpirun", "--work", "--onnx"):
@@ -218,9 +225,7 @@ def main():
     if args.zero:  # the same step as ZeRO-0's, so the same numbers
         z0 = run("zo_zero0", "zo_zero0", args.steps)
         same = [a["loss"] for a in zo] == [b["loss"] for b in z0]
-        wa, wb = np.load(w("zo.npz")), np.load(w("zo_zero0.npz"))
-        same_w = sorted(wa.files) == sorted(wb.files) and all(
-            np.array_equal(wa[k], wb[k]) for k in wa.files)
+        same_w = same_weights(w("zo.npz"), w("zo_zero0.npz"))
         print(f"ZeRO-{args.zero} against ZeRO-0's 0/1 Adam: losses identical {same}, "
               f"weights identical {same_w}")
         ok &= same and same_w
@@ -231,9 +236,7 @@ def main():
         run("zo", "first", at, ["--save", ck])
         rest = run("zo", "rest", args.steps, ["--resume", ck])
         same = [a["loss"] for a in zo[at:]] == [b["loss"] for b in rest]
-        wa, wb = np.load(w("zo.npz")), np.load(w("rest.npz"))
-        same_w = sorted(wa.files) == sorted(wb.files) and all(
-            np.array_equal(wa[k], wb[k]) for k in wa.files)
+        same_w = same_weights(w("zo.npz"), w("rest.npz"))
         print(f"resumed at step {at}: losses identical {same}, weights identical {same_w}")
         ok &= same and same_w
     # Another policy cannot continue these counters.
