@@ -221,6 +221,12 @@ llvm::Expected<CompileResult> mlir::ds::compile(ModuleOp model,
       result.notices.push_back(std::move(text));
     return success();
   });
+  if (options.builtZeroStage() != options.zeroStage)
+    result.notices.push_back(
+        "--optimizer=zero-one-adam keeps each rank's whole optimizer state "
+        "and gradients at --zero=" + std::to_string(options.zeroStage) +
+        " (ZeRO-0's step: its local steps need the whole momentum, frozen "
+        "variance and accumulator; docs/compression.md)");
   llvm::Expected<MemoryChoices> choices = resolveMemoryChoices(options);
   if (!choices)
     return choices.takeError();

@@ -123,6 +123,8 @@ SearchSpace plan_search::searchSpace(const TrainingOptions &o,
     s.worlds = divisors(c.devices());
   if (o.isGiven("zero"))
     s.zeros = {o.zeroStage};
+  else if (o.optimizerName == "zero-one-adam")
+    s.zeros = {0}; // its ZeRO 1-2 step is ZeRO-0's (builtZeroStage)
   else
     s.zeros = {0, 1, 2, 3};
   s.fixedTp = o.isGiven("tensor-parallel");

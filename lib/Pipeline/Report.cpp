@@ -247,7 +247,7 @@ LogicalResult mlir::ds::writePlanFile(CompileResult &result,
   plan.views.budget = static_cast<uint64_t>(result.deviceMemory);
   plan.views.plotTitle = "per-rank memory over one step: " +
                          llvm::sys::path::filename(request.modelPath).str() +
-                         ", ZeRO-" + std::to_string(o.zeroStage) + ", " +
+                         ", ZeRO-" + std::to_string(o.builtZeroStage()) + ", " +
                          std::to_string(o.worldSize) + " rank(s), " +
                          o.precision + ", recompute " + c.recomputeMode;
   if (o.pipelineParallel > 1) {

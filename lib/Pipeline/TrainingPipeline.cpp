@@ -123,7 +123,7 @@ void mlir::ds::addTrainingPasses(OpPassManager &pm, const TrainingOptions &o,
   if (training && (dpSize > 1 || o.zeroStage > 0)) {
     ZeroPassOptions dp;
     dp.worldSize = dpSize; // the data-parallel group
-    dp.stage = o.zeroStage;
+    dp.stage = o.builtZeroStage();
     dp.persistenceThreshold = o.persistenceThreshold;
     dp.reduceBucketSize = o.reduceBucketSize;
     dp.commDtype = o.effectiveCommDtype();

@@ -35,7 +35,8 @@ Checks and their tolerances:
   "plain" (1-bit Adam and LAMB), and over 0/1 Adam's local-step phase (after
   var_freeze_step) at least 10x fewer on average; the report's
   (ds-opt --report=json, per stage) after-freeze and per-phase figures are
-  the measured ones;
+  the measured ones; 0/1 Adam at ZeRO-1 builds ZeRO-0's step
+  (docs/compression.md), so its report equals its ZeRO-0 plan's;
 - memory: the arena's high-water mark equals the planned peak at every
   step (the last stage, step by step; the first stage, its last step; ds-run
   fails a run that exceeds it);
@@ -65,7 +66,7 @@ import numpy as np
 
 from seq_data import write_sequences
 
-from zero_one_adam import policy
+from zero_one_adam import policy, same_weights
 
 # "flat" against the pipeline: the same math, f32 sums in another order.
 # Until the first compressed exchange the losses agree to 1e-5 (measured
@@ -143,6 +144,8 @@ def main():
         plans["flat"] = [f"--input-shape=idx:{2 * M}x32",
                          f"--input-shape=targets:{2 * M}x32",
                          f"--world-size={D}"] + comp
+    elif zoa:  # 0/1 Adam's ZeRO 1 step is its ZeRO-0 step (compile only)
+        plans["comp0"] = shapes + pp + comp + ["--zero=0"]
     report = {}
     for name, flags in plans.items():
         out = subprocess.run([args.ds_opt, args.onnx, *common, *flags,
@@ -206,8 +209,11 @@ def main():
             local = [fig[p] for p in phases[f:]]
             after = sum(local) / len(local)
             need = 10
-            rep_ok = (rc["bytes_per_variance_step"] == plain_bytes
-                      and meas == fig[phases[-1]])
+            # At ZeRO-1 the step is ZeRO-0's: its footprint, and
+            # "plain"'s bytes are ZeRO's reduce-scatter and all-gather.
+            rep_ok = (rc == report["comp0"][st] if args.zero else
+                      rc["bytes_per_variance_step"] == plain_bytes)
+            rep_ok &= meas == fig[phases[-1]]
             if st == last:
                 rep_ok &= all(s["collective_bytes"] == fig[p]
                               for s, p in zip(comp_log, phases))
@@ -275,9 +281,7 @@ def main():
         run("comp", "first", at, ["--save", ck])
         rest, _ = run("comp", "rest", args.steps, ["--resume", ck])
         same = [a["loss"] for a in comp_log[at:]] == [b["loss"] for b in rest]
-        wa, wb = np.load(w("comp.npz")), np.load(w("rest.npz"))
-        same_w = sorted(wa.files) == sorted(wb.files) and all(
-            np.array_equal(wa[k], wb[k]) for k in wa.files)
+        same_w = same_weights(w("comp.npz"), w("rest.npz"))
         print(f"resumed at step {at}: losses identical {same}, weights "
               f"identical {same_w}")
         ok &= same and same_w

@@ -44,7 +44,16 @@ Checks and their tolerances:
   momentum accumulator and lrs are not zero) and resumed give the
   uninterrupted run's losses and weights bit for bit;
 - a checkpoint resumed under another policy is refused with one error
-  naming the counters, and on another world size with one naming both.
+  naming the counters, and on another world size with one naming both;
+- the arena's high-water mark equals the planned peak at every step.
+
+With --zero 1 or 2 both runs are at that stage (AdamW's step is ZeRO's:
+gradient reduce-scatter, partitioned m and v, parameter all-gather) and
+0/1 Adam's step is ZeRO-0's (docs/compression.md, "0/1 Adam with ZeRO
+1-2"): the same checks, the uncompressed bytes being ZeRO's step's, and
+for the memory: 0/1 Adam's report at that stage is its ZeRO-0 report
+(memory and collectives identical), ds-opt says so in one notice, and its
+losses and weights equal the ZeRO-0 run's bit for bit.
 """
 import argparse
 import json
@@ -82,6 +91,13 @@ def policy(steps, var_freeze, var_scaler, local_scaler, clipper):
     return phases
 
 
+def same_weights(path_a, path_b):
+    """Whether two --save-weights files hold the same tensors bit for bit."""
+    wa, wb = np.load(path_a), np.load(path_b)
+    return sorted(wa.files) == sorted(wb.files) and all(
+        np.array_equal(wa[k], wb[k]) for k in wa.files)
+
+
 def main():
     ap = argparse.ArgumentParser()
     for tool in ("--ds-opt", "--ds-run", "--mpirun", "--work", "--onnx"):
@@ -94,13 +110,14 @@ def main():
     ap.add_argument("--clipper", type=int, default=8)
     ap.add_argument("--lr", default="1e-3")
     ap.add_argument("--beta2", default="0.995")
+    ap.add_argument("--zero", type=int, default=0)
     args = ap.parse_args()
     w = lambda f: os.path.join(args.work, f)
     n = args.ranks
     write_sequences(w("zo_data.npz"), 8 * 2 * n)
     shapes = ["--input-shape=idx:2x32", "--input-shape=targets:2x32"]
     common = [args.onnx, *shapes, f"--world-size={n}", f"--lr={args.lr}",
-              f"--beta2={args.beta2}"]
+              f"--beta2={args.beta2}", f"--zero={args.zero}"]
     zo_flags = ["--optimizer=zero-one-adam", f"--var-freeze-step={args.var_freeze}",
                 f"--var-update-scaler={args.var_scaler}",
                 f"--local-step-scaler={args.local_scaler}",
@@ -111,12 +128,15 @@ def main():
         # Another policy, for the refused resume.
         "zo_other": zo_flags[:2] + [f"--var-update-scaler={args.var_scaler * 2}"] + zo_flags[3:],
     }
-    report = {}
+    if args.zero:  # 0/1 Adam's ZeRO-0 plan, which the stage's must equal
+        plans["zo_zero0"] = zo_flags + ["--zero=0"]
+    report, notices = {}, {}
     for name, flags in plans.items():
-        out = subprocess.run([args.ds_opt, *common, *flags, "--report=json",
-                              "-o", w(name + ".plan")],
-                             check=True, capture_output=True, text=True).stdout
-        report[name] = json.loads(out)
+        r = subprocess.run([args.ds_opt, *common, *flags, "--report=json",
+                            "-o", w(name + ".plan")],
+                           check=True, capture_output=True, text=True)
+        report[name] = json.loads(r.stdout)
+        notices[name] = [l for l in r.stderr.splitlines() if "zero-one-adam keeps" in l]
 
     def run(name, tag, steps, extra=(), check=True):
         r = subprocess.run(args.mpirun.split() + ["-np", str(n), args.ds_run, w(name + ".plan"),
@@ -162,7 +182,12 @@ def main():
           f"at least 10x); measured = planned every step: {measured_eq}; "
           f"each step's bytes are its policy phase's: {phase_eq}")
     ok &= ratio >= 10 and measured_eq and phase_eq
-    ok &= report["plain"]["collectives"]["all_reduce_bytes"] == plain_bytes
+    ok &= report["plain"]["collectives"]["bytes_per_step"] == plain_bytes
+    # The memory plan: the arena's high-water mark is the planned peak.
+    mem_ok = all(s.get("peak_bytes") is not None and s["peak_bytes"] == s["planned_bytes"]
+                 for s in zo)
+    print(f"arena high-water = planned peak every step: {mem_ok} ({zo[-1]['peak_bytes']} bytes)")
+    ok &= mem_ok
     # Memory: the extra state, exactly.
     state = {k: report[k]["memory"]["optimizer_state"] for k in ("zo", "plain")}
     extra_state = state["zo"] - state["plain"]
@@ -174,10 +199,22 @@ def main():
         unit = n * int(np.lcm(n, 8))
         padded = (numel + unit - 1) // unit * unit
         want += 4 * numel + 4 * padded + 4 * padded // n + 40
-    print(f"optimizer state: {state['zo']} bytes, Adam's {state['plain']}; "
-          f"the difference {extra_state} is "
-          f"the accumulator, errors and counters: {extra_state == want}")
-    ok &= extra_state == want
+    if args.zero == 0:
+        print(f"optimizer state: {state['zo']} bytes, Adam's {state['plain']}; "
+              f"the difference {extra_state} is "
+              f"the accumulator, errors and counters: {extra_state == want}")
+        ok &= extra_state == want
+    else:
+        # ZeRO-0's step: its whole memory and bytes, said in one notice.
+        z0 = report["zo_zero0"]
+        same = all(report["zo"][k] == z0[k] for k in ("memory", "collectives", "peak"))
+        one_notice = len(notices["zo"]) == 1 and not notices["zo_zero0"]
+        print(f"ZeRO-{args.zero}: optimizer state {state['zo']} bytes (AdamW's at this stage "
+              f"{state['plain']}), memory and bytes those of the ZeRO-0 plan: {same}; "
+              f"one notice: {one_notice}")
+        for l in notices["zo"][:1]:
+            print("  " + l)
+        ok &= same and one_notice
     # The loss after 50 steps, over the last pass through the 8 batches.
     last_p = sum(s["loss"] for s in plain[-8:]) / 8
     last_z = sum(s["loss"] for s in zo[-8:]) / 8
@@ -185,6 +222,13 @@ def main():
     print(f"mean loss of steps {args.steps - 7}-{args.steps}: uncompressed {last_p:.5f}, "
           f"0/1 Adam {last_z:.5f} ({100 * rel:+.2f}%; within 2%)")
     ok &= abs(rel) <= 0.02
+    if args.zero:  # the same step as ZeRO-0's, so the same numbers
+        z0 = run("zo_zero0", "zo_zero0", args.steps)
+        same = [a["loss"] for a in zo] == [b["loss"] for b in z0]
+        same_w = same_weights(w("zo.npz"), w("zo_zero0.npz"))
+        print(f"ZeRO-{args.zero} against ZeRO-0's 0/1 Adam: losses identical {same}, "
+              f"weights identical {same_w}")
+        ok &= same and same_w
     # Resume across the freeze and inside a local-step interval.
     for at in (args.var_freeze - 2, 35):
         ck = w(f"zo_ck{at}")
@@ -192,9 +236,7 @@ def main():
         run("zo", "first", at, ["--save", ck])
         rest = run("zo", "rest", args.steps, ["--resume", ck])
         same = [a["loss"] for a in zo[at:]] == [b["loss"] for b in rest]
-        wa, wb = np.load(w("zo.npz")), np.load(w("rest.npz"))
-        same_w = sorted(wa.files) == sorted(wb.files) and all(
-            np.array_equal(wa[k], wb[k]) for k in wa.files)
+        same_w = same_weights(w("zo.npz"), w("rest.npz"))
         print(f"resumed at step {at}: losses identical {same}, weights identical {same_w}")
         ok &= same and same_w
     # Another policy cannot continue these counters.

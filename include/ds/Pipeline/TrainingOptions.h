@@ -61,6 +61,12 @@ struct TrainingOptions {
   std::string effectiveCommDtype() const {
     return commDtype.empty() ? precision : commDtype;
   }
+  /// The ZeRO stage the step is built at: --zero, except 0/1 Adam's ZeRO
+  /// 1-2, whose step is ZeRO-0's (its local steps need each rank's whole
+  /// momentum, frozen variance and accumulator; docs/compression.md).
+  int64_t builtZeroStage() const {
+    return optimizerName == "zero-one-adam" && zeroStage < 3 ? 0 : zeroStage;
+  }
   /// Ranks of one data-parallel group.
   int64_t dataParallelSize() const {
     return worldSize / (tensorParallel * pipelineParallel);
