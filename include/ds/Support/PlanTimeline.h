@@ -26,6 +26,14 @@ namespace plan {
 class Instruction;
 }
 
+/// The plan option (plan.options, ds-opt --label-fraction) giving the
+/// fraction of the loss's labels that count, the rest being its
+/// ignore_index: the loss's gradient (loss_grad) computes a softmax for
+/// the rows that count and only zero-fills the others, so the cost model
+/// charges its call for that fraction of its bytes and FLOPs plus a
+/// zero-fill of the other rows' gradient. Absent: every label counts.
+inline constexpr const char *kLabelFractionOption = "label_fraction";
+
 struct CostModel {
   double flopsPerSecond = 180e9;   // dense f32 GEMM rate
   double bytesPerSecond = 20e9;    // memory bandwidth
