@@ -84,7 +84,7 @@ PlanWriteOptions planWriteOptions(const TrainingOptions &o,
   pw.views.linkBytesPerSecond = o.costLinkBandwidth;
   if (o.labelFraction < 1) // the cost model's, as the plan file records it
     pw.compileOptions[::ds::kLabelFractionOption] =
-        std::to_string(o.labelFraction);
+        ::ds::labelFractionText(o.labelFraction);
   if (o.pipelineParallel > 1) {
     pw.pipeline.microBatches = o.microBatches;
     pw.pipeline.virtualStages = o.virtualStages;

@@ -210,7 +210,7 @@ compileRecord(const TrainingOptions &o, const MemoryChoices &c,
   for (const std::string &spec : o.inputShapes)
     r["input-shape:" + spec] = spec;
   if (o.labelFraction < 1) // the cost model's (lib/Support/PlanTimeline.cpp)
-    r[::ds::kLabelFractionOption] = std::to_string(o.labelFraction);
+    r[::ds::kLabelFractionOption] = ::ds::labelFractionText(o.labelFraction);
   addRunSettings(o, r); // monitors and logging, for ds-run
   return r;
 }

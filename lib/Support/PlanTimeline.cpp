@@ -359,10 +359,11 @@ double TimelineBuilder::clusterKernelSeconds(const plan::Instruction &ins,
 }
 
 /// A device kernel's seconds: the cluster's rules, else the roofline of
-/// the model's rates. The loss's gradient with labelFraction < 1 computes
-/// that fraction of its rows (its call's figure at that fraction of its
-/// bytes and FLOPs) and zero-fills the others' gradient at the memory
-/// bandwidth (lib/Runtime/Cpu/Grad.cpp, kLossGrad).
+/// the model's rates. On a CPU the loss's gradient with labelFraction < 1
+/// computes that fraction of its rows (its call's figure at that fraction
+/// of its bytes and FLOPs) and zero-fills the others' gradient at the
+/// memory bandwidth (lib/Runtime/Cpu/Grad.cpp, kLossGrad); the CUDA
+/// kernel computes every row (a thread each), so a GPU pays them all.
 double TimelineBuilder::kernelTime(const plan::Instruction &ins,
                                    const TimelineEvent &e) const {
   auto seconds = [&](const TimelineEvent &k) {
@@ -370,7 +371,7 @@ double TimelineBuilder::kernelTime(const plan::Instruction &ins,
                      : std::max(k.flops / m.flopsPerSecond,
                                 k.bytes / m.bytesPerSecond);
   };
-  if (ins.kind() != plan::KIND_LOSS_GRAD || labelFraction >= 1 ||
+  if (ins.kind() != plan::KIND_LOSS_GRAD || labelFraction >= 1 || gpu ||
       ins.outputs_size() < 1 ||
       ins.outputs(0) >= static_cast<uint32_t>(p.buffers_size()))
     return seconds(e);

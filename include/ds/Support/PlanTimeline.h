@@ -18,6 +18,7 @@
 #include "ds/Support/PlanFootprint.h"
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -31,8 +32,16 @@ class Instruction;
 /// ignore_index: the loss's gradient (loss_grad) computes a softmax for
 /// the rows that count and only zero-fills the others, so the cost model
 /// charges its call for that fraction of its bytes and FLOPs plus a
-/// zero-fill of the other rows' gradient. Absent: every label counts.
+/// zero-fill of the other rows' gradient, on a CPU (the CUDA kernel
+/// computes every row). Absent: every label counts.
 inline constexpr const char *kLabelFractionOption = "label_fraction";
+
+/// `f` as kLabelFractionOption's value (9 significant digits).
+inline std::string labelFractionText(double f) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.9g", f);
+  return b;
+}
 
 struct CostModel {
   double flopsPerSecond = 180e9;   // dense f32 GEMM rate
