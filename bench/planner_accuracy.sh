@@ -21,7 +21,8 @@
 # settles the choice: the configurations predicted within 3% of each
 # model's predicted best and those measured within 5% of its measured
 # best run SETTLE more interleaved rounds of SETTLE_STEPS steps, and the
-# summaries and goals are printed again on those settled figures.
+# summaries and goals are printed again on those settled figures, and
+# once more with the medians of the predictions over the rounds.
 #
 #   bench/planner_accuracy.sh                  # 3 rounds: about 3 minutes here
 #   ROUNDS=1 ONLY=gpt bench/planner_accuracy.sh
