@@ -9,19 +9,26 @@
 # mpirun -np 2 with one thread each, for the collectives), with per-kernel
 # figures timed at the shapes of GPT plans (--calibrate-kernels-of), then
 # predicts each configuration (ds-opt --cluster, predicted.step_time_s) and
-# measures it (ds-run: STEPS steps, the median after WARMUP). It prints
+# measures it (ds-run: STEPS steps; the mean of the fastest half of
+# those after WARMUP). It prints
 # per configuration the fastest round's predicted step against the
 # fastest round's measured step (the least disturbed; the medians over
 # the rounds and the spreads beside them: bench/planner_accuracy.py says
 # why), the median and p90 absolute relative error, Spearman's rank
 # correlation, whether the configuration predicted fastest was the
 # measured fastest (per model: the configurations of a model train the
-# same global batch), and a last line saying which goals are met.
+# same global batch), and a line saying which goals are met. Then it
+# settles the choice: the configurations predicted within 3% of each
+# model's predicted best and those measured within 5% of its measured
+# best run SETTLE more interleaved rounds of SETTLE_STEPS steps, and the
+# summaries and goals are printed again on those settled figures, and
+# once more with the medians of the predictions over the rounds.
 #
 #   bench/planner_accuracy.sh                  # 3 rounds: about 3 minutes here
 #   ROUNDS=1 ONLY=gpt bench/planner_accuracy.sh
 #   KINDS=0 bench/planner_accuracy.sh          # family figures only (before)
 #   BOOST=1 bench/planner_accuracy.sh          # see below
+#   SETTLE=0 bench/planner_accuracy.sh         # no settling phase
 #
 # Ranks: this VM has 2 cores, so at most 2 ranks (one thread each): more
 # ranks would time-slice the cores, which neither the calibration nor the
@@ -58,5 +65,6 @@ np.random.randint(0, 512, 200000).astype(np.uint16).tofile('$WORK/gpt.tokens')"
 fi
 /usr/bin/python3 "$ROOT/bench/planner_accuracy.py" --build "$BUILD" --work "$WORK" \
   --steps "${STEPS:-14}" --warmup "${WARMUP:-4}" --rounds "${ROUNDS:-3}" \
+  --settle "${SETTLE:-4}" --settle-steps "${SETTLE_STEPS:-30}" \
   --kinds "${KINDS:-1}" ${ONLY:+--only "$ONLY"}
 echo "accuracy: total $(( $(date +%s) - start )) s; load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2

@@ -5,13 +5,15 @@
 // number: the pipeline bubble of 1F1B and GPipe, an all-reduce overlapping
 // compute, an offload transfer hidden or exposed, the alpha-beta formula,
 // the GEMM shape classes, and the executor's overheads, the pipeline
-// stash's copies and the accumulating update runs. Times are compared to
+// stash's copies and the accumulating update runs, the loss gradient
+// charged for the labels that count. Times are compared to
 // 1e-9 relative: sums of a few doubles.
 //
 //===----------------------------------------------------------------------===//
 
 #include "ds/Support/Cluster.h"
 #include "ds/Support/PipelineSchedule.h"
+#include "ds/Support/PlanTimeline.h"
 #include "ds/Support/StepSimulator.h"
 
 #include "plan.pb.h"
@@ -600,4 +602,39 @@ TEST(StepSimulator, CompressedExchangeOnTheSlowLink) {
       overlapPlan(1e6, 1e6), unitCluster(2), ds::Precision::FP32);
   EXPECT_FALSE(plain.compressed);
   EXPECT_EQ(plain.warmupStepSeconds, 0);
+}
+
+TEST(StepKernels, LossGradChargedForTheLabelsThatCount) {
+  // A loss_grad of 3 MB (scores, labels, gradient), its 1 MB gradient the
+  // output, calibrated at 10 us + 1 GB/s, memory at 10 GB/s; beside it an
+  // add of 3 MB at 3 GB/s. Every label counting: 10 us + 3 ms. A quarter
+  // counting (--label-fraction=0.25) on a CPU: 10 us + 0.75 ms for those
+  // rows, and the zero-fill of the other three quarters of the gradient,
+  // 0.75 x 1 MB / 10 GB/s = 75 us. The add is the same either way, and a
+  // GPU's kernel computes every row.
+  pb::Plan plan;
+  pb::Buffer *out = plan.add_buffers();
+  out->set_bytes(1000000);
+  pb::Program *prog = plan.add_programs();
+  pb::Instruction *lg = addKernel(prog, pb::KIND_LOSS_GRAD, 0);
+  lg->set_bytes(3000000);
+  lg->add_outputs(0);
+  addKernel(prog, pb::KIND_ADD, 0)->set_bytes(3000000);
+  ds::ClusterSpec c = cpuCluster(1);
+  c.memoryBandwidth = 1e10;
+  c.kinds[pb::KIND_LOSS_GRAD] = {1e9, 1e-5};
+  c.kinds[pb::KIND_ADD] = {3e9, 0};
+  expectNear(ds::predictStep(plan, c, ds::Precision::FP32).stepSeconds,
+             1e-5 + 3e-3 + 1e-3);
+  (*plan.mutable_options())[ds::kLabelFractionOption] = "0.25";
+  ds::StepPrediction s = ds::predictStep(plan, c, ds::Precision::FP32);
+  expectNear(s.stepSeconds, 1e-5 + 0.75e-3 + 75e-6 + 1e-3);
+  c.gpu = true;
+  expectNear(ds::predictStep(plan, c, ds::Precision::FP32).stepSeconds,
+             1e-5 + 3e-3 + 1e-3);
+  c.gpu = false;
+  // An option outside (0, 1) is not a fraction: every label counts.
+  (*plan.mutable_options())[ds::kLabelFractionOption] = "1.5";
+  expectNear(ds::predictStep(plan, c, ds::Precision::FP32).stepSeconds,
+             1e-5 + 3e-3 + 1e-3);
 }

@@ -14,6 +14,7 @@
 
 #include "ds/Analysis/ModelSummary.h"
 #include "ds/Pipeline/Cluster.h"
+#include "ds/Support/PlanTimeline.h"
 #include "ds/Support/StepSimulator.h"
 #include "ds/Target/Plan/PlanWriter.h"
 
@@ -81,6 +82,9 @@ PlanWriteOptions planWriteOptions(const TrainingOptions &o,
   pw.views.flopsPerSecond = o.costFlops;
   pw.views.bytesPerSecond = o.costMemBandwidth;
   pw.views.linkBytesPerSecond = o.costLinkBandwidth;
+  if (o.labelFraction < 1) // the cost model's, as the plan file records it
+    pw.compileOptions[::ds::kLabelFractionOption] =
+        ::ds::labelFractionText(o.labelFraction);
   if (o.pipelineParallel > 1) {
     pw.pipeline.microBatches = o.microBatches;
     pw.pipeline.virtualStages = o.virtualStages;

@@ -9,6 +9,7 @@
 #include "ds/Dialect/DsRt/IR/DsRtOps.h"
 #include "ds/Pipeline/Cluster.h"
 #include "ds/Pipeline/DeepSpeedConfig.h"
+#include "ds/Support/PlanTimeline.h"
 #include "ds/Target/Plan/PlanWriter.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -208,6 +209,8 @@ compileRecord(const TrainingOptions &o, const MemoryChoices &c,
     r["offload_activations"] = c.offloadActivations;
   for (const std::string &spec : o.inputShapes)
     r["input-shape:" + spec] = spec;
+  if (o.labelFraction < 1) // the cost model's (lib/Support/PlanTimeline.cpp)
+    r[::ds::kLabelFractionOption] = ::ds::labelFractionText(o.labelFraction);
   addRunSettings(o, r); // monitors and logging, for ds-run
   return r;
 }

@@ -199,6 +199,11 @@ llvm::Error checkSteps(const TrainingOptions &o) {
   if (o.isGiven("report") && !o.reportKind.empty() &&
       !oneOf(o.reportKind, {"table", "json"}))
     return fail("--report='" + o.reportKind + "' is not one of table, json");
+  if (!(o.labelFraction > 0 && o.labelFraction <= 1)) {
+    char got[32];
+    std::snprintf(got, sizeof got, "%g", o.labelFraction);
+    return fail("--label-fraction must be in (0, 1], got " + llvm::Twine(got));
+  }
   if (!oneOf(o.planCompression, {"off", "auto"}))
     return fail("--plan-compression='" + o.planCompression +
                 "' is not one of off, auto");

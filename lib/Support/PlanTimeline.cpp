@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <sstream>
 
@@ -65,6 +66,12 @@ public:
       backwardStart = static_cast<int>(p.pipeline().backward_start());
       updateStart = static_cast<int>(p.pipeline().update_start());
     }
+    if (auto it = p.options().find(kLabelFractionOption);
+        it != p.options().end()) {
+      double f = std::strtod(it->second.c_str(), nullptr);
+      if (f > 0 && f < 1)
+        labelFraction = f;
+    }
   }
 
   void add(int i, const plan::Instruction &ins);
@@ -84,6 +91,7 @@ private:
   void addWait(const plan::Instruction &ins);
   double clusterKernelSeconds(const plan::Instruction &ins,
                               const TimelineEvent &e) const;
+  double kernelTime(const plan::Instruction &ins, const TimelineEvent &e) const;
   double inputsReady(const plan::Instruction &ins, double base) const;
   /// When the executing thread reaches the next instruction: on a GPU it
   /// runs ahead of the device and only host kernels hold it; on a CPU it
@@ -96,6 +104,7 @@ private:
   const CostModel &m;
   Timeline &t;
   int tp = 1, dp = 1;
+  double labelFraction = 1; // kLabelFractionOption
   bool across[5] = {}; // by plan::Group: some group spans nodes
   double compute = 0, comm = 0;
   std::map<uint32_t, double> commEnds; // collective output -> when it ends
@@ -349,6 +358,32 @@ double TimelineBuilder::clusterKernelSeconds(const plan::Instruction &ins,
   return kernelSeconds(*m.cluster, ins.kind(), e.flops, e.bytes, prec);
 }
 
+/// A device kernel's seconds: the cluster's rules, else the roofline of
+/// the model's rates. On a CPU the loss's gradient with labelFraction < 1
+/// computes that fraction of its rows (its call's figure at that fraction
+/// of its bytes and FLOPs) and zero-fills the others' gradient at the
+/// memory bandwidth (lib/Runtime/Cpu/Grad.cpp, kLossGrad); the CUDA
+/// kernel computes every row (a thread each), so a GPU pays them all.
+double TimelineBuilder::kernelTime(const plan::Instruction &ins,
+                                   const TimelineEvent &e) const {
+  auto seconds = [&](const TimelineEvent &k) {
+    return m.cluster ? clusterKernelSeconds(ins, k)
+                     : std::max(k.flops / m.flopsPerSecond,
+                                k.bytes / m.bytesPerSecond);
+  };
+  if (ins.kind() != plan::KIND_LOSS_GRAD || labelFraction >= 1 || gpu ||
+      ins.outputs_size() < 1 ||
+      ins.outputs(0) >= static_cast<uint32_t>(p.buffers_size()))
+    return seconds(e);
+  TimelineEvent counted = e;
+  counted.flops *= labelFraction;
+  counted.bytes *= labelFraction;
+  double fill = (1 - labelFraction) *
+                static_cast<double>(p.buffers(ins.outputs(0)).bytes());
+  double bw = m.cluster ? m.cluster->memoryBandwidth : m.bytesPerSecond;
+  return seconds(counted) + (bw > 0 ? fill / bw : 0);
+}
+
 void TimelineBuilder::add(int i, const plan::Instruction &ins) {
   TimelineEvent e;
   e.instruction = i;
@@ -371,9 +406,7 @@ void TimelineBuilder::add(int i, const plan::Instruction &ins) {
   if (ins.kind() == plan::KIND_WAIT && ins.inputs_size() > 0)
     return addWait(ins);
   e.flops = static_cast<double>(ins.flops());
-  addKernel(e, m.cluster ? clusterKernelSeconds(ins, e)
-                         : std::max(e.flops / m.flopsPerSecond,
-                                    e.bytes / m.bytesPerSecond));
+  addKernel(e, kernelTime(ins, e));
   if (shared && isOptimizer(ins.kind())) // a compressed optimizer's own
     addExchange(ins, e, *c);
 }

@@ -18,12 +18,29 @@
 #include "ds/Support/PlanFootprint.h"
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
 namespace ds {
 namespace plan {
 class Instruction;
+}
+
+/// The plan option (plan.options, ds-opt --label-fraction) giving the
+/// fraction of the loss's labels that count, the rest being its
+/// ignore_index: the loss's gradient (loss_grad) computes a softmax for
+/// the rows that count and only zero-fills the others, so the cost model
+/// charges its call for that fraction of its bytes and FLOPs plus a
+/// zero-fill of the other rows' gradient, on a CPU (the CUDA kernel
+/// computes every row). Absent: every label counts.
+inline constexpr const char *kLabelFractionOption = "label_fraction";
+
+/// `f` as kLabelFractionOption's value (9 significant digits).
+inline std::string labelFractionText(double f) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.9g", f);
+  return b;
 }
 
 struct CostModel {

@@ -118,8 +118,9 @@ LogicalResult mlir::ds::predictPlan(ModuleOp module,
     if (failed(plan_writer::writePipelinePlan(module, stages, "", options, p)))
       return failure();
   } else if (failed(plan_writer::buildPlan(module, options, options.worldSize,
-                                           p))) {
-    return failure();
+                                           p)) ||
+             failed(plan_writer::addSource(module, "", options, p))) {
+    return failure(); // addSource: the compile options the cost model reads
   }
   std::string problem = ::ds::checkClusterForPlan(cluster, p, prec, "");
   if (!problem.empty())
