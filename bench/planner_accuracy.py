@@ -54,9 +54,10 @@ a step slower. So:
   predicted best, and those measured within 5% of its measured best,
   run --settle more interleaved rounds of --settle-steps (30) steps;
   their settled figure is the fastest of all their runs. The table, the
-  summaries and the goals are printed for the raw rounds and again with
-  the settled figures, then once more with the medians of the
-  predictions over the rounds: a calibration scales its figures by the
+  summaries and the goals are printed for the raw rounds; the choice's
+  goal again with the settled figures (the errors and the rank
+  correlation are not: they would mix re-measured rows with raw ones),
+  then once more with the medians of the predictions over the rounds: a calibration scales its figures by the
   share of the host it measured, and on a loaded machine that erred
   both ways (2026-12-03: one round's 1-rank calibration predicted gpt 1r
   mb8 at 21.5 ms, the others at 23.1-31.6 ms), so the fastest round's
@@ -324,15 +325,17 @@ class Bench:
             srows = [r[:3] + (settled.get(i, r[3]),
                               r[2] / settled.get(i, r[3]) - 1) + r[5:]
                      for i, r in zip(idx, rows)]
-            summaries(srows)
-            goals(srows, "settled")
+            # Only the choice is judged on the settled figures: every
+            # configuration that could decide it was re-measured, while the
+            # errors and the rank correlation would mix re-measured rows (more
+            # runs, so a lower fastest figure) with raw ones.
+            goals(srows, "settled", choice_only=True)
             # A round's calibration can err either way (it scales by the
             # share of the host it saw): the medians of the predictions
             # over the rounds, against the same settled figures.
             print("settled, with the medians of the predictions over the rounds:")
             qrows = [r[:2] + (r[7], r[3], r[7] / r[3] - 1) + r[5:] for r in srows]
-            summaries(qrows)
-            goals(qrows, "settled, median predictions")
+            goals(qrows, "settled, median predictions", choice_only=True)
 
 
 def summaries(rows):
@@ -366,8 +369,9 @@ def summary(rows, label):
     print(line)
 
 
-def goals(rows, label):
-    """The issue's goals (issue 23 item 5) against the fastest rounds."""
+def goals(rows, label, choice_only=False):
+    """The issue's goals (issue 23 item 5) against the fastest rounds (with
+    choice_only, the choice's alone)."""
     errs = [abs(r[4]) for r in rows]
     rho = spearman([r[2] for r in rows], [r[3] for r in rows])
     worst = 0.0
@@ -379,6 +383,8 @@ def goals(rows, label):
               ("p90 |error| <= 20%", percentile(errs, 0.9) <= 0.20),
               ("Spearman >= 0.9", rho >= 0.9),
               ("choice within 5% of the measured best", worst <= 0.05)]
+    if choice_only:
+        checks = checks[-1:]
     print(f"goals ({label}): " + "; ".join(f"{name}: {'met' if ok else 'NOT met'}"
                                 for name, ok in checks))
 
