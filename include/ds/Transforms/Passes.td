@@ -728,6 +728,12 @@ def FuseOptimizerPass : Pass<"ds-fuse-optimizer", "func::FuncOp"> {
         exp_avg_sqs(%vw, %vb) step(%step) {...} : ...
     ```
   }];
+  let options = [
+    Option<"hoistOperands", "hoist-operands", "bool", "true",
+           "move the layout ops that make a later update's operands (ZeRO "
+           "1-2's shard copies) before the group's first update, so that "
+           "the update joins the group">,
+  ];
 }
 
 def SyncBatchNormPass : Pass<"ds-sync-batchnorm", "func::FuncOp"> {
