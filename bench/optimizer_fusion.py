@@ -17,8 +17,8 @@ the rounds) and the step's ms (fastest and median of all timed steps).
 With --zero 1 or 2 (ZeRO's shard copies moved before the fused update)
 each run also prints the optimizer phase's time per step (ds-run's flops
 profile of the last step, "step latency": the updates, the shard copies
-and the concatenations around the all-gather, rank 0) and the update
-kernels' time includes the shard copies.
+and the concatenations around the all-gather, one rank's) and the update
+kernels' time (the mean over the ranks) includes the shard copies.
 """
 import argparse
 import json
@@ -54,12 +54,15 @@ def run(args, plan, data, threads):
         "--data", data, "--threads", str(threads), "--profile", "--log-json", log,
         "--flops-profile-step", str(args.steps), "--flops-output-file", flops],
         check=True, capture_output=True, text=True).stdout
-    out = out.split("profile of the last run:")[1]  # one rank's profile
+    # Each rank prints its profile (their lines may interleave): the mean
+    # over the ranks.
+    ranks = max(1, out.count("profile of the last run:"))
     update, calls = 0.0, 0
     kernels = "adam|multi_adam|shard" if args.zero in (1, 2) else "adam|multi_adam"
     for m in re.finditer(rf"^\s+({kernels})\s+([\d.]+) ms\s+(\d+) calls", out, re.M):
-        update += float(m.group(2))
+        update += float(m.group(2)) / ranks
         calls += int(m.group(3)) if m.group(1) != "shard" else 0
+    calls //= ranks
     steps = [json.loads(l)["time_ms"] for l in open(log)][1:]
     phase = float(re.search(r"^step latency:\s+([\d.]+) ms", open(flops).read(),
                             re.M).group(1))

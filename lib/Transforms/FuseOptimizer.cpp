@@ -6,8 +6,10 @@
 // (`ds.sgd`) ops of one step with identical attributes and step counter
 // become one `ds.multi_adam` (`ds.multi_sgd`), one kernel call over all
 // their tensors. The fused op runs at the place of the group's first op,
-// so every operand of a member must already exist there; the new values
-// are the same results, written into the same storage.
+// so every operand of a member must already exist there, or be made from
+// values that do by layout ops alone (ZeRO 1-2's shard copy of the
+// parameter), which then move there too; the new values are the same
+// results, written into the same storage.
 //
 //===----------------------------------------------------------------------===//
 
@@ -70,6 +72,7 @@ struct GroupKey {
 struct Group {
   GroupKey key;
   SmallVector<Operation *> members;
+  int64_t hoistedBytes = 0; // the copies moved before its first member
 };
 
 /// True when `v` exists at `first`'s place.
@@ -83,11 +86,10 @@ bool availableAt(Value v, Operation *first) {
 /// ZeRO 1-2 (Sharding.cpp's flattenPadded and the shard of it): copies and
 /// views of values that exist earlier, which may run earlier.
 bool isOperandLayout(Operation *op) {
-  return isa<ReshapeOp, ShardOp, ConcatOp, ConstantOp>(op) &&
-         op->getNumRegions() == 0;
+  return isa<ReshapeOp, ShardOp, ConcatOp, ConstantOp>(op);
 }
 
-/// Appends to `chain` (in program order, each op once) the layout ops
+/// Appends to `chain` (each op once, after the ops it reads) the layout ops
 /// between `first` and `op` that make `v`, when moving them before `first`
 /// makes `v` available there; false when it does not.
 bool collectChain(Value v, Operation *first, SetVector<Operation *> &chain) {
@@ -101,14 +103,13 @@ bool collectChain(Value v, Operation *first, SetVector<Operation *> &chain) {
   for (Value in : def->getOperands()) {
     if (!collectChain(in, first, chain))
       return false;
-    // No update from `first` on (the fused op included) overwrites what
-    // `def` reads: the moved op would read it before, the fused kernel
-    // after the write.
+    // No update from `first` on (the fused op's members included) reads
+    // what `def` reads, which it may overwrite in place: a view moved
+    // before the fused kernel would see the write inside it.
     for (Operation *user : in.getUsers())
       if (user->hasTrait<DsOptimizerStep>() &&
           user->getBlock() == first->getBlock() &&
-          (user == first || first->isBeforeInBlock(user)) &&
-          user->isBeforeInBlock(def))
+          (user == first || first->isBeforeInBlock(user)))
         return false;
   }
   chain.insert(def);
@@ -136,7 +137,21 @@ bool canMoveTo(Operation *op, Operation *first, ArrayRef<Value> targets,
   return true;
 }
 
-/// Moves `chain` (in program order) before `first`. The moved ops keep the
+/// The bytes the copies of `chain` write (its shards and concatenations;
+/// reshapes are views, constants the plan's).
+int64_t copiedBytes(const SetVector<Operation *> &chain) {
+  int64_t bytes = 0;
+  for (Operation *op : chain)
+    if (isa<ShardOp, ConcatOp>(op))
+      for (Value r : op->getResults()) {
+        auto t = cast<ShapedType>(r.getType());
+        bytes += t.getNumElements() *
+                 static_cast<int64_t>(t.getElementTypeBitWidth() / 8);
+      }
+  return bytes;
+}
+
+/// Moves `chain` (each op after the ops it reads) before `first`. The moved ops keep the
 /// optimizer phase they were in (`ds.update_operand`, lowering's PhaseMap):
 /// they make the update's operands, not the gradients.
 void hoistBefore(const SetVector<Operation *> &chain, Operation *first) {
@@ -217,8 +232,12 @@ struct FuseOptimizerPass : impl::FuseOptimizerPassBase<FuseOptimizerPass> {
         if (g.key == key)
           open = &g;
       SetVector<Operation *> chain;
-      if (open && canMoveTo(&op, open->members.front(), *targets,
-                            hoistOperands, chain)) {
+      if (open &&
+          canMoveTo(&op, open->members.front(), *targets, hoistOperands,
+                    chain) &&
+          (chain.empty() ||
+           open->hoistedBytes + copiedBytes(chain) <= hoistLimit)) {
+        open->hoistedBytes += copiedBytes(chain);
         hoistBefore(chain, open->members.front());
         open->members.push_back(&op);
         continue;

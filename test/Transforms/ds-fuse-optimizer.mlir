@@ -3,6 +3,7 @@
 // RUN: ds-opt %s --ds-fuse-optimizer -split-input-file | FileCheck %s
 // RUN: ds-opt %s --ds-fuse-optimizer -split-input-file | ds-opt -split-input-file | FileCheck %s
 // RUN: ds-opt %s --ds-fuse-optimizer=hoist-operands=false -split-input-file | FileCheck %s --check-prefix=NOHOIST
+// RUN: ds-opt %s --ds-fuse-optimizer=hoist-limit=32 -split-input-file | FileCheck %s --check-prefix=LIMIT
 
 // Three Adam updates with equal attributes become one ds.multi_adam at the
 // first one's place; its results replace theirs in order (new params, then
@@ -72,6 +73,13 @@ func.func @groups(%w0: tensor<4xf32>, %b0: tensor<4xf32>, %w1: tensor<4xf32>, %b
 // CHECK-NEXT: %[[R:.*]]:9 = ds.multi_adam params(%[[X0]], %[[X1]], %[[X2]]) grads(%[[G]]#0, %[[G]]#1, %[[G]]#2) exp_avgs(%arg4, %arg6, %arg8) exp_avg_sqs(%arg5, %arg7, %arg9) step(%arg10)
 // CHECK-NEXT: %[[B:.*]] = ds.concat %[[R]]#0, %[[R]]#1, %[[R]]#2
 // CHECK-NEXT: ds.all_gather %[[B]]
+// hoist-limit=32: the second update's copies (the padded 24 bytes and its
+// 8-byte shard) fit, the third's 4 more bytes do not: it starts a group
+// of its own (left as it is), its copy at its place.
+// LIMIT-LABEL: func.func @zero_shards
+// LIMIT: ds.multi_adam params(%{{.*}}, %{{.*}}) grads
+// LIMIT-NEXT: ds.shard %arg3 {group = 0 : i64}
+// LIMIT-NEXT: ds.adam
 // NOHOIST-LABEL: func.func @zero_shards
 // NOHOIST: ds.shard
 // NOHOIST-NEXT: ds.adam

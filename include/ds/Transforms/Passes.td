@@ -715,7 +715,9 @@ def FuseOptimizerPass : Pass<"ds-fuse-optimizer", "func::FuncOp"> {
     existing there: those ops move before the first update, marked
     `ds.update_operand` so that lowering keeps them in the optimizer phase,
     unless an update from the first on reads what they read (it would
-    overwrite it first). The results are the same values, written into the
+    overwrite it first), and unless the group's moved copies would pass
+    `hoist-limit` bytes (then it starts a new group: the copies stay in
+    cache for their update). The results are the same values, written into the
     same storage (`ds.update`), so the memory plan sees no new buffer; the
     moved copies and the gradient shards are then all live at the fused
     update, and the compile driver turns `hoist-operands` off where that
@@ -740,6 +742,11 @@ def FuseOptimizerPass : Pass<"ds-fuse-optimizer", "func::FuncOp"> {
            "move the layout ops that make a later update's operands (ZeRO "
            "1-2's shard copies) before the group's first update, so that "
            "the update joins the group">,
+    Option<"hoistLimit", "hoist-limit", "int64_t", "1048576",
+           "the most bytes of copies moved before one fused update; a "
+           "member whose copy would exceed it starts a new group (the "
+           "copies stay in cache for their update, and fewer are live at "
+           "once)">,
   ];
 }
 
