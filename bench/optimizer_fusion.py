@@ -12,6 +12,13 @@ the rounds) and the step's ms (fastest and median of all timed steps).
 
     bench/optimizer_fusion.py [--rounds 5] [--steps 6] [--threads 1,2]
         [--models gpt-small,gpt-train] [--build build] [--work DIR]
+        [--zero Z --world-size N --mpirun 'mpirun -n N']
+
+With --zero 1 or 2 (ZeRO's shard copies moved before the fused update)
+each run also prints the optimizer phase's time per step (ds-run's flops
+profile of the last step, "step latency": the updates, the shard copies
+and the concatenations around the all-gather, one rank's) and the update
+kernels' time (the mean over the ranks) includes the shard copies.
 """
 import argparse
 import json
@@ -40,16 +47,26 @@ def export(size, work):
 
 def run(args, plan, data, threads):
     log = plan + ".json"
-    out = subprocess.run([os.path.join(args.build, "bin", "ds-run"), plan, "--steps",
-                          str(args.steps), "--data", data, "--threads", str(threads),
-                          "--profile", "--log-json", log],
-                         check=True, capture_output=True, text=True).stdout
+    flops = plan + ".flops.txt"
+    prefix = args.mpirun.split() if args.mpirun else []
+    out = subprocess.run(prefix + [
+        os.path.join(args.build, "bin", "ds-run"), plan, "--steps", str(args.steps),
+        "--data", data, "--threads", str(threads), "--profile", "--log-json", log,
+        "--flops-profile-step", str(args.steps), "--flops-output-file", flops],
+        check=True, capture_output=True, text=True).stdout
+    # Each rank prints its profile (their lines may interleave): the mean
+    # over the ranks.
+    ranks = max(1, out.count("profile of the last run:"))
     update, calls = 0.0, 0
-    for m in re.finditer(r"^\s+(adam|multi_adam)\s+([\d.]+) ms\s+(\d+) calls", out, re.M):
-        update += float(m.group(2))
-        calls += int(m.group(3))
+    kernels = "adam|multi_adam|shard" if args.zero in (1, 2) else "adam|multi_adam"
+    for m in re.finditer(rf"^\s+({kernels})\s+([\d.]+) ms\s+(\d+) calls", out, re.M):
+        update += float(m.group(2)) / ranks
+        calls += int(m.group(3)) if m.group(1) != "shard" else 0
+    calls //= ranks
     steps = [json.loads(l)["time_ms"] for l in open(log)][1:]
-    return update, calls, steps
+    phase = float(re.search(r"^step latency:\s+([\d.]+) ms", open(flops).read(),
+                            re.M).group(1))
+    return update, calls, steps, phase
 
 
 def main():
@@ -60,6 +77,9 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--models", default="gpt-small,gpt-train")
     ap.add_argument("--work", default="")
+    ap.add_argument("--zero", type=int, default=0)
+    ap.add_argument("--world-size", type=int, default=1)
+    ap.add_argument("--mpirun", default="")
     args = ap.parse_args()
     work = args.work or tempfile.mkdtemp(prefix="optfusion-")
     os.makedirs(work, exist_ok=True)
@@ -71,20 +91,23 @@ def main():
             plans[fuse] = os.path.join(work, f"{model}-fuse-{fuse}.plan")
             subprocess.run([os.path.join(args.build, "bin", "ds-opt"), onnx,
                             "--optimizer=adam", "--lr=1e-3", f"--fuse-optimizer={fuse}",
+                            f"--world-size={args.world_size}", f"--zero={args.zero}",
                             "-o", plans[fuse]], check=True)
         for threads in [int(t) for t in args.threads.split(",")]:
-            res = {f: ([], [], 0) for f in plans}
+            res = {f: ([], [], 0, []) for f in plans}
             for _ in range(args.rounds):
                 for fuse in plans:
-                    update, calls, steps = run(args, plans[fuse], data, threads)
+                    update, calls, steps, phase = run(args, plans[fuse], data, threads)
                     res[fuse][0].append(update)
                     res[fuse][1].extend(steps)
-                    res[fuse] = (res[fuse][0], res[fuse][1], calls)
-            for fuse, (updates, steps, calls) in res.items():
-                print(f"{model} threads {threads} fuse-optimizer={fuse}: {calls} update "
-                      f"calls, update {min(updates):.3f} / {statistics.median(updates):.3f} ms, "
-                      f"step {min(steps):.2f} / {statistics.median(steps):.2f} ms "
-                      f"(fastest / median)")
+                    res[fuse][3].append(phase)
+                    res[fuse] = (res[fuse][0], res[fuse][1], calls, res[fuse][3])
+            for fuse, (updates, steps, calls, phases) in res.items():
+                print(f"{model} zero {args.zero} x{args.world_size} threads {threads} "
+                      f"fuse-optimizer={fuse}: {calls} update calls, update "
+                      f"{min(updates):.3f} / {statistics.median(updates):.3f} ms, optimizer "
+                      f"phase {min(phases):.3f} / {statistics.median(phases):.3f} ms, step "
+                      f"{min(steps):.2f} / {statistics.median(steps):.2f} ms (fastest / median)")
     print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
 
 

@@ -114,6 +114,40 @@ llvm::Error checkPeak(StepCompiler &compiler, CompileResult &result,
               mib(*limit) + "); the minimum feasible is " + mib(minimum) +
               (o.training() ? " (--recompute=full)" : ""));
 }
+
+/// ZeRO 1-2 with --fuse-optimizer: the fused update reads every shard copy
+/// and gradient shard at once, where one kernel per parameter frees each
+/// gradient at its update. Where that raises the planned peak, the plan
+/// without the moved copies (updates fused only where their operands
+/// already exist) is kept instead. `result.module` is the plan (lowered)
+/// or the IR (not lowered, then compiled again with the choice made).
+LogicalResult preferLowerPeak(StepCompiler &compiler, CompileResult &result,
+                              bool lowered) {
+  const TrainingOptions &o = compiler.getOptions();
+  if (!o.training() || !o.fuseOptimizer || o.zeroStage < 1 ||
+      o.zeroStage > 2 || !result.choices.hoistUpdateOperands)
+    return success();
+  OwningOpRef<ModuleOp> probe, other;
+  int64_t fused = lowered ? perRankPeak(*result.module)
+                          : compiler.peakOf(probe, result.choices);
+  MemoryChoices apart = result.choices;
+  apart.hoistUpdateOperands = false;
+  int64_t peak = compiler.peakOf(other, apart);
+  if (fused < 0 || peak < 0)
+    return failure();
+  if (peak >= fused)
+    return success();
+  result.searchLog += "fuse-optimizer: ZeRO " + std::to_string(o.zeroStage) +
+                      "'s shard copies stay at their updates (planned peak " +
+                      std::to_string(peak) + " instead of " +
+                      std::to_string(fused) + " bytes)\n";
+  result.choices = apart;
+  if (lowered) {
+    result.module = std::move(other);
+    return success();
+  }
+  return compiler.run(result.module, apart, /*lower=*/false);
+}
 } // namespace
 
 LogicalResult StepCompiler::run(OwningOpRef<ModuleOp> &out,
@@ -284,7 +318,8 @@ llvm::Expected<CompileResult> mlir::ds::compile(ModuleOp model,
   bool lower = options.emitKind == "plan" || options.emitKind == "dsrt";
   if (searched && lower)
     result.module = std::move(searched);
-  else if (failed(compiler.run(result.module, c, lower)))
+  else if (failed(compiler.run(result.module, c, lower)) ||
+           failed(preferLowerPeak(compiler, result, lower)))
     return reported();
   result.split = compiler.lastSplit;
   if (llvm::Error e = checkPeak(compiler, result, limit, searchedPeak, lower))

@@ -194,8 +194,11 @@ void mlir::ds::addTrainingPasses(OpPassManager &pm, const TrainingOptions &o,
   }
   if (o.fuseElementwise) // last: fusion hides the ops the passes above match
     pm.addNestedPass<func::FuncOp>(createFuseElementwisePass());
-  if (training && o.fuseOptimizer) // after offload, which marks host updates
-    pm.addNestedPass<func::FuncOp>(createFuseOptimizerPass());
+  if (training && o.fuseOptimizer) { // after offload, which marks host updates
+    FuseOptimizerPassOptions fuse;
+    fuse.hoistOperands = c.hoistUpdateOperands;
+    pm.addNestedPass<func::FuncOp>(createFuseOptimizerPass(fuse));
+  }
 }
 
 void mlir::ds::addLoweringPasses(OpPassManager &pm, const TrainingOptions &o) {

@@ -6,8 +6,10 @@
 // (`ds.sgd`) ops of one step with identical attributes and step counter
 // become one `ds.multi_adam` (`ds.multi_sgd`), one kernel call over all
 // their tensors. The fused op runs at the place of the group's first op,
-// so every operand of a member must already exist there; the new values
-// are the same results, written into the same storage.
+// so every operand of a member must already exist there, or be made from
+// values that do by layout ops alone (ZeRO 1-2's shard copy of the
+// parameter), which then move there too; the new values are the same
+// results, written into the same storage.
 //
 //===----------------------------------------------------------------------===//
 
@@ -18,6 +20,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/SetVector.h"
 
 namespace mlir::ds {
 #define GEN_PASS_DEF_FUSEOPTIMIZERPASS
@@ -69,25 +72,93 @@ struct GroupKey {
 struct Group {
   GroupKey key;
   SmallVector<Operation *> members;
+  int64_t hoistedBytes = 0; // the copies moved before its first member
 };
 
-/// True when `op` can run at `first`'s place instead of its own: its
-/// operands exist there, and nothing in between reads what it overwrites.
-bool canMoveTo(Operation *op, Operation *first, ArrayRef<Value> targets) {
-  for (Value v : op->getOperands()) {
-    Operation *def = v.getDefiningOp();
-    if (def && (def->getBlock() != first->getBlock() ||
-                !def->isBeforeInBlock(first)))
+/// True when `v` exists at `first`'s place.
+bool availableAt(Value v, Operation *first) {
+  if (Operation *def = v.getDefiningOp())
+    return def->getBlock() == first->getBlock() && def->isBeforeInBlock(first);
+  return cast<BlockArgument>(v).getOwner() == first->getBlock();
+}
+
+/// The layout ops that make an update's operand from a parameter under
+/// ZeRO 1-2 (Sharding.cpp's flattenPadded and the shard of it): copies and
+/// views of values that exist earlier, which may run earlier.
+bool isOperandLayout(Operation *op) {
+  return isa<ReshapeOp, ShardOp, ConcatOp, ConstantOp>(op);
+}
+
+/// Appends to `chain` (each op once, after the ops it reads) the layout ops
+/// between `first` and `op` that make `v`, when moving them before `first`
+/// makes `v` available there; false when it does not.
+bool collectChain(Value v, Operation *first, SetVector<Operation *> &chain) {
+  if (availableAt(v, first))
+    return true;
+  Operation *def = v.getDefiningOp();
+  if (!def || def->getBlock() != first->getBlock() || !isOperandLayout(def))
+    return false;
+  if (chain.contains(def))
+    return true;
+  for (Value in : def->getOperands()) {
+    if (!collectChain(in, first, chain))
       return false;
-    if (!def && cast<BlockArgument>(v).getOwner() != first->getBlock())
+    // No update from `first` on (the fused op's members included) reads
+    // what `def` reads, which it may overwrite in place: a view moved
+    // before the fused kernel would see the write inside it.
+    for (Operation *user : in.getUsers())
+      if (user->hasTrait<DsOptimizerStep>() &&
+          user->getBlock() == first->getBlock() &&
+          (user == first || first->isBeforeInBlock(user)))
+        return false;
+  }
+  chain.insert(def);
+  return true;
+}
+
+/// True when `op` can run at `first`'s place instead of its own: its
+/// operands exist there, or are made from values that do by layout ops
+/// (`chain`, to move before `first`: ZeRO 1-2's shard copies), and nothing
+/// in between reads what it overwrites.
+bool canMoveTo(Operation *op, Operation *first, ArrayRef<Value> targets,
+               bool hoist, SetVector<Operation *> &chain) {
+  for (Value v : op->getOperands()) {
+    if (availableAt(v, first))
+      continue;
+    if (!hoist || !collectChain(v, first, chain))
       return false;
   }
   for (Value t : targets)
     for (Operation *user : t.getUsers())
-      if (user != op && user->getBlock() == first->getBlock() &&
+      if (user != op && !chain.contains(user) &&
+          user->getBlock() == first->getBlock() &&
           first->isBeforeInBlock(user) && user->isBeforeInBlock(op))
         return false;
   return true;
+}
+
+/// The bytes the copies of `chain` write (its shards and concatenations;
+/// reshapes are views, constants the plan's).
+int64_t copiedBytes(const SetVector<Operation *> &chain) {
+  int64_t bytes = 0;
+  for (Operation *op : chain)
+    if (isa<ShardOp, ConcatOp>(op))
+      for (Value r : op->getResults()) {
+        auto t = cast<ShapedType>(r.getType());
+        bytes += t.getNumElements() *
+                 static_cast<int64_t>(t.getElementTypeBitWidth() / 8);
+      }
+  return bytes;
+}
+
+/// Moves `chain` (each op after the ops it reads) before `first`. The moved ops keep the
+/// optimizer phase they were in (`ds.update_operand`, lowering's PhaseMap):
+/// they make the update's operands, not the gradients.
+void hoistBefore(const SetVector<Operation *> &chain, Operation *first) {
+  for (Operation *op : chain) {
+    op->moveBefore(first);
+    op->setAttr(attrs::kUpdateOperand, UnitAttr::get(op->getContext()));
+  }
 }
 
 /// The multi-tensor op of `members` (all AdamOp or all SgdOp), at the
@@ -143,12 +214,14 @@ void fuseGroup(ArrayRef<Operation *> members) {
 }
 
 struct FuseOptimizerPass : impl::FuseOptimizerPassBase<FuseOptimizerPass> {
+  using FuseOptimizerPassBase::FuseOptimizerPassBase;
   void runOnOperation() override {
     func::FuncOp func = getOperation();
     if (func.isExternal())
       return;
     SmallVector<Group> groups;
-    for (Operation &op : func.getBody().front()) {
+    // Early increments: a member's layout ops move up, behind the walk.
+    for (Operation &op : llvm::make_early_inc_range(func.getBody().front())) {
       std::optional<SmallVector<Value>> targets = fusableTargets(&op);
       if (!targets)
         continue;
@@ -158,7 +231,14 @@ struct FuseOptimizerPass : impl::FuseOptimizerPassBase<FuseOptimizerPass> {
       for (Group &g : groups)
         if (g.key == key)
           open = &g;
-      if (open && canMoveTo(&op, open->members.front(), *targets)) {
+      SetVector<Operation *> chain;
+      if (open &&
+          canMoveTo(&op, open->members.front(), *targets, hoistOperands,
+                    chain) &&
+          (chain.empty() ||
+           open->hoistedBytes + copiedBytes(chain) <= hoistLimit)) {
+        open->hoistedBytes += copiedBytes(chain);
+        hoistBefore(chain, open->members.front());
         open->members.push_back(&op);
         continue;
       }

@@ -8,7 +8,10 @@ one kernel per parameter:
 2. The fused plan runs multi_adam (multi_sgd) and no single adam (sgd)
    kernel, the unfused plan the reverse; the counts of update kernels per
    step are printed (ds-run --profile).
-3. The planned per-rank peak is the same for both plans.
+3. The planned per-rank peak is the same for both plans, and each run's
+   arena high-water mark equals its plan's arena (the exact memory plan
+   stays exact: ZeRO 1-2's fused plans move the shard copies of the
+   parameters before the one update).
 
     fuse_optimizer_parity.py --ds-opt DS_OPT --ds-run DS_RUN --onnx MODEL
         --data NPZ --work DIR [--steps 4] [--threads 2] [--opt-flag=...]
@@ -47,7 +50,10 @@ def train(args, plan, fuse):
                          out, re.M):
         calls[m.group(1)] = int(m.group(2))
     losses = [json.loads(l)["loss"] for l in open(log)]
-    return losses, dict(np.load(weights)), calls
+    # Every rank's arena high-water mark against its plan's arena.
+    marks = re.findall(r"arena high-water (\d+) \((\d+)\)", out)
+    exact = bool(marks) and all(a == b for a, b in marks)
+    return losses, dict(np.load(weights)), calls, exact
 
 
 def main():
@@ -66,17 +72,18 @@ def main():
     results = {}
     for fuse in ("false", "true"):
         plan, peak = compile_plan(args, fuse)
-        losses, weights, calls = train(args, plan, fuse)
-        results[fuse] = (peak, losses, weights, calls)
+        losses, weights, calls, exact = train(args, plan, fuse)
+        results[fuse] = (peak, losses, weights, exact)
         print(f"fuse-optimizer={fuse}: planned peak {peak}, update kernel calls "
               + ", ".join(f"{k} {v}" for k, v in sorted(calls.items())))
-    (p0, l0, w0, _), (p1, l1, w1, _) = results["false"], results["true"]
+    (p0, l0, w0, e0), (p1, l1, w1, e1) = results["false"], results["true"]
     print(f"losses over {args.steps} steps bit-identical: {l0 == l1 and len(l0) == args.steps}")
     same = sorted(w0) == sorted(w1) and all(
         w0[k].dtype == w1[k].dtype and w0[k].tobytes() == w1[k].tobytes() for k in w0)
     print(f"{len(w0)} weights bit-identical: {same}")
     print(f"same planned peak: {p0 == p1}")
-    ok = l0 == l1 and same and p0 == p1
+    print(f"arena high-water = planned arena: {e0 and e1}")
+    ok = l0 == l1 and same and p0 == p1 and e0 and e1
     print("PASS" if ok else "FAIL")
 
 

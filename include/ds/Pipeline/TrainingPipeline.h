@@ -29,6 +29,10 @@ struct MemoryChoices {
   /// Saved activations: none or host.
   std::string offloadActivations = "none";
   std::string nvmePath;
+  /// --ds-fuse-optimizer's hoist-operands: ZeRO 1-2's shard copies move
+  /// before the fused update (compile() turns it off where that raises the
+  /// planned peak).
+  bool hoistUpdateOperands = true;
 };
 
 /// Cleanups and tensor parallelism, on the whole module (before a pipeline

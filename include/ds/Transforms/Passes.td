@@ -708,17 +708,26 @@ def FuseOptimizerPass : Pass<"ds-fuse-optimizer", "func::FuncOp"> {
     The fused op takes the place of the group's first update, so an update
     joins a group only when every operand it reads already exists there
     and nothing between the two reads the parameter or state it
-    overwrites; otherwise it starts a new group. The results are the same
-    values, written into the same storage (`ds.update`), so the memory plan
-    sees no new buffer. Left as they are: Lamb and `norm_over_ranks`,
+    overwrites; otherwise it starts a new group. With `hoist-operands`
+    (on), an operand made between the two by layout ops alone (`ds.reshape`,
+    `ds.shard`, `ds.concat` and `ds.constant`: ZeRO 1-2's shard copy of the
+    parameter, flattened and padded to a multiple of the ranks) counts as
+    existing there: those ops move before the first update, marked
+    `ds.update_operand` so that lowering keeps them in the optimizer phase,
+    unless an update from the first on reads what they read (it would
+    overwrite it first), and unless the group's moved copies would pass
+    `hoist-limit` bytes (then it starts a new group: the copies stay in
+    cache for their update). The results are the same values, written into the
+    same storage (`ds.update`), so the memory plan sees no new buffer; the
+    moved copies and the gradient shards are then all live at the fused
+    update, and the compile driver turns `hoist-operands` off where that
+    raises the planned peak. Left as they are: Lamb and `norm_over_ranks`,
     gradient accumulation (`grad_accum`), a clip coefficient operand,
     offloaded (`ds.on_host`) updates, non-f32 parameters, and groups of
-    one. In practice the GPTs' fp32 updates at ZeRO 0 and 3 (and plain
-    data parallelism) fuse whole; under ZeRO 1-2 each update reads the
-    shard the step copies just before it, under bf16/fp16 the f32 cast of
-    its gradient and with gradient clipping the clipped gradient, so they
-    stay one per parameter (fusing them would keep all those copies alive
-    at once).
+    one. In practice the GPTs' fp32 updates at ZeRO 0-3 (and plain data
+    parallelism) fuse whole; under bf16/fp16 each update reads the f32
+    cast of its gradient and with gradient clipping the clipped gradient
+    (not layout ops), so they stay one per parameter.
 
     ```mlir
     %p0, %m0, %v0 = ds.adam %w, %gw, %mw, %vw, %step {...} : ...
@@ -728,6 +737,17 @@ def FuseOptimizerPass : Pass<"ds-fuse-optimizer", "func::FuncOp"> {
         exp_avg_sqs(%vw, %vb) step(%step) {...} : ...
     ```
   }];
+  let options = [
+    Option<"hoistOperands", "hoist-operands", "bool", "true",
+           "move the layout ops that make a later update's operands (ZeRO "
+           "1-2's shard copies) before the group's first update, so that "
+           "the update joins the group">,
+    Option<"hoistLimit", "hoist-limit", "int64_t", "1048576",
+           "the most bytes of copies moved before one fused update; a "
+           "member whose copy would exceed it starts a new group (the "
+           "copies stay in cache for their update, and fewer are live at "
+           "once)">,
+  ];
 }
 
 def SyncBatchNormPass : Pass<"ds-sync-batchnorm", "func::FuncOp"> {

@@ -62,6 +62,7 @@ FailureOr<KernelCall> prepareKernelCall(Operation *op, LoweringState &state,
   call.params = NamedAttrList(op->getAttrDictionary());
   call.params.erase("ds.recompute"); // a compiler mark, not a kernel parameter
   call.params.erase("ds.needs_grad");
+  call.params.erase(attrs::kUpdateOperand); // a phase mark (Phase.cpp)
   // ODS's operand segments (ds.adam's optional operands): the kernel
   // counts its inputs.
   call.params.erase("operandSegmentSizes");

@@ -4,7 +4,9 @@
 //
 // Collectives and offload transfers have phases of their own. The
 // optimizer appends its steps after the gradients, so the optimizer phase
-// is the first step (`DsOptimizerStep`) and what follows it. Of the rest,
+// is the first step (`DsOptimizerStep`) and what follows it, and the ops
+// that make an update's operand moved before it (`ds.update_operand`, by
+// --ds-fuse-optimizer). Of the rest,
 // the forward is what the loss is computed from (later passes move ops,
 // and reduce or scale the loss after the backward, but never feed the
 // backward into it), or, in a pipeline stage, what precedes its
@@ -60,7 +62,8 @@ dsrt::KernelPhase PhaseMap::phaseOf(Operation *op) const {
     return dsrt::KernelPhase::Communication;
   if (isa<TransferOp>(op))
     return dsrt::KernelPhase::Transfer;
-  if (op->hasTrait<DsOptimizerStep>() || position.lookup(op) >= optimizerStart)
+  if (op->hasTrait<DsOptimizerStep>() || op->hasAttr(attrs::kUpdateOperand) ||
+      position.lookup(op) >= optimizerStart)
     return dsrt::KernelPhase::Optimizer;
   if (op->hasAttr("ds.recompute") || forward.contains(op))
     return dsrt::KernelPhase::Forward;

@@ -29,6 +29,10 @@ inline constexpr llvm::StringLiteral kParam = "ds.param";
 inline constexpr llvm::StringLiteral kTrainable = "ds.trainable";
 inline constexpr llvm::StringLiteral kOutput = "ds.output";
 inline constexpr llvm::StringLiteral kLoss = "ds.loss";
+/// An op that makes an optimizer update's operand (ZeRO 1-2's shard copy of
+/// a parameter) and that --ds-fuse-optimizer moved before the first update:
+/// it stays in the optimizer phase.
+inline constexpr llvm::StringLiteral kUpdateOperand = "ds.update_operand";
 } // namespace attrs
 } // namespace mlir::ds
 
