@@ -6,6 +6,7 @@
 
 #include "CompileSteps.h"
 
+#include "ds/Dialect/Ds/IR/DsDialect.h"
 #include "ds/Import/OnnxImporter.h"
 #include "ds/Pipeline/Cluster.h"
 
@@ -126,6 +127,14 @@ LogicalResult preferLowerPeak(StepCompiler &compiler, CompileResult &result,
   const TrainingOptions &o = compiler.getOptions();
   if (!o.training() || !o.fuseOptimizer || o.zeroStage < 1 ||
       o.zeroStage > 2 || !result.choices.hoistUpdateOperands)
+    return success();
+  // Nothing moved (16-bit, clipped or accumulated updates, one parameter):
+  // the compile without the moves is this one.
+  bool moved = false;
+  result.module->walk([&](ModuleOp m) {
+    moved |= m->hasAttr(attrs::kMovedUpdateOperands);
+  });
+  if (!moved)
     return success();
   OwningOpRef<ModuleOp> probe, other;
   int64_t fused = lowered ? perRankPeak(*result.module)

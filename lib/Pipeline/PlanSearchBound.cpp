@@ -238,7 +238,7 @@ BoundParts plan_search::boundParts(const Candidate &cand,
                                    const TrainingOptions &o,
                                    const ModelFacts &m, bool noRecompute) {
   BoundParts b;
-  int64_t wb = o.precision == "fp32" ? 4 : 2, share = cand.tp * cand.pp;
+  int64_t wb = o.precision == "fp32" ? 4 : 2;
   // One tensor-parallel rank's figures: measured on the partitioned model
   // where the search has them (parameters TP leaves whole count whole),
   // else the model's divided by the degree.

@@ -155,6 +155,10 @@ int64_t copiedBytes(const SetVector<Operation *> &chain) {
 /// optimizer phase they were in (`ds.update_operand`, lowering's PhaseMap):
 /// they make the update's operands, not the gradients.
 void hoistBefore(const SetVector<Operation *> &chain, Operation *first) {
+  if (!chain.empty())
+    if (auto module = first->getParentOfType<ModuleOp>())
+      module->setAttr(attrs::kMovedUpdateOperands,
+                      UnitAttr::get(first->getContext()));
   for (Operation *op : chain) {
     op->moveBefore(first);
     op->setAttr(attrs::kUpdateOperand, UnitAttr::get(op->getContext()));

@@ -33,6 +33,10 @@ inline constexpr llvm::StringLiteral kLoss = "ds.loss";
 /// a parameter) and that --ds-fuse-optimizer moved before the first update:
 /// it stays in the optimizer phase.
 inline constexpr llvm::StringLiteral kUpdateOperand = "ds.update_operand";
+/// On the module when --ds-fuse-optimizer moved any update operand (so a
+/// compile without the moves may plan a lower peak; Compile.cpp).
+inline constexpr llvm::StringLiteral kMovedUpdateOperands =
+    "ds.moved_update_operands";
 } // namespace attrs
 } // namespace mlir::ds
 
