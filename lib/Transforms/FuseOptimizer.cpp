@@ -236,12 +236,12 @@ struct FuseOptimizerPass : impl::FuseOptimizerPassBase<FuseOptimizerPass> {
         if (g.key == key)
           open = &g;
       SetVector<Operation *> chain;
-      if (open &&
-          canMoveTo(&op, open->members.front(), *targets, hoistOperands,
-                    chain) &&
-          (chain.empty() ||
-           open->hoistedBytes + copiedBytes(chain) <= hoistLimit)) {
-        open->hoistedBytes += copiedBytes(chain);
+      bool movable = open && canMoveTo(&op, open->members.front(), *targets,
+                                       hoistOperands, chain);
+      int64_t copied = movable ? copiedBytes(chain) : 0;
+      if (movable &&
+          (chain.empty() || open->hoistedBytes + copied <= hoistLimit)) {
+        open->hoistedBytes += copied;
         hoistBefore(chain, open->members.front());
         open->members.push_back(&op);
         continue;
