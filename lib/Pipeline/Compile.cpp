@@ -266,10 +266,21 @@ llvm::Expected<CompileResult> mlir::ds::compile(ModuleOp model,
   });
   if (options.builtZeroStage() != options.zeroStage)
     result.notices.push_back(
-        "--optimizer=zero-one-adam keeps each rank's whole optimizer state "
-        "and gradients at --zero=" + std::to_string(options.zeroStage) +
+        "--optimizer=zero-one-adam keeps each rank's whole " +
+        std::string(options.zeroStage == 3 ? "parameters, " : "") +
+        "optimizer state and gradients at --zero=" + std::to_string(options.zeroStage) +
         " (ZeRO-0's step: its local steps need the whole momentum, frozen "
         "variance and accumulator; docs/compression.md)");
+  if (options.pipelineParallel > 1 && options.zeroStage >= 2 &&
+      options.gradAccum > 1 &&
+      (options.optimizerName == "onebit-adam" ||
+       options.optimizerName == "onebit-lamb"))
+    result.notices.push_back(
+        "--optimizer=" + options.optimizerName + " with --pipeline-parallel "
+        "keeps each stage's whole gradient sum over its micro-batches at "
+        "--zero=" + std::to_string(options.zeroStage) +
+        " (ZeRO-1's gradient memory: its compressed exchange runs once per "
+        "step; docs/compression.md)");
   llvm::Expected<MemoryChoices> choices = resolveMemoryChoices(options);
   if (!choices)
     return choices.takeError();

@@ -124,7 +124,7 @@ SearchSpace plan_search::searchSpace(const TrainingOptions &o,
   if (o.isGiven("zero"))
     s.zeros = {o.zeroStage};
   else if (o.optimizerName == "zero-one-adam")
-    s.zeros = {0}; // its ZeRO 1-2 step is ZeRO-0's (builtZeroStage)
+    s.zeros = {0}; // its ZeRO 1-3 step is ZeRO-0's (builtZeroStage)
   else
     s.zeros = {0, 1, 2, 3};
   s.fixedTp = o.isGiven("tensor-parallel");

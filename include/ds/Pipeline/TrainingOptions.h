@@ -62,10 +62,11 @@ struct TrainingOptions {
     return commDtype.empty() ? precision : commDtype;
   }
   /// The ZeRO stage the step is built at: --zero, except 0/1 Adam's ZeRO
-  /// 1-2, whose step is ZeRO-0's (its local steps need each rank's whole
-  /// momentum, frozen variance and accumulator; docs/compression.md).
+  /// 1-3, whose step is ZeRO-0's (its local steps need each rank's whole
+  /// parameters, momentum, frozen variance and accumulator;
+  /// docs/compression.md).
   int64_t builtZeroStage() const {
-    return optimizerName == "zero-one-adam" && zeroStage < 3 ? 0 : zeroStage;
+    return optimizerName == "zero-one-adam" ? 0 : zeroStage;
   }
   /// Ranks of one data-parallel group.
   int64_t dataParallelSize() const {

@@ -161,17 +161,19 @@ def ZeroPass : Pass<"ds-zero", "func::FuncOp"> {
       type (a frozen f32 tensor beside 16-bit weights is gathered apart).
 
     - A pipeline stage (`ds.pipeline`) with `accum-steps` M > 1 at stages
-      0-2: the update section runs once per step, after the last
+      0-1 (and at stages 2-3 with `sum-once`): the update section runs once per step, after the last
       micro-batch (DeepSpeed's pipeline engine). Each gradient is added
       to a full-size f32 accumulator (`ds.state = "<param>.grad_accum"`,
       updated in place) as soon as the backward makes it, the pass
       inserts `ds.pipe_mark {update}`, and the accumulated gradients are
       reduced after it, once per step instead of once per micro-batch;
       the function is marked `ds.accumulate_once = M` for the optimizer
-      pass (which divides by M and zeroes the accumulators). Stage 3
-      keeps its per-micro-batch reduce-scatter: its gradients never live
-      whole past their production, which a full-size accumulator would
-      undo.
+      pass (which divides by M and zeroes the accumulators). Stages 2
+      and 3 otherwise keep their per-micro-batch reduce-scatter, as
+      with `--grad-accum` (their gradients never live whole past their
+      production, which a full-size accumulator would undo); `sum-once`
+      asks for the accumulator anyway, for an optimizer whose exchange
+      runs once per step (1-bit Adam, 1-bit LAMB).
 
     Collectives are bucketed as DeepSpeed does: gradients, in the order
     the backward pass produces them, are reduced together until a bucket
@@ -211,8 +213,12 @@ def ZeroPass : Pass<"ds-zero", "func::FuncOp"> {
            "(DeepSpeed's stage3_prefetch_bucket_size)">,
     Option<"accumSteps", "accum-steps", "int64_t", "1",
            "micro-batches per step; a pipeline stage (`ds.pipeline`) with "
-           "more than one at ZeRO stages 0-2 accumulates its gradients "
+           "more than one at ZeRO stages 0-1 accumulates its gradients "
            "locally and reduces them once per step">,
+    Option<"sumOnce", "sum-once", "bool", "false",
+           "a pipeline stage with several micro-batches at ZeRO stages 2-3 "
+           "also sums its gradients locally and reduces them once per step "
+           "(for an optimizer that exchanges once per step)">,
     Option<"quantizeWeights", "quantize-weights", "bool", "false",
            "stage 3: gather parameters as block-wise int8 "
            "(`ds.quantized_all_gather`, ZeRO++'s qwZ)">,
