@@ -43,7 +43,7 @@ import sys
 
 import numpy as np
 
-from compressed_pp import STAGE_LINE
+from compressed_pp import run_ranks
 from freeze_auto import LINE
 from seq_data import write_sequences
 from zero_one_adam import same_weights
@@ -92,19 +92,9 @@ def main():
         return json.loads(out)
 
     def run(name, tag, steps, extra=()):
-        n = D if name == "flat" else world
-        data = w("flat.npz" if name == "flat" else "data.npz")
-        out = subprocess.run(
-            mpirun + ["-np", str(n), args.ds_run, w(name + ".plan"),
-                      "--steps", str(steps), "--data", data,
-                      "--log-json", w(tag + ".json"),
-                      "--save-weights", w(tag + ".npz"), "--threads", "1",
-                      "--no-progress-bar", *extra],
-            check=True, capture_output=True, text=True, timeout=900).stdout
-        stages = {int(m[0]): [int(x) for x in m[1:]]
-                  for m in STAGE_LINE.findall(out)}
-        return ([json.loads(l) for l in open(w(tag + ".json"))], stages,
-                LINE.findall(out))
+        log, stages, out = run_ranks(mpirun, args.ds_run, w, name, tag, steps,
+                                     D if name == "flat" else world, extra)
+        return log, stages, LINE.findall(out)
 
     rep = compile_plan("auto", pp + ["--freeze-step=auto"])
     compile_plan("flat", flat + ["--freeze-step=auto"])
@@ -141,8 +131,11 @@ def main():
     need = 4 if args.zero == 3 else 5
     for st in range(P):
         meas, plan, good, ran, high, peak = auto_st[st]
-        c = stages[st]["footprint"]["collectives"]
-        warm, after = c["bytes_per_step"], c["bytes_per_step_after_freeze"]
+        # The rank's model chunks: st, st + P, ... (interleaved schedules).
+        cs = [stages[c]["footprint"]["collectives"]
+              for c in range(st, len(stages), P)]
+        warm = sum(c["bytes_per_step"] for c in cs)
+        after = sum(c["bytes_per_step_after_freeze"] for c in cs)
         every = good == ran == args.steps and meas == plan == after
         if st == P - 1:
             every &= all(s["collective_bytes"] == s["planned_collective_bytes"]
