@@ -227,15 +227,6 @@ llvm::Error checkFreezeStep(const TrainingOptions &o) {
     if (o.optimizerName != "onebit-adam" && o.optimizerName != "onebit-lamb")
       return fail("--freeze-step=auto is not supported with --optimizer=" +
                   o.optimizerName + " (built for onebit-adam and onebit-lamb)");
-    // Built and tested without pipelines, and 1-bit LAMB at ZeRO-0 only.
-    if (o.pipelineParallel > 1)
-      return fail("--freeze-step=auto with --pipeline-parallel=" +
-                  llvm::Twine(o.pipelineParallel) +
-                  " is not supported yet (give a fixed --freeze-step)");
-    if (o.optimizerName == "onebit-lamb" && o.zeroStage > 0)
-      return fail("--freeze-step=auto with --optimizer=onebit-lamb --zero=" +
-                  llvm::Twine(o.zeroStage) +
-                  " is not supported yet (give a fixed --freeze-step)");
     return llvm::Error::success();
   }
   long long n = 0;

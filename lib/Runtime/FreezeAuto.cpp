@@ -1,20 +1,25 @@
-//===- FreezeAuto.cpp - ds-run's freeze_step auto decision
-//-----------------===//
+//===- FreezeAuto.cpp - ds-run's freeze_step auto decision ----------------===//
 //
 // Part of the ds project (runtime: no MLIR or LLVM).
 //
 // The criterion is ds::freezeauto's (include/ds/Support/FreezeAuto.h,
 // docs/compression.md). ||v|| is measured after each warm-up step from the
-// executors' `*.exp_avg_sq` state: under ZeRO 1-3 each rank holds a
-// partition (summed over the ranks), at ZeRO 0 every rank the whole (rank
-// 0's is taken). The two partial sums of squares travel in one all-gather
-// of 16 bytes per rank, outside the plan's collectives (not counted in the
-// step's handed bytes), and every rank adds them in rank order: the same
-// doubles, so the same decision on every rank.
+// executors' `*.exp_avg_sq` state (1-bit Adam's and 1-bit LAMB's; not
+// LAMB's `exp_avg_sq_fresh`): under ZeRO 1-3 each rank holds a partition
+// (summed over the ranks), at ZeRO 0 every rank of a data-parallel group
+// the whole (the group's first rank's is taken). With pipelines each
+// stage holds its own tensors, a tied parameter's counted on the first
+// chunk holding it only, so the sum is the whole model's, as without
+// pipelines. The two partial sums of squares travel in one all-gather over
+// the world (16 bytes per rank), outside the plan's collectives (not
+// counted in the step's handed bytes), and every rank adds them in world
+// rank order: the same doubles, so the same decision on every rank of
+// every stage at the same optimizer step.
 //
 //===----------------------------------------------------------------------===//
 
 #include "FreezeAuto.h"
+#include "PlanImpl.h"
 #include "TrainerImpl.h"
 #include "ds/Support/FreezeAuto.h"
 
@@ -33,12 +38,16 @@ bool endsWith(const std::string &s, const char *suffix) {
 }
 
 /// This rank's sums of squares of the second moments: [partitioned,
-/// whole].
-bool localSums(RunContext &ctx, double sums[2], std::string &err) {
+/// whole], without the tied copies another chunk counts.
+bool localSums(RunContext &ctx, const FreezeAuto &fa, double sums[2],
+               std::string &err) {
   sums[0] = sums[1] = 0;
-  for (Executor *e : ctx.allExecs())
-    for (const Executor::Storage &st : e->storage()) {
+  std::vector<Executor *> execs = ctx.allExecs();
+  for (size_t k = 0; k < execs.size(); ++k)
+    for (const Executor::Storage &st : execs[k]->storage()) {
       if (!st.state || !endsWith(st.name, ".exp_avg_sq"))
+        continue;
+      if (k < fa.skip.size() && fa.skip[k].count(st.name))
         continue;
       if (st.dtype != DType::F32 || !st.data) {
         err = "freeze_step auto: '" + st.name + "' is not f32 host memory";
@@ -53,21 +62,54 @@ bool localSums(RunContext &ctx, double sums[2], std::string &err) {
   return true;
 }
 
-/// ||v|| over every rank, the same double on each.
-bool globalNorm(RunContext &ctx, double &norm, std::string &err) {
+/// ||v|| over every rank of every stage, the same double on each: in
+/// world rank order, a data-parallel group's first rank's whole tensors,
+/// then each rank's partitions (without pipelines: rank 0's whole, then
+/// the partitions in rank order).
+bool globalNorm(RunContext &ctx, const FreezeAuto &fa, double &norm,
+                std::string &err) {
   double mine[2];
-  if (!localSums(ctx, mine, err))
+  if (!localSums(ctx, fa, mine, err))
     return false;
-  Communicator &c = *ctx.sc;
+  Communicator &c = ctx.world;
   std::vector<double> all(2 * static_cast<size_t>(c.size()));
   if (c.size() == 1)
     all.assign(mine, mine + 2);
   else if (!c.allGather(mine, all.data(), 2, DType::I64, err)) // bit copies
     return false;
-  double total = all[1]; // rank 0's whole tensors
-  for (int r = 0; r < c.size(); ++r)
+  int group = ctx.stages > 1 ? ctx.stageRanks : c.size();
+  double total = 0;
+  for (int r = 0; r < c.size(); ++r) {
+    if (r % group == 0)
+      total += all[2 * r + 1];
     total += all[2 * r];
+  }
   norm = std::sqrt(total);
+  return true;
+}
+
+/// Pipelines: per model chunk of this rank, the `exp_avg_sq` of tied
+/// parameters that a lower chunk holds too (counted there).
+bool tiedCopies(RunContext &ctx, FreezeAuto &fa) {
+  fa.skip.assign(ctx.execs.size(), {});
+  if (ctx.stages <= 1 || !ctx.pipelinePlan)
+    return true;
+  int chunks = ctx.stages * ctx.virt;
+  for (const std::string &t : ctx.pipelinePlan->proto.pipeline().tied()) {
+    int first = -1;
+    for (int c = 0; c < chunks && first < 0; ++c) {
+      std::string err;
+      std::shared_ptr<const Plan> sp = stagePlan(*ctx.pipelinePlan, c, err);
+      if (!sp)
+        return ctx.fail(err);
+      for (const plan::Parameter &p : sp->proto.parameters())
+        if (p.name() == t)
+          first = c;
+    }
+    for (size_t k = 0; k < ctx.execs.size(); ++k)
+      if (ctx.stage + static_cast<int>(k) * ctx.stages != first)
+        fa.skip[k].insert(t + ".exp_avg_sq");
+  }
   return true;
 }
 
@@ -87,7 +129,7 @@ bool startFreezeAuto(RunContext &ctx, FreezeAuto &fa) {
                     ctx.execOptions.backend + "')");
   for (Executor *e : ctx.allExecs())
     e->setFreezeStep(-1);
-  return true;
+  return tiedCopies(ctx, fa);
 }
 
 bool observeFreezeAuto(RunContext &ctx, FreezeAuto &fa, long long s,
@@ -96,7 +138,7 @@ bool observeFreezeAuto(RunContext &ctx, FreezeAuto &fa, long long s,
     return true;
   std::string err;
   double norm = 0;
-  if (!globalNorm(ctx, norm, err))
+  if (!globalNorm(ctx, fa, norm, err))
     return ctx.fail(err);
   fa.norms.push_back(norm);
   if (fa.norms.size() > static_cast<size_t>(fz::kWindow + 1))

@@ -2,12 +2,13 @@
 //
 // Part of the ds project (runtime: no MLIR or LLVM).
 //
-// 1-bit Adam's `freeze_step: "auto"` (docs/compression.md): after every
-// warm-up step the training loop measures ||v|| (the global norm of the
+// 1-bit Adam's and 1-bit LAMB's `freeze_step: "auto"`
+// (docs/compression.md): after every warm-up step the training loop measures ||v|| (the global norm of the
 // second moments), applies ds::freezeauto's criterion and, the first time
-// it holds, tells the executors the last warm-up step. Every rank takes
-// the same decision: the partial sums are all-gathered and added in rank
-// order. The norms of the window and the decision are checkpointed.
+// it holds, tells the executors the last warm-up step. Every rank of
+// every pipeline stage takes the same decision: the partial sums are
+// all-gathered over the world and added in rank order. The norms of the
+// window and the decision are checkpointed (with pipelines, per stage).
 //
 //===----------------------------------------------------------------------===//
 
@@ -17,6 +18,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -30,6 +32,8 @@ struct FreezeAuto {
   std::vector<double> norms; // ||v|| after the last K+1 steps, oldest first
   double lastNorm = NAN, lastChange = NAN; // of the last step measured
   long long measuredAt = 0;                // (--log-json's v_norm)
+  /// Per model chunk: the tied `exp_avg_sq` a lower chunk counts.
+  std::vector<std::set<std::string>> skip;
 };
 
 /// Before step 1 (and before a resume): active when the plan asks for it;

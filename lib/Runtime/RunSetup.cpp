@@ -99,6 +99,7 @@ bool layOutPipeline(RunContext &ctx) {
     for (auto &in : describe(*sp).inputs)
       ctx.pipelineInputs[in.first] = in.second;
   }
+  ctx.pipelinePlan = ctx.plan;
   ctx.plan = ctx.chunkPlans[0];
   ctx.stageTag = "pipeline stage " + std::to_string(ctx.stage) + " of " +
                  std::to_string(stages) + ": ";

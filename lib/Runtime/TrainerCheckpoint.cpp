@@ -228,17 +228,20 @@ bool saveStep(RunContext &ctx, TrainState &ts, long long s) {
   // every rank agrees that all saved before going on.
   std::string err;
   bool saved = true;
-  std::map<std::string, std::string> extra;
+  std::map<std::string, std::string> extra, chunkExtra;
   if (ctx.info.lossScaling)
     extra = ts.scaler.state();
   freezeAutoState(ts.freeze, extra);
+  // Each pipeline chunk's manifest: the freeze_step auto decision (the
+  // same on every rank).
+  freezeAutoState(ts.freeze, chunkExtra);
   for (size_t k = 0; k < ctx.execs.size() && saved; ++k)
     saved = ctx.stages == 1
                 ? saveCheckpoint(o.saveDir, *ctx.exec(), ctx.world, ctx.info, s,
                                  extra, err)
                 : saveCheckpoint(chunkFolder(ctx, o.saveDir, k), *ctx.execs[k],
                                  *ctx.sc, describe(*ctx.chunkPlans[k]), s,
-                                 std::map<std::string, std::string>{}, err);
+                                 chunkExtra, err);
   if (ctx.stages > 1 && !ctx.world.allOk(saved) && saved) {
     saved = false;
     err = "the checkpoint failed on another stage";

@@ -50,6 +50,7 @@ struct RunContext {
   std::string scheduleName;
   std::map<std::string, HostTensor> pipelineInputs; // every stage's
   std::vector<std::shared_ptr<const Plan>> chunkPlans;
+  std::shared_ptr<const Plan> pipelinePlan; // the container (its tied list)
   /// "pipeline stage S of P: ", named in this rank's errors.
   std::string stageTag;
   // Data parallelism is over the ranks of different tensor-parallel

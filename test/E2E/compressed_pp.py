@@ -87,6 +87,22 @@ STAGE_LINE = re.compile(
     r"\((\d+) planned\)")
 
 
+def run_ranks(mpirun, ds_run, w, name, tag, steps, n, extra=()):
+    """ds-run of plan NAME on n ranks ("flat": on flat.npz, else data.npz):
+    its --log-json lines, each stage's figures (STAGE_LINE) and stdout."""
+    data = w("flat.npz" if name == "flat" else "data.npz")
+    out = subprocess.run(
+        mpirun + ["-np", str(n), ds_run, w(name + ".plan"),
+                  "--steps", str(steps), "--data", data,
+                  "--log-json", w(tag + ".json"),
+                  "--save-weights", w(tag + ".npz"), "--threads", "1",
+                  "--no-progress-bar", *extra],
+        check=True, capture_output=True, text=True, timeout=900).stdout
+    stages = {int(m[0]): [int(x) for x in m[1:]]
+              for m in STAGE_LINE.findall(out)}
+    return [json.loads(l) for l in open(w(tag + ".json"))], stages, out
+
+
 def main():
     ap = argparse.ArgumentParser()
     for tool in ("--ds-opt", "--ds-run", "--mpirun", "--work", "--onnx"):
@@ -157,18 +173,9 @@ def main():
                         if "pipeline" in rep else [rep["collectives"]])
 
     def run(name, tag, steps, extra=()):
-        n = D if name == "flat" else world
-        data = w("flat.npz" if name == "flat" else "data.npz")
-        out = subprocess.run(
-            mpirun + ["-np", str(n), args.ds_run, w(name + ".plan"),
-                      "--steps", str(steps), "--data", data,
-                      "--log-json", w(tag + ".json"),
-                      "--save-weights", w(tag + ".npz"), "--threads", "1",
-                      "--no-progress-bar", *extra],
-            check=True, capture_output=True, text=True, timeout=900).stdout
-        stages = {int(m[0]): [int(x) for x in m[1:]]
-                  for m in STAGE_LINE.findall(out)}
-        return [json.loads(l) for l in open(w(tag + ".json"))], stages
+        log, stages, _ = run_ranks(mpirun, args.ds_run, w, name, tag, steps,
+                                   D if name == "flat" else world, extra)
+        return log, stages
 
     ok = True
     base, base_st = run("plain", "plain", args.steps)

@@ -254,6 +254,8 @@ bool kOneBitLambLocal(KernelContext &ctx) {
   if (t < 1)
     return ctx.fail("optimizer step " + std::to_string(t) + " is not >= 1");
   LambHyper h = readHyper(ctx);
+  if (!freezeStepOf(ctx, h.freezeStep)) // freeze_step auto: ds-run's
+    return false;
   double lr = stepLr(ctx, t);
   float *P = ctx.out[0].as<float>(), *M = ctx.out[1].as<float>(),
         *V = ctx.out[2].as<float>(), *VF = ctx.out[3].as<float>(),
