@@ -104,6 +104,7 @@ struct KindFigure {
   double bytesPerS = 0, overhead = 0;
   int sizes = 0;          // distinct operand sizes measured
   bool measured = false;  // false: the kernel failed on synthetic operands
+  bool inStep = false;    // refitted on a sample plan's step (in-step)
 };
 
 /// Everything one rank measures on its own (the ranks measure at once and
@@ -145,6 +146,13 @@ bool measureMemoryBandwidth(const CalibrationPlan &plan, ComputeFigures &f,
 /// at those plans' operand shapes; nothing without such plans.
 bool measureKinds(const CalibrationPlan &plan, ComputeFigures &f,
                   std::string &err);
+/// Each sample plan of `plan.kernelsOf` that this calibration's ranks can
+/// run, run through the executor on synthetic inputs: each kernel's figure
+/// (and the GEMM classes) refitted on its instructions' in-step times
+/// (CalibrateInStep.cpp); a plan that cannot run adds a note instead.
+bool measureInStep(const CalibrationPlan &plan, Communicator &world,
+                   ComputeFigures &f, std::vector<std::string> &notes,
+                   std::string &err);
 /// The executor's dispatch and run overheads: plans of tiny adds run
 /// through the executor, less the add's own call.
 bool measureExecutor(const CalibrationPlan &plan, ComputeFigures &f,
