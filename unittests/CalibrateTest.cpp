@@ -169,7 +169,12 @@ TEST(CalibrateFlags, ParseAndRefuse) {
        "--calibrate measures the machine and runs no plan (got 'p.plan')"},
       {{"--calibrate", "--forward-only", "-o", "m.json"},
        "--forward-only is a plan's; --calibrate takes -o, --threads, "
-       "--calibrate-quick, --calibrate-nvme, --calibrate-kernels-of and --nvme-path"},
+       "--calibrate-quick, --calibrate-nvme, --calibrate-kernels-of, "
+       "--calibrate-isolated and --nvme-path"},
+      {{"--calibrate", "--calibrate-isolated", "-o", "m.json"},
+       "--calibrate-isolated needs --calibrate-kernels-of"},
+      {{"--calibrate-isolated", "--calibrate-kernels-of=a.plan", "-o", "m.json"},
+       "--calibrate-isolated needs --calibrate"},
       {{"--calibrate-nvme", "-o", "m.json"},
        "--calibrate-nvme needs --calibrate"},
       {{"--calibrate-kernels-of=a.plan", "-o", "m.json"},

@@ -512,6 +512,7 @@ RunResult calibrateMachine(const RunOptions &o, Communicator &world) {
   CalibrationPlan plan;
   plan.quick = o.calibrateQuick;
   plan.kernelsOf = o.calibrateKernelsOf;
+  plan.isolated = o.calibrateIsolated;
   plan.threads = static_cast<int>(o.threads);
   plan.rank = world.rank();
   if (!agree(world, world.rank() != 0 || checkPaths(o, err), err))

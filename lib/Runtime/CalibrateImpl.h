@@ -36,6 +36,8 @@ struct CalibrationPlan {
   /// Plans whose kernels are also measured at their own shapes
   /// (--calibrate-kernels-of).
   std::vector<std::string> kernelsOf;
+  /// --calibrate-isolated: no in-step refit of the kernels of kernelsOf.
+  bool isolated = false;
   int threads = 1;
   int rank = 0;
   /// Progress lines (stderr, "calibrate: [SECONDS s] ...") come from rank

@@ -207,7 +207,7 @@ void refit(const CalibrationPlan &plan, const InStep &in, ComputeFigures &f,
 bool measureInStep(const CalibrationPlan &plan, Communicator &world,
                    ComputeFigures &f, std::vector<std::string> &notes,
                    std::string &err) {
-  if (plan.kernelsOf.empty())
+  if (plan.kernelsOf.empty() || plan.isolated)
     return true;
   InStep in;
   in.gemmFlops.assign(f.gemm.size(), 0);
