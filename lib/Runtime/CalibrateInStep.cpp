@@ -147,10 +147,12 @@ void gather(const plan::Plan &p, const std::vector<double> &ms,
   for (int i = 0; i < prog.instructions_size() && i < (int)ms.size(); ++i) {
     const plan::Instruction &ins = prog.instructions(i);
     const KernelFacts *k = kernelFacts(ins.kind());
-    if (!k || ins.on_host() || ins.collectives_size() > 0 || ms[i] <= 0 ||
+    // Which instructions count depends on the plan alone, so that every
+    // rank refits the same kernels (their figures are averaged in order).
+    if (!k || ins.on_host() || ins.collectives_size() > 0 ||
         ::ds::rateFamilyOf(ins.kind()) == ::ds::RateFamily::Count)
       continue;
-    double s = ms[i] * 1e-3;
+    double s = std::max(ms[i], 1e-6) * 1e-3;
     if (k->flops == FlopRule::MatMul) {
       size_t c = 0;
       while (c + 1 < f.gemm.size() && ins.flops() > f.gemm[c].maxFlops)
