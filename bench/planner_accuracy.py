@@ -202,9 +202,11 @@ class Bench:
         for ranks in (1, 2):
             out = os.path.join(self.w, f"machine-{ranks}-r{r}.json")
             kinds = ""
+            if self.a.kinds and self.a.isolated:
+                kinds = "--calibrate-isolated "
             if self.a.kinds:
                 idx = [i for i, c in enumerate(CONFIGS) if c[0] in KIND_SAMPLES[ranks]]
-                kinds = "--calibrate-kernels-of=" + ",".join(
+                kinds += "--calibrate-kernels-of=" + ",".join(
                     os.path.join(self.w, f"sample{i}.plan") for i in idx)
             launch = f"{MPIRUN} -np {ranks} " if ranks > 1 else ""
             t0 = time.time()
@@ -403,6 +405,9 @@ def main():
                     help="settle those predicted within this of each model's best")
     ap.add_argument("--kinds", type=int, default=1,
                     help="0: calibrate without per-kernel figures (families only)")
+    ap.add_argument("--isolated", type=int, default=0,
+                    help="1: per-kernel figures isolated only (ds-run "
+                         "--calibrate-isolated: no in-step refit)")
     ap.add_argument("--only", default=None, help="gpt or bert")
     Bench(ap.parse_args()).go()
 

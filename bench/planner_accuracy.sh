@@ -27,6 +27,7 @@
 #   bench/planner_accuracy.sh                  # 3 rounds: about 3 minutes here
 #   ROUNDS=1 ONLY=gpt bench/planner_accuracy.sh
 #   KINDS=0 bench/planner_accuracy.sh          # family figures only (before)
+#   ISOLATED=1 bench/planner_accuracy.sh       # per-kernel figures not refitted in step
 #   BOOST=1 bench/planner_accuracy.sh          # see below
 #   SETTLE=0 bench/planner_accuracy.sh         # no settling phase
 #
@@ -66,5 +67,5 @@ fi
 /usr/bin/python3 "$ROOT/bench/planner_accuracy.py" --build "$BUILD" --work "$WORK" \
   --steps "${STEPS:-14}" --warmup "${WARMUP:-4}" --rounds "${ROUNDS:-3}" \
   --settle "${SETTLE:-4}" --settle-steps "${SETTLE_STEPS:-30}" \
-  --kinds "${KINDS:-1}" ${ONLY:+--only "$ONLY"}
+  --kinds "${KINDS:-1}" --isolated "${ISOLATED:-0}" ${ONLY:+--only "$ONLY"}
 echo "accuracy: total $(( $(date +%s) - start )) s; load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2

@@ -5,7 +5,8 @@
 // bandwidth: exact points give them back to 1e-9 relative (double
 // rounding of sums over nine points); points with +-5% deterministic noise
 // within 10% (the weighted fit's error stays below twice the noise); and
-// the fallbacks when the points cannot determine a fit. Then the flags:
+// the fallbacks when the points cannot determine a fit. The per-kernel
+// line of the isolated and in-step figures likewise. Then the flags:
 // --calibrate with its options parses, and what cannot go with it is
 // refused with one line.
 //
@@ -81,6 +82,66 @@ TEST(AlphaBeta, RefusesWhatCannotBeFitted) {
   EXPECT_EQ(bad.error, "a sample is not a positive time of a non-negative size");
 }
 
+// The per-kernel line (docs/calibration.md, "Per-kernel figures"): calls
+// on t = 2 us + bytes / 1e10 at many sizes, several calls a size (as a
+// step's instructions give), come back within 1e-9 (exact) and 10% (+-5%
+// noise); the in-step fit's sum over the calls equals theirs to 1e-9.
+std::vector<KernelSample> lineSamples(double noise) {
+  std::vector<KernelSample> s;
+  int i = 0;
+  for (double b = 4096; b <= 4 * 1048576.0; b *= 2)
+    for (int rep = 0; rep < 3; ++rep, ++i)
+      s.push_back({b, (2e-6 + b / 1e10) * (1 + (i % 2 ? noise : -noise))});
+  return s;
+}
+
+TEST(KernelLine, ExactCallsGiveTheirOverheadAndRate) {
+  for (bool match : {false, true}) {
+    KernelLine l = fitKernelLine(lineSamples(0), match);
+    EXPECT_LT(rel(l.overhead, 2e-6), 1e-9);
+    EXPECT_LT(rel(l.bytesPerS, 1e10), 1e-9);
+  }
+}
+
+TEST(KernelLine, InStepFitKeepsTheCallsTotal) {
+  std::vector<KernelSample> s = lineSamples(0.05);
+  // A step's calls: the large ones slower (out of cache) than the line.
+  for (KernelSample &k : s)
+    if (k.bytes >= 1048576)
+      k.seconds *= 1.5;
+  KernelLine l = fitKernelLine(s, true);
+  double total = 0, fitted = 0;
+  for (const KernelSample &k : s) {
+    total += k.seconds;
+    fitted += l.overhead + k.bytes / l.bytesPerS;
+  }
+  EXPECT_LT(rel(fitted, total), 1e-9);
+  // Without the match the weighted fit follows the many small calls and
+  // falls short of the total by more than 5%.
+  KernelLine w = fitKernelLine(s, false);
+  double unmatched = 0;
+  for (const KernelSample &k : s)
+    unmatched += w.overhead + k.bytes / w.bytesPerS;
+  EXPECT_LT(unmatched, 0.95 * total);
+}
+
+TEST(KernelLine, OneSizeOrNoGrowth) {
+  // One size, several calls: the rate through the origin of their mean.
+  KernelLine one = fitKernelLine({{1e6, 1e-4}, {1e6, 3e-4}}, true);
+  EXPECT_DOUBLE_EQ(one.overhead, 0);
+  EXPECT_LT(rel(one.bytesPerS, 1e6 / 2e-4), 1e-12);
+  // Times falling with the bytes: the mean time a call, no rate
+  // (isolated); in step the calls' bytes over their seconds.
+  KernelLine flat = fitKernelLine({{1e3, 3e-5}, {1e6, 1e-5}}, false);
+  EXPECT_DOUBLE_EQ(flat.bytesPerS, 0);
+  EXPECT_LT(rel(flat.overhead, 2e-5), 1e-12);
+  KernelLine step = fitKernelLine({{1e3, 3e-5}, {1e6, 1e-5}}, true);
+  EXPECT_DOUBLE_EQ(step.overhead, 0);
+  EXPECT_LT(rel(step.bytesPerS, 1.001e6 / 4e-5), 1e-12);
+  KernelLine none = fitKernelLine({}, true);
+  EXPECT_EQ(none.overhead + none.bytesPerS, 0);
+}
+
 bool parse(std::vector<const char *> args, RunOptions &o, std::string &err) {
   args.insert(args.begin(), "ds-run");
   RunAction action;
@@ -108,7 +169,12 @@ TEST(CalibrateFlags, ParseAndRefuse) {
        "--calibrate measures the machine and runs no plan (got 'p.plan')"},
       {{"--calibrate", "--forward-only", "-o", "m.json"},
        "--forward-only is a plan's; --calibrate takes -o, --threads, "
-       "--calibrate-quick, --calibrate-nvme, --calibrate-kernels-of and --nvme-path"},
+       "--calibrate-quick, --calibrate-nvme, --calibrate-kernels-of, "
+       "--calibrate-isolated and --nvme-path"},
+      {{"--calibrate", "--calibrate-isolated", "-o", "m.json"},
+       "--calibrate-isolated needs --calibrate-kernels-of"},
+      {{"--calibrate-isolated", "--calibrate-kernels-of=a.plan", "-o", "m.json"},
+       "--calibrate-isolated needs --calibrate"},
       {{"--calibrate-nvme", "-o", "m.json"},
        "--calibrate-nvme needs --calibrate"},
       {{"--calibrate-kernels-of=a.plan", "-o", "m.json"},

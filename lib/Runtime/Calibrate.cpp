@@ -408,6 +408,8 @@ bool calibrateCompute(const CalibrationPlan &plan, Communicator &world,
       !agree(world, measureMemoryBandwidth(plan, m.compute, err), err) ||
       !agree(world, measureFamilies(plan, m.compute, err), err) ||
       !agree(world, measureKinds(plan, m.compute, err), err) ||
+      !agree(world, measureInStep(plan, world, m.compute, m.notes, err),
+             err) ||
       !agree(world, measureExecutor(plan, m.compute, err), err) ||
       !agree(world, measureStash(plan, m.compute, err), err) ||
       !agree(world, measureShare(plan, m.compute.share, err), err))
@@ -510,6 +512,7 @@ RunResult calibrateMachine(const RunOptions &o, Communicator &world) {
   CalibrationPlan plan;
   plan.quick = o.calibrateQuick;
   plan.kernelsOf = o.calibrateKernelsOf;
+  plan.isolated = o.calibrateIsolated;
   plan.threads = static_cast<int>(o.threads);
   plan.rank = world.rank();
   if (!agree(world, world.rank() != 0 || checkPaths(o, err), err))

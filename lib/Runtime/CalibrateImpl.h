@@ -36,6 +36,8 @@ struct CalibrationPlan {
   /// Plans whose kernels are also measured at their own shapes
   /// (--calibrate-kernels-of).
   std::vector<std::string> kernelsOf;
+  /// --calibrate-isolated: no in-step refit of the kernels of kernelsOf.
+  bool isolated = false;
   int threads = 1;
   int rank = 0;
   /// Progress lines (stderr, "calibrate: [SECONDS s] ...") come from rank
@@ -104,6 +106,7 @@ struct KindFigure {
   double bytesPerS = 0, overhead = 0;
   int sizes = 0;          // distinct operand sizes measured
   bool measured = false;  // false: the kernel failed on synthetic operands
+  bool inStep = false;    // refitted on a sample plan's step (in-step)
 };
 
 /// Everything one rank measures on its own (the ranks measure at once and
@@ -145,6 +148,13 @@ bool measureMemoryBandwidth(const CalibrationPlan &plan, ComputeFigures &f,
 /// at those plans' operand shapes; nothing without such plans.
 bool measureKinds(const CalibrationPlan &plan, ComputeFigures &f,
                   std::string &err);
+/// Each sample plan of `plan.kernelsOf` that this calibration's ranks can
+/// run, run through the executor on synthetic inputs: each kernel's figure
+/// (and the GEMM classes) refitted on its instructions' in-step times
+/// (CalibrateInStep.cpp); a plan that cannot run adds a note instead.
+bool measureInStep(const CalibrationPlan &plan, Communicator &world,
+                   ComputeFigures &f, std::vector<std::string> &notes,
+                   std::string &err);
 /// The executor's dispatch and run overheads: plans of tiny adds run
 /// through the executor, less the add's own call.
 bool measureExecutor(const CalibrationPlan &plan, ComputeFigures &f,

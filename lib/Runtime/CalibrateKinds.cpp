@@ -13,14 +13,18 @@
 // distinct operand sizes, and the times are fitted to
 // t = overhead + bytes / rate by least squares weighted by 1/t^2.
 //
-// Two exceptions. The optimizers keep their family's figure: a step's
-// update reads every parameter and its state once, out of cache, as the
-// family's large call does, while a repeated call on one parameter runs
-// in cache (several times faster). And the GEMMs refit the shape classes
-// (kernels.gemm): every distinct GEMM of the plans is timed, and a class
-// with samples gets their FLOPs over their time, each weighted by how
-// often the plans run it (the synthetic cube, tall and deep shapes miss
-// attention's batched products and a model's thin projections).
+// Two exceptions. The optimizers keep their family's figure here: a
+// step's update reads every parameter and its state once, out of cache,
+// while a repeated call on one parameter runs in cache (several times
+// faster). And the GEMMs refit the shape classes (kernels.gemm): every
+// distinct GEMM of the plans is timed, and a class with samples gets their
+// FLOPs over their time, each weighted by how often the plans run it (the
+// synthetic cube, tall and deep shapes miss attention's batched products
+// and a model's thin projections).
+//
+// These isolated figures are then refitted on the sample plans' steps
+// where the plans can run here (CalibrateInStep.cpp), the optimizers
+// included; a kernel of a plan that could not run keeps its figure here.
 //
 //===----------------------------------------------------------------------===//
 
@@ -250,48 +254,6 @@ std::vector<double> pickSizes(const std::map<double, plan::Instruction> &m) {
   return out;
 }
 
-/// t = a + bytes / rate through (bytes, t) weighted by 1/t^2; a rate of 0
-/// when the time does not grow with the bytes (then a is the mean time).
-void fitLine(const std::vector<double> &x, const std::vector<double> &t,
-             KindFigure &k) {
-  double sw = 0, sx = 0, st = 0, sxx = 0, sxt = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    double w = 1 / (t[i] * t[i]);
-    sw += w, sx += w * x[i], st += w * t[i];
-    sxx += w * x[i] * x[i], sxt += w * x[i] * t[i];
-  }
-  double det = sw * sxx - sx * sx;
-  double slope = x.size() > 1 && det > 0 ? (sw * sxt - sx * st) / det : 0;
-  double a = x.size() > 1 && det > 0 ? (st - slope * sx) / sw : 0;
-  if (x.size() == 1 || slope <= 0) {
-    // One size, or no growth: the mean time is the call's (a single size
-    // says nothing about the split).
-    double mean = 0;
-    for (double v : t)
-      mean += v / t.size();
-    k.overhead = mean;
-    k.bytesPerS = 0;
-    if (x.size() == 1 && x[0] > 0 && mean > 0) {
-      k.overhead = 0;
-      k.bytesPerS = x[0] / mean;
-    }
-    return;
-  }
-  if (a < 0) { // through the origin: the bytes alone
-    double num = 0, den = 0;
-    for (size_t i = 0; i < x.size(); ++i) {
-      double w = 1 / (t[i] * t[i]);
-      num += w * x[i] * x[i];
-      den += w * x[i] * t[i];
-    }
-    k.overhead = 0;
-    k.bytesPerS = den > 0 ? num / den : 0;
-    return;
-  }
-  k.overhead = a;
-  k.bytesPerS = 1 / slope;
-}
-
 } // namespace
 
 bool measureKinds(const CalibrationPlan &plan, ComputeFigures &f,
@@ -357,7 +319,12 @@ bool measureKinds(const CalibrationPlan &plan, ComputeFigures &f,
       f.kinds.push_back(k);
       continue;
     }
-    fitLine(xs, ts, k);
+    std::vector<KernelSample> pts;
+    for (size_t i = 0; i < xs.size(); ++i)
+      pts.push_back({xs[i], ts[i]});
+    KernelLine line = fitKernelLine(pts, /*matchTotal=*/false);
+    k.overhead = line.overhead;
+    k.bytesPerS = line.bytesPerS;
     k.sizes = static_cast<int>(xs.size());
     k.measured = true;
     plan.progress("kernel %s: %.3g B/s, %.3g s a call (%d sizes, %.3g to "
@@ -367,6 +334,67 @@ bool measureKinds(const CalibrationPlan &plan, ComputeFigures &f,
     f.kinds.push_back(k);
   }
   return true;
+}
+
+KernelLine fitKernelLine(const std::vector<KernelSample> &pts,
+                         bool matchTotal) {
+  KernelLine k;
+  if (pts.empty())
+    return k;
+  double sw = 0, sx = 0, st = 0, sxx = 0, sxt = 0, total = 0;
+  bool oneSize = true;
+  for (const KernelSample &p : pts) {
+    double w = 1 / (p.seconds * p.seconds);
+    sw += w, sx += w * p.bytes, st += w * p.seconds;
+    sxx += w * p.bytes * p.bytes, sxt += w * p.bytes * p.seconds;
+    total += p.seconds;
+    oneSize &= p.bytes == pts[0].bytes;
+  }
+  double mean = total / pts.size();
+  double det = sw * sxx - sx * sx;
+  double slope = !oneSize && det > 0 ? (sw * sxt - sx * st) / det : 0;
+  double a = !oneSize && det > 0 ? (st - slope * sx) / sw : 0;
+  if (oneSize || slope <= 0) {
+    // One size (it says nothing about the split: the rate through the
+    // origin); no growth with the bytes: the mean time a call, or with
+    // `matchTotal` the samples' bytes over their seconds (a few calls of
+    // a step, noisy, should not leave a kernel without a rate: the ranks'
+    // figures are averaged, and a rate of 0 averaged with another halves
+    // it).
+    double bytes = 0;
+    for (const KernelSample &p : pts)
+      bytes += p.bytes;
+    if (oneSize && pts[0].bytes > 0 && mean > 0)
+      k.bytesPerS = pts[0].bytes / mean;
+    else if (matchTotal && bytes > 0 && total > 0)
+      k.bytesPerS = bytes / total;
+    else
+      k.overhead = mean;
+    return k;
+  }
+  if (a < 0) { // through the origin: the bytes alone
+    double num = 0, den = 0;
+    for (const KernelSample &p : pts) {
+      double w = 1 / (p.seconds * p.seconds);
+      num += w * p.bytes * p.bytes;
+      den += w * p.bytes * p.seconds;
+    }
+    k.bytesPerS = den > 0 ? num / den : 0;
+  } else {
+    k.overhead = a;
+    k.bytesPerS = 1 / slope;
+  }
+  if (matchTotal && k.bytesPerS > 0) {
+    // The line's shape from the weighted fit (each call's relative error
+    // alike), its level from the calls' sum: the step adds them up.
+    double fitted = 0;
+    for (const KernelSample &p : pts)
+      fitted += k.overhead + p.bytes / k.bytesPerS;
+    double s = fitted > 0 ? total / fitted : 1;
+    k.overhead *= s;
+    k.bytesPerS /= s;
+  }
+  return k;
 }
 
 } // namespace ds::rt

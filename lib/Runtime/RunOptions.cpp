@@ -381,6 +381,11 @@ std::vector<RunFlag> calibrationFlags() {
              "write and read rates, through a temporary file in\n"
              "--nvme-path (default $TMPDIR, else /tmp)",
              &O::calibrateNvme),
+      option({"--calibrate-isolated"},
+             "with --calibrate-kernels-of: keep each kernel's\n"
+             "isolated figure (the sample plans are not run and\n"
+             "timed in step; docs/calibration.md)",
+             &O::calibrateIsolated),
       flag({"--calibrate-kernels-of"}, "--calibrate-kernels-of=PLANS",
            "with --calibrate: also time each kernel of these\n"
            "plans (comma-separated plan.bin files) at the\n"
@@ -524,14 +529,16 @@ std::string checkCalibrateOptions(const RunOptions &o) {
     if (given)
       return std::string(name) +
              " is a plan's; --calibrate takes -o, --threads, "
-             "--calibrate-quick, --calibrate-nvme, --calibrate-kernels-of and "
-             "--nvme-path";
+             "--calibrate-quick, --calibrate-nvme, --calibrate-kernels-of, "
+             "--calibrate-isolated and --nvme-path";
   if (o.backend == "cuda")
     return "--calibrate measures the CPU backend; calibrating CUDA devices "
            "is not implemented (leave out --backend=cuda)";
   if (o.outputPath.empty())
     return "--calibrate needs -o FILE (the machine description to write, "
            "JSON)";
+  if (o.calibrateIsolated && o.calibrateKernelsOf.empty())
+    return "--calibrate-isolated needs --calibrate-kernels-of";
   return "";
 }
 } // namespace
@@ -540,10 +547,11 @@ bool checkRunOptions(const RunOptions &o, std::string &err) {
   if (o.calibrate) {
     err = checkCalibrateOptions(o);
   } else if (o.calibrateQuick || o.calibrateNvme ||
-             !o.calibrateKernelsOf.empty()) {
-    err = std::string(o.calibrateQuick  ? "--calibrate-quick"
-                      : o.calibrateNvme ? "--calibrate-nvme"
-                                        : "--calibrate-kernels-of") +
+             !o.calibrateKernelsOf.empty() || o.calibrateIsolated) {
+    err = std::string(o.calibrateQuick    ? "--calibrate-quick"
+                      : o.calibrateNvme   ? "--calibrate-nvme"
+                      : o.calibrateIsolated ? "--calibrate-isolated"
+                                          : "--calibrate-kernels-of") +
           " needs --calibrate";
   } else if (!o.consolidateDir.empty()) {
     if (o.outputPath.empty())

@@ -57,6 +57,30 @@ struct AlphaBeta {
 /// bound) and the bandwidth fitted to the other samples.
 AlphaBeta fitAlphaBeta(const std::vector<CollectiveSample> &samples);
 
+/// One kernel call: the bytes the planner's kernel model charges it and
+/// its seconds.
+struct KernelSample {
+  double bytes = 0;
+  double seconds = 0;
+};
+
+/// A kernel's time: overhead + bytes / bytesPerS (bytesPerS 0: no rate).
+struct KernelLine {
+  double overhead = 0;
+  double bytesPerS = 0;
+};
+
+/// The line through `samples` by least squares weighted by 1/t^2 (each
+/// call's relative error alike). One distinct size: the rate through the
+/// origin; no growth with the bytes: the mean time as the overhead (with
+/// `matchTotal`: the samples' bytes over their seconds); a
+/// negative intercept: the rate through the origin. With `matchTotal`
+/// (the in-step figures) the line is then scaled (overhead times s, rate
+/// over s) so that its sum over the samples is theirs: a step adds its
+/// calls up, and the 1/t^2 weights let the many small calls set the level.
+KernelLine fitKernelLine(const std::vector<KernelSample> &samples,
+                         bool matchTotal);
+
 } // namespace ds::rt
 
 #endif // DS_RUNTIME_CALIBRATE_H

@@ -74,6 +74,9 @@ struct RunOptions {
   bool calibrateQuick = false;
   bool calibrateNvme = false;
   std::vector<std::string> calibrateKernelsOf; // plans (comma-separated flag)
+  /// With calibrateKernelsOf: keep the isolated per-kernel figures (the
+  /// sample plans are not run in step).
+  bool calibrateIsolated = false;
 
   /// Every core.
   static int64_t defaultThreads();
