@@ -6,12 +6,14 @@
 // rounding of sums over nine points); points with +-5% deterministic noise
 // within 10% (the weighted fit's error stays below twice the noise); and
 // the fallbacks when the points cannot determine a fit. The per-kernel
-// line of the isolated and in-step figures likewise. Then the flags:
+// line of the isolated and in-step figures likewise, and the host's share
+// scaling only the isolated figures. Then the flags:
 // --calibrate with its options parses, and what cannot go with it is
 // refused with one line.
 //
 //===----------------------------------------------------------------------===//
 
+#include "CalibrateImpl.h"
 #include "ds/Runtime/Calibrate.h"
 
 #include <gtest/gtest.h>
@@ -123,6 +125,23 @@ TEST(KernelLine, InStepFitKeepsTheCallsTotal) {
   for (const KernelSample &k : s)
     unmatched += w.overhead + k.bytes / w.bytesPerS;
   EXPECT_LT(unmatched, 0.95 * total);
+}
+
+TEST(HostShare, ScalesIsolatedFiguresOnly) {
+  // In-step figures were timed in the sample plans' steps on this host as
+  // it ran them (its share included): scaling them again would count the
+  // share twice.
+  ComputeFigures f;
+  f.gemm = {{1e6, 4e10, false}, {1e9, 8e10, true}};
+  f.kinds = {{"add", 1e10, 2e-6, 4, true, false},
+             {"neg", 2e10, 3e-6, 12, true, true}};
+  scaleByShare(0.5, f);
+  EXPECT_DOUBLE_EQ(f.gemm[0].flopsPerS, 2e10);
+  EXPECT_DOUBLE_EQ(f.gemm[1].flopsPerS, 8e10);
+  EXPECT_DOUBLE_EQ(f.kinds[0].bytesPerS, 5e9);
+  EXPECT_DOUBLE_EQ(f.kinds[0].overhead, 4e-6);
+  EXPECT_DOUBLE_EQ(f.kinds[1].bytesPerS, 2e10);
+  EXPECT_DOUBLE_EQ(f.kinds[1].overhead, 3e-6);
 }
 
 TEST(KernelLine, OneSizeOrNoGrowth) {

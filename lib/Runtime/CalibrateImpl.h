@@ -88,6 +88,7 @@ struct KernelCall {
 struct GemmClass {
   double maxFlops = 0;
   double flopsPerS = 0;
+  bool inStep = false; // refitted on the sample plans' steps
 };
 
 /// A kernel family's fitted throughput and the time of its tiny call.

@@ -201,6 +201,7 @@ void refit(const CalibrationPlan &plan, const InStep &in, ComputeFigures &f,
                   "%.3g)\n",
                   c, in.gemmCalls[c], rate, f.gemm[c].flopsPerS);
     f.gemm[c].flopsPerS = rate;
+    f.gemm[c].inStep = true;
   }
   if (!names.empty())
     notes.push_back("kernels.kinds: in-step figures (the sample plans run, "

@@ -64,8 +64,11 @@ bool measureShare(const CalibrationPlan &plan, double &share,
 }
 
 void scaleByShare(double share, ComputeFigures &f) {
+  // Figures timed in the sample plans' steps already are the step's on
+  // this host as it ran them (its share included): not scaled again.
   for (GemmClass &g : f.gemm)
-    g.flopsPerS *= share;
+    if (!g.inStep)
+      g.flopsPerS *= share;
   for (double *x : {&f.fp32, &f.bf16, &f.fp16, &f.memoryBandwidth,
                     &f.copyBandwidth})
     *x *= share;
@@ -80,6 +83,8 @@ void scaleByShare(double share, ComputeFigures &f) {
     fam.overhead /= share;
   }
   for (KindFigure &k : f.kinds) {
+    if (k.inStep)
+      continue;
     k.bytesPerS *= share;
     k.overhead /= share;
   }
