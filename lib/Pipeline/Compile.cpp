@@ -268,13 +268,12 @@ llvm::Expected<CompileResult> mlir::ds::compile(ModuleOp model,
     result.notices.push_back(
         "--optimizer=zero-one-adam keeps each rank's whole " +
         std::string(options.zeroStage == 3 ? "parameters, " : "") +
-        "optimizer state and gradients at --zero=" + std::to_string(options.zeroStage) +
+        "optimizer state and gradients at --zero=" +
+        std::to_string(options.zeroStage) +
         " (ZeRO-0's step: its local steps need the whole momentum, frozen "
         "variance and accumulator; docs/compression.md)");
   if (options.pipelineParallel > 1 && options.zeroStage >= 2 &&
-      options.gradAccum > 1 &&
-      (options.optimizerName == "onebit-adam" ||
-       options.optimizerName == "onebit-lamb"))
+      options.gradAccum > 1 && options.oneBitExchange())
     result.notices.push_back(
         "--optimizer=" + options.optimizerName + " with --pipeline-parallel "
         "keeps each stage's whole gradient sum over its micro-batches at "

@@ -38,7 +38,7 @@ std::string compressedTwin(const std::string &name) {
 std::string givenCompression(const TrainingOptions &o) {
   if (o.optimizerName == "zero-one-adam")
     return "0/1";
-  if (o.optimizerName == "onebit-adam" || o.optimizerName == "onebit-lamb")
+  if (o.oneBitExchange())
     return "1bit";
   if (o.quantizeWeights)
     return o.quantizeGradients ? "qwZ+qgZ" : "qwZ";

@@ -129,9 +129,7 @@ void mlir::ds::addTrainingPasses(OpPassManager &pm, const TrainingOptions &o,
     dp.commDtype = o.effectiveCommDtype();
     dp.prefetchBucketSize = o.prefetchBucketSize;
     dp.accumSteps = o.gradAccum;
-    // The compressed exchange runs once per step (docs/compression.md).
-    dp.sumOnce = o.optimizerName == "onebit-adam" ||
-                 o.optimizerName == "onebit-lamb";
+    dp.sumOnce = o.oneBitExchange(); // its exchange runs once per step
     dp.quantizeWeights = o.quantizeWeights;
     dp.quantizeGradients = o.quantizeGradients;
     dp.quantizeBlockSize = o.quantizeBlockSize;

@@ -224,7 +224,7 @@ std::string compressedAccumProblem(const TrainingOptions &o) {
 /// ds-run decides, docs/compression.md).
 llvm::Error checkFreezeStep(const TrainingOptions &o) {
   if (o.freezeStep == "auto") {
-    if (o.optimizerName != "onebit-adam" && o.optimizerName != "onebit-lamb")
+    if (!o.oneBitExchange())
       return fail("--freeze-step=auto is not supported with --optimizer=" +
                   o.optimizerName + " (built for onebit-adam and onebit-lamb)");
     return llvm::Error::success();

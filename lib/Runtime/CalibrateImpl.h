@@ -149,6 +149,11 @@ bool measureMemoryBandwidth(const CalibrationPlan &plan, ComputeFigures &f,
 /// at those plans' operand shapes; nothing without such plans.
 bool measureKinds(const CalibrationPlan &plan, ComputeFigures &f,
                   std::string &err);
+/// An instruction a per-kernel figure describes: a device kernel of a rate
+/// family, without collectives (the optimizers included).
+bool hasKernelFigure(const plan::Instruction &ins);
+/// The GEMM class (index into `f.gemm`) a call of `flops` falls in.
+size_t gemmClassOf(const ComputeFigures &f, double flops);
 /// Each sample plan of `plan.kernelsOf` that this calibration's ranks can
 /// run, run through the executor on synthetic inputs: each kernel's figure
 /// (and the GEMM classes) refitted on its instructions' in-step times

@@ -1,4 +1,4 @@
-//===- CalibrateInStep.cpp - the sample plans' kernels timed in their step -===//
+//===- CalibrateInStep.cpp - the sample plans' kernels in their step ----===//
 //
 // Part of the ds project (runtime: no MLIR or LLVM).
 //
@@ -6,12 +6,13 @@
 // isolated figure (CalibrateKinds.cpp), every sample plan that this
 // calibration's ranks can run is run through the executor for a few steps
 // on synthetic inputs, each instruction timed as `ds-run --profile` times
-// it, and each kernel's figure is refitted on those in-step times (the
-// median of each instruction over the timed steps): the isolated calls
-// miss what a step does to a kernel (its operands evicted by the
-// backward's other tensors, the pool's threads and OpenBLAS's handing the
-// cores over; on this VM a 1-rank, 2-thread GPT step ran its elementwise
-// kernels 2-10x slower than isolated, docs/calibration.md). The GEMM
+// it, and each kernel's figure is refitted on those in-step times (each
+// instruction's mean over its fastest half of the timed steps): the
+// isolated calls miss what a step does to a kernel (its operands evicted
+// by the backward's other tensors, the pool's threads and OpenBLAS's
+// handing the cores over; on this VM a 1-rank, 2-thread GPT step ran its
+// elementwise kernels 2-10x slower than isolated, docs/calibration.md).
+// The GEMM
 // classes the plans' GEMMs fall in take the in-step FLOPs over seconds.
 // A plan that cannot run here (a pipeline, another world size, a kernel
 // failing on the synthetic inputs) is left out with a note; its kernels
@@ -56,7 +57,8 @@ HostTensor syntheticInput(const std::string &name, const HostTensor &spec,
       storeI(t.data.data(), t.dtype, i, 1);
     else if (limit != info.indexLimits.end() && limit->second > 0)
       storeI(t.data.data(), t.dtype, i,
-             static_cast<int64_t>(rng() % static_cast<uint64_t>(limit->second)));
+             static_cast<int64_t>(rng() %
+                                  static_cast<uint64_t>(limit->second)));
   }
   return t;
 }
@@ -146,17 +148,13 @@ void gather(const plan::Plan &p, const std::vector<double> &ms,
   const plan::Program &prog = p.programs(0);
   for (int i = 0; i < prog.instructions_size() && i < (int)ms.size(); ++i) {
     const plan::Instruction &ins = prog.instructions(i);
-    const KernelFacts *k = kernelFacts(ins.kind());
     // Which instructions count depends on the plan alone, so that every
     // rank refits the same kernels (their figures are averaged in order).
-    if (!k || ins.on_host() || ins.collectives_size() > 0 ||
-        ::ds::rateFamilyOf(ins.kind()) == ::ds::RateFamily::Count)
+    if (!hasKernelFigure(ins))
       continue;
     double s = std::max(ms[i], 1e-6) * 1e-3;
-    if (k->flops == FlopRule::MatMul) {
-      size_t c = 0;
-      while (c + 1 < f.gemm.size() && ins.flops() > f.gemm[c].maxFlops)
-        ++c;
+    if (kernelFacts(ins.kind())->flops == FlopRule::MatMul) {
+      size_t c = gemmClassOf(f, static_cast<double>(ins.flops()));
       if (c < in.gemmFlops.size() && ins.flops() > 0) {
         in.gemmFlops[c] += static_cast<double>(ins.flops());
         in.gemmSecs[c] += s;
@@ -179,8 +177,9 @@ void refit(const CalibrationPlan &plan, const InStep &in, ComputeFigures &f,
     KernelLine l = fitKernelLine(samples, /*matchTotal=*/true);
     if (l.overhead <= 0 && l.bytesPerS <= 0)
       continue;
-    auto it = std::find_if(f.kinds.begin(), f.kinds.end(),
-                           [&](const KindFigure &k) { return k.kernel == name; });
+    auto it =
+        std::find_if(f.kinds.begin(), f.kinds.end(),
+                     [&](const KindFigure &k) { return k.kernel == name; });
     if (it == f.kinds.end())
       it = f.kinds.insert(f.kinds.end(), KindFigure{name});
     plan.progress("kernel %s in step: %.3g B/s, %.3g s a call (%zu calls; "

@@ -49,11 +49,10 @@ namespace {
 /// each name's instructions by their operand bytes (one per size).
 using Samples = std::map<std::string, std::map<double, plan::Instruction>>;
 
+/// Timed alone: the optimizers keep their family's figure here.
 bool timedAlone(const plan::Instruction &ins) {
-  const KernelFacts *k = kernelFacts(ins.kind());
-  return k && !ins.on_host() && ins.collectives_size() == 0 &&
-         ::ds::rateFamilyOf(ins.kind()) != ::ds::RateFamily::Count &&
-         k->family != KernelFamily::Optimizer;
+  return hasKernelFigure(ins) &&
+         kernelFacts(ins.kind())->family != KernelFamily::Optimizer;
 }
 
 bool isGemm(const plan::Instruction &ins) {
@@ -222,9 +221,7 @@ bool refitGemm(const CalibrationPlan &plan,
       plan.progress("gemm %s: not measured (%s)\n", key.c_str(), why.c_str());
       continue;
     }
-    size_t c = 0;
-    while (c + 1 < f.gemm.size() && g.flops > f.gemm[c].maxFlops)
-      ++c;
+    size_t c = gemmClassOf(f, g.flops);
     flops[c] += g.flops * g.count;
     secs[c] += t * g.count;
     shapes[c]++;
@@ -334,6 +331,19 @@ bool measureKinds(const CalibrationPlan &plan, ComputeFigures &f,
     f.kinds.push_back(k);
   }
   return true;
+}
+
+bool hasKernelFigure(const plan::Instruction &ins) {
+  return kernelFacts(ins.kind()) && !ins.on_host() &&
+         ins.collectives_size() == 0 &&
+         ::ds::rateFamilyOf(ins.kind()) != ::ds::RateFamily::Count;
+}
+
+size_t gemmClassOf(const ComputeFigures &f, double flops) {
+  size_t c = 0;
+  while (c + 1 < f.gemm.size() && flops > f.gemm[c].maxFlops)
+    ++c;
+  return c;
 }
 
 KernelLine fitKernelLine(const std::vector<KernelSample> &pts,

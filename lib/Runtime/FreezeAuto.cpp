@@ -23,6 +23,7 @@
 #include "TrainerImpl.h"
 #include "ds/Support/FreezeAuto.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -94,20 +95,25 @@ bool tiedCopies(RunContext &ctx, FreezeAuto &fa) {
   fa.skip.assign(ctx.execs.size(), {});
   if (ctx.stages <= 1 || !ctx.pipelinePlan)
     return true;
+  // The first chunk holding each tied parameter (each chunk's plan read
+  // once).
+  const auto &tied = ctx.pipelinePlan->proto.pipeline().tied();
+  std::map<std::string, int> first;
   int chunks = ctx.stages * ctx.virt;
-  for (const std::string &t : ctx.pipelinePlan->proto.pipeline().tied()) {
-    int first = -1;
-    for (int c = 0; c < chunks && first < 0; ++c) {
-      std::string err;
-      std::shared_ptr<const Plan> sp = stagePlan(*ctx.pipelinePlan, c, err);
-      if (!sp)
-        return ctx.fail(err);
-      for (const plan::Parameter &p : sp->proto.parameters())
-        if (p.name() == t)
-          first = c;
-    }
+  for (int c = 0; c < chunks && first.size() < size_t(tied.size()); ++c) {
+    std::string err;
+    std::shared_ptr<const Plan> sp = stagePlan(*ctx.pipelinePlan, c, err);
+    if (!sp)
+      return ctx.fail(err);
+    for (const plan::Parameter &p : sp->proto.parameters())
+      if (std::find(tied.begin(), tied.end(), p.name()) != tied.end())
+        first.emplace(p.name(), c);
+  }
+  for (const std::string &t : tied) {
+    auto it = first.find(t);
+    int holder = it == first.end() ? -1 : it->second;
     for (size_t k = 0; k < ctx.execs.size(); ++k)
-      if (ctx.stage + static_cast<int>(k) * ctx.stages != first)
+      if (ctx.stage + static_cast<int>(k) * ctx.stages != holder)
         fa.skip[k].insert(t + ".exp_avg_sq");
   }
   return true;

@@ -3,9 +3,10 @@
 // Part of the ds project (runtime: no MLIR or LLVM).
 //
 // 1-bit Adam's and 1-bit LAMB's `freeze_step: "auto"`
-// (docs/compression.md): after every warm-up step the training loop measures ||v|| (the global norm of the
-// second moments), applies ds::freezeauto's criterion and, the first time
-// it holds, tells the executors the last warm-up step. Every rank of
+// (docs/compression.md): after every warm-up step the training loop
+// measures ||v|| (the global norm of the second moments), applies
+// ds::freezeauto's criterion and, the first time it holds, tells the
+// executors the last warm-up step. Every rank of
 // every pipeline stage takes the same decision: the partial sums are
 // all-gathered over the world and added in rank order. The norms of the
 // window and the decision are checkpointed (with pipelines, per stage).

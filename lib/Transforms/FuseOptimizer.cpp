@@ -151,9 +151,10 @@ int64_t copiedBytes(const SetVector<Operation *> &chain) {
   return bytes;
 }
 
-/// Moves `chain` (each op after the ops it reads) before `first`. The moved ops keep the
-/// optimizer phase they were in (`ds.update_operand`, lowering's PhaseMap):
-/// they make the update's operands, not the gradients.
+/// Moves `chain` (each op after the ops it reads) before `first`. The
+/// moved ops keep the optimizer phase they were in (`ds.update_operand`,
+/// lowering's PhaseMap): they make the update's operands, not the
+/// gradients.
 void hoistBefore(const SetVector<Operation *> &chain, Operation *first) {
   if (!chain.empty())
     if (auto module = first->getParentOfType<ModuleOp>())

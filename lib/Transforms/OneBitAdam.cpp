@@ -32,7 +32,19 @@
 namespace mlir::ds::optimizer {
 
 namespace {
-void hoistBefore(Value v, Operation *point);
+/// Moves the ops `v` is computed from before `point` (a pipeline stage's
+/// optimizer step: arithmetic on the step argument and constants, built
+/// after the reduce-scatters of its update section), so that an exchange
+/// built at `point` can read it.
+void hoistBefore(Value v, Operation *point) {
+  Operation *def = v.getDefiningOp();
+  if (!def || def->getBlock() != point->getBlock() ||
+      def->isBeforeInBlock(point))
+    return;
+  for (Value operand : def->getOperands())
+    hoistBefore(operand, point);
+  def->moveBefore(point);
+}
 
 /// ZeRO-3: the gathers of the bucket(s) that hold partitioned parameter
 /// `shard` (ZeRO's `ds.all_gather` of one shard or of a concat of shards)
@@ -103,19 +115,6 @@ Value gatherDelta(OpBuilder &b, const UpdateInput &in, int64_t freezeStep,
   return unpadReshape(b, in.loc, g.getResult(), in.paramType);
 }
 
-/// Moves the ops `v` is computed from before `point` (a pipeline stage's
-/// optimizer step: arithmetic on the step argument and constants, built
-/// after the reduce-scatters of its update section), so that an exchange
-/// built at `point` can read it.
-void hoistBefore(Value v, Operation *point) {
-  Operation *def = v.getDefiningOp();
-  if (!def || def->getBlock() != point->getBlock() ||
-      def->isBeforeInBlock(point))
-    return;
-  for (Value operand : def->getOperands())
-    hoistBefore(operand, point);
-  def->moveBefore(point);
-}
 
 /// ZeRO 1-3: the bucket's reduce-scatter becomes the compressed one (once
 /// per bucket: the first parameter updated from it keeps its worker

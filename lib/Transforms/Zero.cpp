@@ -13,10 +13,11 @@
 // once per step, in its update section (GradAccumulate.h); stages 2-3
 // otherwise reduce each micro-batch's gradients as they are produced.
 // Stage 3 also turns every parameter argument (trainable, frozen, or a
-// float buffer no result of the step writes) into its shard and all-gathers it before its
-// uses: once for the forward pass and again for the backward pass where
-// that reads it, so that the whole parameter lives only around its uses
-// (a frozen one gets no gradient, so nothing is reduced for it). Values
+// float buffer no result of the step writes) into its shard and
+// all-gathers it before its uses: once for the forward pass and again for
+// the backward pass where that reads it, so that the whole parameter
+// lives only around its uses (a frozen one gets no gradient, so nothing is
+// reduced for it). Values
 // computed from parameters alone (a transposed weight) that the backward
 // pass reads are recomputed there from the second gather instead of being
 // kept alive. ZeRO++ (docs/zeropp.md): with quantize-weights the stage-3

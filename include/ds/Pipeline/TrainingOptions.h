@@ -68,6 +68,11 @@ struct TrainingOptions {
   int64_t builtZeroStage() const {
     return optimizerName == "zero-one-adam" ? 0 : zeroStage;
   }
+  /// 1-bit Adam or 1-bit LAMB: a freeze step, then the compressed momentum
+  /// exchange, once per step (docs/compression.md).
+  bool oneBitExchange() const {
+    return optimizerName == "onebit-adam" || optimizerName == "onebit-lamb";
+  }
   /// Ranks of one data-parallel group.
   int64_t dataParallelSize() const {
     return worldSize / (tensorParallel * pipelineParallel);

@@ -4,15 +4,16 @@
 //
 // 1-bit Adam's and 1-bit LAMB's `freeze_step: "auto"`
 // (docs/compression.md): ds-run ends the warm-up after the first step at
-// which the second moment has stabilised. One rule for the compiler (the latest freeze step it plans),
-// the report and the runtime's decision:
+// which the second moment has stabilised. One rule for the compiler (the
+// latest freeze step it plans), the report and the runtime's decision:
 //
 //   r_t = | ||v_t|| - ||v_{t-K}|| | / ||v_t||
 //
 // with ||v_t|| the global L2 norm of every exp_avg_sq after step t's
 // update (all ranks' partitions under ZeRO 1-3; with pipelines every
-// stage's, a tied parameter's once; t counts optimizer steps). Step t is the last
-// warm-up step when t >= kMinStep and r_t < kThreshold, or t = kMaxStep.
+// stage's, a tied parameter's once; t counts optimizer steps). Step t is
+// the last warm-up step when t >= kMinStep and r_t < kThreshold, or
+// t = kMaxStep.
 //
 //===----------------------------------------------------------------------===//
 

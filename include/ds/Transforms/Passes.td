@@ -161,8 +161,9 @@ def ZeroPass : Pass<"ds-zero", "func::FuncOp"> {
       type (a frozen f32 tensor beside 16-bit weights is gathered apart).
 
     - A pipeline stage (`ds.pipeline`) with `accum-steps` M > 1 at stages
-      0-1 (and at stages 2-3 with `sum-once`): the update section runs once per step, after the last
-      micro-batch (DeepSpeed's pipeline engine). Each gradient is added
+      0-1 (and at stages 2-3 with `sum-once`): the update section runs
+      once per step, after the last micro-batch (DeepSpeed's pipeline
+      engine). Each gradient is added
       to a full-size f32 accumulator (`ds.state = "<param>.grad_accum"`,
       updated in place) as soon as the backward makes it, the pass
       inserts `ds.pipe_mark {update}`, and the accumulated gradients are
